@@ -1,0 +1,263 @@
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultConfigPath is where imagepind and imagepinctl look for the config by default.
+const DefaultConfigPath = "/etc/imagepin/imagepind.toml"
+
+// Config is imagepind's configuration. Every key is optional; Default() holds the defaults.
+// The README's configuration reference documents each key.
+type Config struct {
+	SetsDir    string   `toml:"sets_dir"`
+	StateDir   string   `toml:"state_dir"`
+	StatusFile string   `toml:"status_file"`
+	UnpinDelay Duration `toml:"unpin_delay"`
+
+	Node    NodeConfig    `toml:"node"`
+	CRI     CRIConfig     `toml:"cri"`
+	CRIO    CRIOConfig    `toml:"crio"`
+	Disk    DiskConfig    `toml:"disk"`
+	Report  ReportConfig  `toml:"report"`
+	Metrics MetricsConfig `toml:"metrics"`
+}
+
+// NodeConfig says who this node is.
+type NodeConfig struct {
+	Name       string            `toml:"name"`
+	Labels     map[string]string `toml:"labels"`
+	LabelsFile string            `toml:"labels_file"`
+}
+
+// CRIConfig is how images are pulled.
+type CRIConfig struct {
+	Endpoint        string   `toml:"endpoint"`
+	PullConcurrency int      `toml:"pull_concurrency"`
+	PullTimeout     Duration `toml:"pull_timeout"`
+	PullSecret      string   `toml:"pull_secret"`
+}
+
+// Reload modes for [crio] reload.
+const (
+	ReloadAuto    = "auto"
+	ReloadSystemd = "systemd"
+	ReloadSignal  = "signal"
+)
+
+// CRIOConfig is where CRI-O's config lives and how to make it re-read it.
+type CRIOConfig struct {
+	Config    string `toml:"config"`
+	ConfigDir string `toml:"config_dir"`
+	Unit      string `toml:"unit"`
+	Reload    string `toml:"reload"`
+}
+
+// DiskConfig is what the disk check reads.
+type DiskConfig struct {
+	RegistriesConf         string  `toml:"registries_conf"`
+	RegistriesConfDir      string  `toml:"registries_conf_dir"`
+	CertsDir               string  `toml:"certs_dir"`
+	LayerSizeMultiplier    float64 `toml:"layer_size_multiplier"`
+	GCHighThresholdPercent int     `toml:"gc_high_threshold_percent"`
+	KubeletConfig          string  `toml:"kubelet_config"`
+}
+
+// ReportConfig is where node reports go.
+type ReportConfig struct {
+	Aggregator string   `toml:"aggregator"`
+	Heartbeat  Duration `toml:"heartbeat"`
+	Cert       string   `toml:"cert"`
+	CA         string   `toml:"ca"`
+}
+
+// MetricsConfig is the Prometheus listener.
+type MetricsConfig struct {
+	Address string `toml:"address"`
+}
+
+// DefaultPullConcurrency is what pull_concurrency = 0 means.
+const DefaultPullConcurrency = 4
+
+// Default returns the configuration used when a key is absent.
+func Default() Config {
+	return Config{
+		SetsDir:    "/etc/imagepin/sets.d",
+		StateDir:   "/var/lib/imagepin",
+		StatusFile: "/run/imagepin/status.json",
+		UnpinDelay: Duration(2 * time.Minute),
+		Node: NodeConfig{
+			LabelsFile: "/etc/imagepin/node-labels.json",
+		},
+		CRI: CRIConfig{
+			Endpoint:    "unix:///var/run/crio/crio.sock",
+			PullTimeout: Duration(30 * time.Minute),
+			PullSecret:  "/var/lib/kubelet/config.json",
+		},
+		CRIO: CRIOConfig{
+			Config:    "/etc/crio/crio.conf",
+			ConfigDir: "/etc/crio/crio.conf.d",
+			Unit:      "crio.service",
+			Reload:    ReloadAuto,
+		},
+		Disk: DiskConfig{
+			RegistriesConf:      "/etc/containers/registries.conf",
+			RegistriesConfDir:   "/etc/containers/registries.conf.d",
+			CertsDir:            "/etc/containers/certs.d",
+			LayerSizeMultiplier: 2.0,
+			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
+		},
+		Report: ReportConfig{
+			Heartbeat: Duration(30 * time.Second),
+			Cert:      "/var/lib/kubelet/pki/kubelet-client-current.pem",
+		},
+	}
+}
+
+// LoadConfig reads the TOML file at path over the defaults and validates the result.
+// A missing file at the default path means "all defaults"; a missing file named
+// explicitly is an error.
+func LoadConfig(path string, explicit bool) (Config, error) {
+	cfg := Default()
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrNotExist) && !explicit:
+		return cfg, cfg.Validate()
+	default:
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	if err := cfg.decode(string(data)); err != nil {
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes TOML text over the defaults and validates it.
+func ParseConfig(text string) (Config, error) {
+	cfg := Default()
+	if err := cfg.decode(text); err != nil {
+		return cfg, err
+	}
+	return cfg, cfg.Validate()
+}
+
+func (c *Config) decode(text string) error {
+	md, err := toml.Decode(text, c)
+	if err != nil {
+		return err
+	}
+	if undecoded := md.Undecoded(); len(undecoded) > 0 {
+		keys := make([]string, len(undecoded))
+		for i, k := range undecoded {
+			keys[i] = k.String()
+		}
+		return fmt.Errorf("unknown key %s", strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+// Validate checks every value and names the key that is wrong. It does not look at the
+// host (whether paths exist); the daemon does that when it uses them.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+	for _, kp := range [][2]string{
+		{"sets_dir", c.SetsDir}, {"state_dir", c.StateDir}, {"status_file", c.StatusFile},
+		{"crio.config", c.CRIO.Config}, {"crio.config_dir", c.CRIO.ConfigDir},
+	} {
+		if !filepath.IsAbs(kp[1]) {
+			bad(kp[0], "must be an absolute path, got %q", kp[1])
+		}
+	}
+	for _, kp := range [][2]string{
+		{"node.labels_file", c.Node.LabelsFile}, {"cri.pull_secret", c.CRI.PullSecret},
+		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
+		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
+	} {
+		if kp[1] != "" && !filepath.IsAbs(kp[1]) {
+			bad(kp[0], "must be an absolute path or empty, got %q", kp[1])
+		}
+	}
+	if c.UnpinDelay < 0 {
+		bad("unpin_delay", "must not be negative")
+	}
+	if !strings.HasPrefix(c.CRI.Endpoint, "unix://") || len(c.CRI.Endpoint) == len("unix://") {
+		bad("cri.endpoint", "must be unix:///path/to/socket, got %q", c.CRI.Endpoint)
+	}
+	if c.CRI.PullConcurrency < 0 || c.CRI.PullConcurrency > 64 {
+		bad("cri.pull_concurrency", "must be 0 (default) to 64, got %d", c.CRI.PullConcurrency)
+	}
+	if c.CRI.PullTimeout <= 0 {
+		bad("cri.pull_timeout", "must be positive")
+	}
+	switch c.CRIO.Reload {
+	case ReloadAuto, ReloadSystemd, ReloadSignal:
+	default:
+		bad("crio.reload", "must be auto, systemd or signal, got %q", c.CRIO.Reload)
+	}
+	if c.CRIO.Unit == "" && c.CRIO.Reload != ReloadSignal {
+		bad("crio.unit", "must be set unless reload = \"signal\"")
+	}
+	if c.Disk.LayerSizeMultiplier < 1 || c.Disk.LayerSizeMultiplier > 100 {
+		bad("disk.layer_size_multiplier", "must be between 1 and 100, got %g", c.Disk.LayerSizeMultiplier)
+	}
+	if c.Disk.GCHighThresholdPercent < 0 || c.Disk.GCHighThresholdPercent > 100 {
+		bad("disk.gc_high_threshold_percent", "must be 0 (kubelet's) to 100, got %d", c.Disk.GCHighThresholdPercent)
+	}
+	if c.Report.Heartbeat < Duration(time.Second) {
+		bad("report.heartbeat", "must be at least 1s")
+	}
+	if c.Metrics.Address != "" {
+		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {
+			bad("metrics.address", "must be host:port: %v", err)
+		}
+	}
+	if err := ValidateLabels(c.Node.Labels); err != nil {
+		bad("node.labels", "%v", err)
+	}
+	return errors.Join(errs...)
+}
+
+// CRISocket is the filesystem path of the CRI endpoint.
+func (c *Config) CRISocket() string { return strings.TrimPrefix(c.CRI.Endpoint, "unix://") }
+
+// EffectivePullConcurrency resolves pull_concurrency = 0 to the default.
+func (c *Config) EffectivePullConcurrency() int {
+	if c.CRI.PullConcurrency == 0 {
+		return DefaultPullConcurrency
+	}
+	return c.CRI.PullConcurrency
+}
+
+// Duration is a time.Duration written as a Go duration string ("2m", "30s") in TOML.
+type Duration time.Duration
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

@@ -1,0 +1,80 @@
+package conf
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestDefaults(t *testing.T) {
+	cfg, err := ParseConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SetsDir != "/etc/imagepin/sets.d" || cfg.UnpinDelay.D() != 2*time.Minute || cfg.CRIO.Reload != "auto" ||
+		cfg.Disk.LayerSizeMultiplier != 2 || cfg.CRI.PullTimeout.D() != 30*time.Minute || cfg.Report.Heartbeat.D() != 30*time.Second {
+		t.Fatalf("defaults: %+v", cfg)
+	}
+	if cfg.EffectivePullConcurrency() != DefaultPullConcurrency {
+		t.Fatal("pull_concurrency 0 must mean the default")
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig(`
+sets_dir = "/tmp/sets"
+unpin_delay = "5s"
+[node]
+name = "worker-3"
+labels = {"node-role.kubernetes.io/worker" = ""}
+[cri]
+pull_concurrency = 8
+[crio]
+reload = "signal"
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SetsDir != "/tmp/sets" || cfg.UnpinDelay.D() != 5*time.Second || cfg.Node.Name != "worker-3" ||
+		cfg.CRI.PullConcurrency != 8 || cfg.CRIO.Reload != "signal" || cfg.Node.Labels["node-role.kubernetes.io/worker"] != "" {
+		t.Fatalf("%+v", cfg)
+	}
+}
+
+func TestConfigErrorsNameTheKey(t *testing.T) {
+	for text, want := range map[string]string{
+		`sets_dri = "/x"`:                       "unknown key sets_dri",
+		"[crio]\nreloda = \"x\"":                "unknown key crio.reloda",
+		"[crio]\nreload = \"dbus\"":             `crio.reload: must be auto, systemd or signal, got "dbus"`,
+		`unpin_delay = "soon"`:                  "unpin_delay",
+		`sets_dir = "relative/path"`:            "sets_dir: must be an absolute path",
+		"[cri]\nendpoint = \"tcp://x\"":         "cri.endpoint",
+		"[cri]\npull_concurrency = -1":          "cri.pull_concurrency",
+		"[disk]\nlayer_size_multiplier = 0.5":   "disk.layer_size_multiplier",
+		"[disk]\ngc_high_threshold_percent=101": "disk.gc_high_threshold_percent",
+		"[metrics]\naddress = \"nohost\"":       "metrics.address",
+		"[node]\nlabels = {\"bad key!\" = \"\"}": "node.labels",
+		"sets_dir = 3":                          "sets_dir",
+	} {
+		_, err := ParseConfig(text)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want it to contain %q", text, err, want)
+		}
+	}
+}
+
+func TestLabelsFile(t *testing.T) {
+	l, err := ParseLabelsFile([]byte(`{"node-role.kubernetes.io/worker": "", "zone": "a"}`))
+	if err != nil || l["zone"] != "a" {
+		t.Fatalf("%v %v", l, err)
+	}
+	for _, bad := range []string{`[]`, `null`, `{"a": 1}`, `{"bad key!": ""}`, `{`} {
+		if _, err := ParseLabelsFile([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+	m := MergeLabels(map[string]string{"a": "1", "b": "1"}, map[string]string{"b": "2"})
+	if m["a"] != "1" || m["b"] != "2" {
+		t.Fatalf("merge: %v", m)
+	}
+}

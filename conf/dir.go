@@ -1,0 +1,94 @@
+package conf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/imagepin/imagepin/internal/fsutil"
+)
+
+// ErrSetsDirMissing means the sets directory does not exist: a sync fault, not "no sets".
+var ErrSetsDirMissing = errors.New("sets directory is missing")
+
+// SetFile is one candidate file of the sets directory as read now.
+type SetFile struct {
+	Name string // relative to the sets directory
+	Data []byte
+	Err  error // reading failed (a FIFO, a device, too large, unreadable)
+}
+
+// IsSetFileName says whether a directory entry is a set file: *.yaml, *.yml or *.json,
+// not hidden. Editors' temp, swap and backup files, ConfigMap's ..data entries and our
+// own temp files are hidden or have other extensions.
+func IsSetFileName(name string) bool {
+	if name == "" || name[0] == '.' {
+		return false
+	}
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// ReadSetsDir reads every set file of dir (not its subdirectories), in name order.
+func ReadSetsDir(dir string) ([]SetFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %s", ErrSetsDirMissing, dir)
+		}
+		return nil, fmt.Errorf("read sets directory: %w", err)
+	}
+	var files []SetFile
+	for _, e := range entries {
+		if !IsSetFileName(e.Name()) {
+			continue
+		}
+		if e.IsDir() {
+			continue
+		}
+		data, err := fsutil.ReadRegular(filepath.Join(dir, e.Name()), MaxSetFileSize)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed (or a dangling ConfigMap symlink) since the listing
+		}
+		files = append(files, SetFile{Name: e.Name(), Data: data, Err: err})
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	return files, nil
+}
+
+// FileSets is the sets one file contributes, in file-name order.
+type FileSets struct {
+	File string
+	Sets []Set
+}
+
+// UniqueNames drops every file that defines a set name already defined by an earlier
+// file (in name order) and returns an error for each dropped file.
+func UniqueNames(files []FileSets) ([]FileSets, map[string]error) {
+	owner := map[string]string{}
+	errs := map[string]error{}
+	var kept []FileSets
+	for _, f := range files {
+		var dup []string
+		for _, s := range f.Sets {
+			if other, taken := owner[s.Name]; taken {
+				dup = append(dup, fmt.Sprintf("set %q is already defined in %s", s.Name, other))
+			}
+		}
+		if len(dup) > 0 {
+			errs[f.File] = fmt.Errorf("%s: metadata.name: %s; this file is ignored", f.File, strings.Join(dup, "; "))
+			continue
+		}
+		for _, s := range f.Sets {
+			owner[s.Name] = f.File
+		}
+		kept = append(kept, f)
+	}
+	return kept, errs
+}

@@ -1,0 +1,74 @@
+package fsutil
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+func TestReadRegularRefusesNonRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRegular(fifo, 1<<20); !errors.Is(err, ErrNotRegular) {
+		t.Fatalf("FIFO: got %v, want ErrNotRegular", err)
+	}
+	zero := filepath.Join(dir, "zero.yaml")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRegular(zero, 1<<20); !errors.Is(err, ErrNotRegular) {
+		t.Fatalf("/dev/zero: got %v, want ErrNotRegular", err)
+	}
+	if _, err := ReadRegular(dir, 1<<20); !errors.Is(err, ErrNotRegular) {
+		t.Fatalf("directory: got %v, want ErrNotRegular", err)
+	}
+}
+
+func TestReadRegularLimit(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(p, make([]byte, 101), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadRegular(p, 100); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("got %v, want ErrTooLarge", err)
+	}
+	if b, err := ReadRegular(p, 101); err != nil || len(b) != 101 {
+		t.Fatalf("at the limit: %d bytes, %v", len(b), err)
+	}
+}
+
+func TestWriteAtomicTempElsewhere(t *testing.T) {
+	root := t.TempDir()
+	dropins := filepath.Join(root, "crio.conf.d")
+	if err := os.Mkdir(dropins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dropins, "zz.conf")
+	if err := WriteAtomic(target, root, []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteAtomic(target, root, []byte("b"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(target)
+	if string(got) != "b" {
+		t.Fatalf("content %q", got)
+	}
+	for _, d := range []string{root, dropins} {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if e.Name() != "crio.conf.d" && e.Name() != "zz.conf" {
+				t.Fatalf("left behind %s in %s", e.Name(), d)
+			}
+		}
+	}
+	fi, _ := os.Stat(target)
+	if fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v", fi.Mode())
+	}
+}

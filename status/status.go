@@ -1,0 +1,161 @@
+package status
+
+import "time"
+
+// Phase is where a set stands on a node.
+type Phase string
+
+const (
+	// Pending: known, nothing done yet (waiting for the disk check, CRI-O, or another set).
+	Pending Phase = "Pending"
+	// Pulling: pins written; images being pulled, including retries of transient errors.
+	Pulling Phase = "Pulling"
+	// Ready: every image present and CRI-O confirmed to have every pin in effect.
+	Ready Phase = "Ready"
+	// Failed: cannot progress without a change. Retries go on with backoff.
+	Failed Phase = "Failed"
+)
+
+// Condition types.
+const (
+	ConditionReady       = "Ready"
+	ConditionProgressing = "Progressing"
+	ConditionFailed      = "Failed"
+	ConditionDiskChecked = "DiskChecked"
+)
+
+// Condition statuses, as in Kubernetes.
+const (
+	True    = "True"
+	False   = "False"
+	Unknown = "Unknown"
+)
+
+// Reasons carried by conditions.
+const (
+	ReasonAllImagesPinned    = "AllImagesPinned"
+	ReasonCheckingDisk       = "CheckingDisk"
+	ReasonWaitingForReload   = "WaitingForReload"
+	ReasonPulling            = "Pulling"
+	ReasonRuntimeUnavailable = "RuntimeUnavailable"
+	ReasonPullRetrying       = "PullRetrying"
+
+	ReasonInsufficientDiskSpace = "InsufficientDiskSpace"
+	ReasonImageUnavailable      = "ImageUnavailable"
+	ReasonInvalidSpec           = "InvalidSpec"
+	ReasonPinsOverridden        = "PinsOverridden"
+	ReasonRuntimeTooOld         = "RuntimeTooOld"
+
+	ReasonNotImplemented = "NotImplemented"
+	ReasonSpaceAvailable = "SpaceAvailable"
+	ReasonNotFailed      = "NotFailed"
+	ReasonNotReady       = "NotReady"
+	ReasonIdle           = "Idle"
+)
+
+// Node is the whole report of one node: what imagepind writes to the status file and
+// sends to the aggregator.
+type Node struct {
+	Updated    time.Time   `json:"updated"`
+	Node       NodeInfo    `json:"node"`
+	Sets       []Set       `json:"sets"`
+	FileErrors []FileError `json:"fileErrors,omitempty"`
+	// Faults are node-wide problems that stop nothing but need an administrator:
+	// the sets directory gone, the labels file broken, CRI-O unreachable.
+	Faults []string `json:"faults,omitempty"`
+}
+
+// NodeInfo describes the node and its container runtime.
+type NodeInfo struct {
+	Name            string          `json:"name"`
+	Architecture    string          `json:"architecture"`
+	Version         string          `json:"version"`
+	Runtime         Runtime         `json:"runtime"`
+	ImageFilesystem ImageFilesystem `json:"imageFilesystem"`
+}
+
+// Runtime is the container runtime as CRI Version reports it.
+type Runtime struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// ImageFilesystem is where the runtime stores images, and how full it is.
+type ImageFilesystem struct {
+	Path          string `json:"path"`
+	CapacityBytes uint64 `json:"capacityBytes"`
+	FreeBytes     uint64 `json:"freeBytes"`
+}
+
+// Set is the state of one PinnedImageSet on this node.
+type Set struct {
+	Name         string        `json:"name"`
+	UID          string        `json:"uid"`
+	SpecHash     string        `json:"specHash"`
+	File         string        `json:"file"`
+	Phase        Phase         `json:"phase"`
+	ImagesTotal  int           `json:"imagesTotal"`
+	ImagesReady  int           `json:"imagesReady"`
+	BytesTotal   uint64        `json:"bytesTotal"`
+	BytesReady   uint64        `json:"bytesReady"`
+	Conditions   []Condition   `json:"conditions"`
+	FailedImages []FailedImage `json:"failedImages,omitempty"`
+}
+
+// Condition follows the Kubernetes condition shape.
+type Condition struct {
+	Type               string    `json:"type"`
+	Status             string    `json:"status"`
+	Reason             string    `json:"reason"`
+	Message            string    `json:"message"`
+	LastTransitionTime time.Time `json:"lastTransitionTime"`
+}
+
+// FailedImage is an image that could not be pulled; Error is the runtime's text, word for word.
+type FailedImage struct {
+	Image  string `json:"image"`
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+}
+
+// FileError is a sets-directory file that does not parse or validate. File is relative to
+// the sets directory.
+type FileError struct {
+	File  string `json:"file"`
+	Error string `json:"error"`
+}
+
+// Condition returns the condition of the given type, or nil.
+func (s *Set) Condition(conditionType string) *Condition {
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == conditionType {
+			return &s.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// SetCondition sets a condition, keeping its LastTransitionTime when the status does not change.
+func (s *Set) SetCondition(c Condition, now time.Time) {
+	if old := s.Condition(c.Type); old != nil {
+		if old.Status == c.Status {
+			c.LastTransitionTime = old.LastTransitionTime
+		} else {
+			c.LastTransitionTime = now
+		}
+		*old = c
+		return
+	}
+	c.LastTransitionTime = now
+	s.Conditions = append(s.Conditions, c)
+}
+
+// Set returns the set with the given name, or nil.
+func (n *Node) Set(name string) *Set {
+	for i := range n.Sets {
+		if n.Sets[i].Name == name {
+			return &n.Sets[i]
+		}
+	}
+	return nil
+}
