@@ -47,7 +47,7 @@ if [ ! -x "$BIN/crio" ] || [ ! -x "$BIN/pinns" ] || ! "$BIN/crio" version 2>/dev
      -tags "containers_image_openpgp containers_image_ostree_stub exclude_graphdriver_btrfs exclude_graphdriver_devicemapper" \
      -ldflags "-X github.com/cri-o/cri-o/internal/version.version=${CRIO_VERSION#v}" \
      -o "$BIN/crio.new" ./cmd/crio && \
-   make -s -C pinns >/dev/null && cp pinns/pinns "$BIN/pinns.new")
+   make -s -C pinns >/dev/null && cp bin/pinns "$BIN/pinns.new")
   mv "$BIN/crio.new" "$BIN/crio"; mv "$BIN/pinns.new" "$BIN/pinns"
   rm -rf "$work"
 fi

@@ -1,0 +1,68 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// Failure is what a failed pull means for the set.
+type Failure int
+
+const (
+	// Transient errors may go away by themselves: network, 5xx, timeouts, runtime down.
+	Transient Failure = iota
+	// Unavailable: the image cannot be had without a change (manifest unknown, access
+	// denied, no manifest for this platform).
+	Unavailable
+	// NoSpace: the image filesystem is full.
+	NoSpace
+)
+
+// permanent are fragments of containers/image and registry errors that retrying will
+// not fix.
+var permanent = []string{
+	"manifest unknown",
+	"name unknown",
+	"not found",
+	"unauthorized",
+	"authentication required",
+	"denied",
+	"forbidden",
+	"no image found in manifest list",
+	"no image found in image index",
+	"choosing image instance",
+	"invalid reference format",
+	"digest did not match",
+	"manifest invalid",
+	"blocked",
+}
+
+// Classify sorts a pull error. Unknown errors are transient: retried with backoff, and
+// a set leaves Pulling only when the error is known to need a change.
+func Classify(err error) Failure {
+	if err == nil {
+		return Transient
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return Transient
+	}
+	msg := strings.ToLower(err.Error())
+	if strings.Contains(msg, "no space left on device") {
+		return NoSpace
+	}
+	// A 5xx or a dropped connection can carry "not found" in a proxy's page; check
+	// transient markers first.
+	for _, t := range []string{"connection refused", "connection reset", "i/o timeout", "timeout", "tls handshake", "eof",
+		"500 internal", "502 bad gateway", "503 service", "504 gateway", "too many requests", "toomanyrequests", "no such host", "network is unreachable"} {
+		if strings.Contains(msg, t) {
+			return Transient
+		}
+	}
+	for _, p := range permanent {
+		if strings.Contains(msg, p) {
+			return Unavailable
+		}
+	}
+	return Transient
+}

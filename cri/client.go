@@ -1,0 +1,141 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ErrUnavailable means the runtime did not answer (down, restarting, socket missing).
+var ErrUnavailable = errors.New("container runtime unavailable")
+
+// Image is what the runtime knows of one image.
+type Image struct {
+	Present bool
+	Pinned  bool
+	ID      string
+	Size    uint64
+}
+
+// Auth is the credential sent with a pull. Never log it.
+type Auth struct {
+	Username string
+	Password string
+}
+
+// Version is the runtime's name and version.
+type Version struct {
+	Name    string
+	Version string
+}
+
+// FsInfo is the runtime's image filesystem.
+type FsInfo struct {
+	Mountpoint string
+	UsedBytes  uint64
+}
+
+// Client is a CRI client on a unix socket. It reconnects by itself (gRPC does).
+type Client struct {
+	conn    *grpc.ClientConn
+	images  runtimeapi.ImageServiceClient
+	runtime runtimeapi.RuntimeServiceClient
+}
+
+// Dial creates a client for endpoint ("unix:///var/run/crio/crio.sock"). It does not
+// wait for the runtime: calls fail with ErrUnavailable until it answers.
+func Dial(endpoint string) (*Client, error) {
+	if !strings.HasPrefix(endpoint, "unix://") {
+		return nil, fmt.Errorf("CRI endpoint %q: only unix:// sockets are supported", endpoint)
+	}
+	conn, err := grpc.NewClient(endpoint,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("CRI client for %s: %w", endpoint, err)
+	}
+	return &Client{conn: conn, images: runtimeapi.NewImageServiceClient(conn), runtime: runtimeapi.NewRuntimeServiceClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Version asks the runtime for its name and version.
+func (c *Client) Version(ctx context.Context) (Version, error) {
+	resp, err := c.runtime.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return Version{}, convert("version", err)
+	}
+	return Version{Name: resp.RuntimeName, Version: resp.RuntimeVersion}, nil
+}
+
+// ImageStatus reports whether ref is present and pinned. An absent image is not an error.
+func (c *Client) ImageStatus(ctx context.Context, ref string) (Image, error) {
+	resp, err := c.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	if err != nil {
+		return Image{}, convert("image status "+ref, err)
+	}
+	img := resp.GetImage()
+	if img == nil {
+		return Image{}, nil
+	}
+	return Image{Present: true, Pinned: img.Pinned, ID: img.Id, Size: img.Size}, nil
+}
+
+// PullImage pulls ref with the given credentials (nil: none) and returns the image ref.
+func (c *Client) PullImage(ctx context.Context, ref string, auth *Auth) (string, error) {
+	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}}
+	if auth != nil {
+		req.Auth = &runtimeapi.AuthConfig{Username: auth.Username, Password: auth.Password}
+	}
+	resp, err := c.images.PullImage(ctx, req)
+	if err != nil {
+		return "", convert("pull "+ref, err)
+	}
+	return resp.ImageRef, nil
+}
+
+// ImageFsInfo returns the image filesystem's mountpoint and bytes used.
+func (c *Client) ImageFsInfo(ctx context.Context) (FsInfo, error) {
+	resp, err := c.images.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+	if err != nil {
+		return FsInfo{}, convert("image fs info", err)
+	}
+	for _, fs := range resp.ImageFilesystems {
+		return FsInfo{Mountpoint: fs.GetFsId().GetMountpoint(), UsedBytes: fs.GetUsedBytes().GetValue()}, nil
+	}
+	return FsInfo{}, errors.New("image fs info: runtime reported no image filesystem")
+}
+
+// PullError is a failed pull: Message is the runtime's text, word for word.
+type PullError struct {
+	Op      string
+	Code    codes.Code
+	Message string
+}
+
+func (e *PullError) Error() string { return e.Message }
+
+func convert(op string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	switch st.Code() {
+	case codes.Unavailable:
+		return fmt.Errorf("%s: %w: %s", op, ErrUnavailable, st.Message())
+	case codes.Canceled:
+		return fmt.Errorf("%s: %w", op, context.Canceled)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("%s: %w: %s", op, context.DeadlineExceeded, st.Message())
+	}
+	return &PullError{Op: op, Code: st.Code(), Message: st.Message()}
+}

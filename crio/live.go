@@ -1,0 +1,62 @@
+package crio
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// LiveConfig reads the configuration CRI-O has in effect from its socket (GET /config,
+// served over the same unix socket as CRI).
+type LiveConfig struct {
+	Socket string
+	client *http.Client
+}
+
+// NewLiveConfig returns a reader for CRI-O's socket.
+func NewLiveConfig(socket string) *LiveConfig {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		DisableKeepAlives: true,
+	}
+	return &LiveConfig{Socket: socket, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+}
+
+// PinnedImages returns [crio.image] pinned_images as CRI-O has it now.
+func (l *LiveConfig) PinnedImages(ctx context.Context) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://crio/config", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get CRI-O config: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxConfigFileSize))
+	if err != nil {
+		return nil, fmt.Errorf("get CRI-O config: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("get CRI-O config: %s", resp.Status)
+	}
+	var doc struct {
+		Crio struct {
+			Image struct {
+				PinnedImages []string `toml:"pinned_images"`
+			} `toml:"image"`
+		} `toml:"crio"`
+	}
+	if _, err := toml.Decode(string(body), &doc); err != nil {
+		return nil, fmt.Errorf("parse CRI-O config: %w", err)
+	}
+	return nonEmpty(doc.Crio.Image.PinnedImages), nil
+}

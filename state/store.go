@@ -1,0 +1,155 @@
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/imagepin/imagepin/internal/fsutil"
+)
+
+// Data is the small JSON document of the state directory.
+type Data struct {
+	// Pins maps each pattern imagepind pinned to the last time a set wanted it.
+	Pins map[string]time.Time `json:"pins,omitempty"`
+	// Labels are the last good contents of the labels file.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Completed maps a set name to the uid and spec hash it was last Ready with.
+	Completed map[string]Completed `json:"completed,omitempty"`
+}
+
+// Completed records that a set version was Ready on this node.
+type Completed struct {
+	UID      string    `json:"uid"`
+	SpecHash string    `json:"specHash"`
+	At       time.Time `json:"at"`
+}
+
+// Store is the state directory.
+type Store struct {
+	dir string
+}
+
+const (
+	dataFile  = "state.json"
+	filesDir  = "files"
+	lockFile  = "lock"
+	maxStored = 8 << 20
+)
+
+// Open creates the state directory if needed.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Join(dir, filesDir), 0o700); err != nil {
+		return nil, fmt.Errorf("state directory: %w", err)
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Dir is the state directory.
+func (s *Store) Dir() string { return s.dir }
+
+// Load reads the state; a missing or unreadable document is an empty state (and an
+// error to report), never a reason to stop.
+func (s *Store) Load() (Data, error) {
+	var d Data
+	b, err := fsutil.ReadRegular(filepath.Join(s.dir, dataFile), maxStored)
+	if errors.Is(err, os.ErrNotExist) {
+		return d, nil
+	}
+	if err != nil {
+		return d, fmt.Errorf("read state: %w", err)
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		return Data{}, fmt.Errorf("state %s is corrupt, starting afresh: %w", filepath.Join(s.dir, dataFile), err)
+	}
+	return d, nil
+}
+
+// Save writes the state atomically.
+func (s *Store) Save(d Data) error {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	return fsutil.WriteAtomic(filepath.Join(s.dir, dataFile), "", b, 0o600)
+}
+
+// fileKey maps a set file name (a base name) to its stored name.
+func fileKey(name string) (string, error) {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return "", fmt.Errorf("bad set file name %q", name)
+	}
+	return name, nil
+}
+
+// SaveGood records a file's content as its last good one (written only on change).
+func (s *Store) SaveGood(name string, data []byte) error {
+	key, err := fileKey(name)
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(s.dir, filesDir, key)
+	if old, err := fsutil.ReadRegular(p, maxStored); err == nil && string(old) == string(data) {
+		return nil
+	}
+	return fsutil.WriteAtomic(p, "", data, 0o600)
+}
+
+// Good returns a file's last good content.
+func (s *Store) Good(name string) ([]byte, bool) {
+	key, err := fileKey(name)
+	if err != nil {
+		return nil, false
+	}
+	b, err := fsutil.ReadRegular(filepath.Join(s.dir, filesDir, key), maxStored)
+	return b, err == nil
+}
+
+// GoodNames lists the files with a last good content, sorted.
+func (s *Store) GoodNames() []string {
+	ents, _ := os.ReadDir(filepath.Join(s.dir, filesDir))
+	var names []string
+	for _, e := range ents {
+		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Forget drops a deleted file's last good content.
+func (s *Store) Forget(name string) error {
+	key, err := fileKey(name)
+	if err != nil {
+		return err
+	}
+	return fsutil.RemoveDurable(filepath.Join(s.dir, filesDir, key))
+}
+
+// ErrLocked means another imagepind or imagepinctl apply holds the state directory.
+var ErrLocked = errors.New("state directory is locked by another imagepind or imagepinctl apply")
+
+// Lock takes the state directory's exclusive lock; it is released by the returned func
+// or when the process dies (flock), so a kill -9 never leaves it stale.
+func (s *Store) Lock() (func(), error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, lockFile), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, ErrLocked
+		}
+		return nil, fmt.Errorf("lock: %w", err)
+	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+}

@@ -1,0 +1,120 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/sirupsen/logrus"
+)
+
+// Path is one thing to watch.
+type Path struct {
+	Name      string
+	Recursive bool
+}
+
+// Watcher sends on C once per burst of changes, Debounce after the last one.
+type Watcher struct {
+	paths    []Path
+	debounce time.Duration
+	log      logrus.FieldLogger
+	c        chan struct{}
+}
+
+// New returns a watcher; Run starts it.
+func New(debounce time.Duration, log logrus.FieldLogger, paths ...Path) *Watcher {
+	return &Watcher{paths: paths, debounce: debounce, log: log, c: make(chan struct{}, 1)}
+}
+
+// C receives a value after changes settle.
+func (w *Watcher) C() <-chan struct{} { return w.c }
+
+// Run watches until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	fw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("fsnotify: %w", err)
+	}
+	defer fw.Close()
+	w.sync(fw)
+
+	var timer *time.Timer
+	var fire <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-fw.Events:
+			if !ok {
+				return errors.New("fsnotify closed")
+			}
+			_ = ev
+			// A directory may have appeared (or re-appeared): watch it.
+			w.sync(fw)
+			if timer == nil {
+				timer = time.NewTimer(w.debounce)
+			} else {
+				timer.Reset(w.debounce)
+			}
+			fire = timer.C
+		case err, ok := <-fw.Errors:
+			if !ok {
+				return errors.New("fsnotify closed")
+			}
+			// An overflow loses events: treat it as a change of everything.
+			w.log.WithError(err).Warn("file watch error; re-reading everything")
+			w.trigger()
+		case <-fire:
+			fire = nil
+			w.trigger()
+		}
+	}
+}
+
+func (w *Watcher) trigger() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+// sync adds a watch on every path that exists, its parent, and for recursive paths its
+// subdirectories. Adding a watch twice is harmless; a removed directory drops its
+// watch by itself.
+func (w *Watcher) sync(fw *fsnotify.Watcher) {
+	watched := map[string]bool{}
+	for _, p := range fw.WatchList() {
+		watched[p] = true
+	}
+	add := func(dir string) {
+		if watched[dir] {
+			return
+		}
+		if err := fw.Add(dir); err == nil {
+			watched[dir] = true
+		}
+	}
+	for _, p := range w.paths {
+		add(filepath.Dir(p.Name))
+		fi, err := os.Stat(p.Name)
+		if err != nil || !fi.IsDir() {
+			continue
+		}
+		if !p.Recursive {
+			add(p.Name)
+			continue
+		}
+		_ = filepath.WalkDir(p.Name, func(path string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				add(path)
+			}
+			return nil
+		})
+	}
+}

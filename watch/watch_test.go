@@ -1,0 +1,72 @@
+package watch
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+)
+
+func waitTrigger(t *testing.T, w *Watcher, what string) {
+	t.Helper()
+	select {
+	case <-w.C():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("no trigger after %s", what)
+	}
+}
+
+func noTrigger(t *testing.T, w *Watcher) {
+	t.Helper()
+	select {
+	case <-w.C():
+		t.Fatal("unexpected trigger")
+	case <-time.After(150 * time.Millisecond):
+	}
+}
+
+func TestWatcherFollowsDirectoryLifecycle(t *testing.T) {
+	root := t.TempDir()
+	sets := filepath.Join(root, "sets.d")
+	labels := filepath.Join(root, "labels.json")
+	dropins := filepath.Join(root, "crio.conf.d")
+	os.Mkdir(sets, 0o755)
+	os.MkdirAll(filepath.Join(dropins, "sub"), 0o755)
+
+	w := New(20*time.Millisecond, logrus.New(), Path{Name: sets}, Path{Name: labels}, Path{Name: dropins, Recursive: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	time.Sleep(50 * time.Millisecond)
+
+	// A burst of writes is one trigger.
+	for i := 0; i < 5; i++ {
+		os.WriteFile(filepath.Join(sets, "a.yaml"), []byte{byte(i)}, 0o644)
+	}
+	waitTrigger(t, w, "writes in the sets dir")
+	noTrigger(t, w)
+
+	os.WriteFile(labels, []byte("{}"), 0o644)
+	waitTrigger(t, w, "labels file created")
+
+	os.WriteFile(filepath.Join(dropins, "sub", "x.conf"), nil, 0o644)
+	waitTrigger(t, w, "a file in a drop-in subdirectory")
+
+	// The sets dir removed and re-created: still watched.
+	os.RemoveAll(sets)
+	waitTrigger(t, w, "sets dir removed")
+	os.Mkdir(sets, 0o755)
+	waitTrigger(t, w, "sets dir re-created")
+	time.Sleep(50 * time.Millisecond)
+	os.WriteFile(filepath.Join(sets, "b.yaml"), nil, 0o644)
+	waitTrigger(t, w, "write in the re-created sets dir")
+
+	// A ConfigMap-style swap: ..data symlink renamed over.
+	os.Mkdir(filepath.Join(sets, "..2026_01"), 0o755)
+	os.Symlink("..2026_01", filepath.Join(sets, "..data_tmp"))
+	os.Rename(filepath.Join(sets, "..data_tmp"), filepath.Join(sets, "..data"))
+	waitTrigger(t, w, "..data swap")
+}
