@@ -59,6 +59,11 @@ func ReadSetsDir(dir string) ([]SetFile, error) {
 		files = append(files, SetFile{Name: e.Name(), Data: data, Err: err})
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	// A directory being removed (rm -rf) first loses its files: if it is gone now, what
+	// we read is not a set of deletions but a sync fault.
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrSetsDirMissing, dir)
+	}
 	return files, nil
 }
 

@@ -1,0 +1,291 @@
+package agent
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/state"
+	"github.com/imagepin/imagepin/status"
+)
+
+// Runtime is the subset of CRI the agent needs.
+type Runtime interface {
+	Version(ctx context.Context) (cri.Version, error)
+	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
+	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
+}
+
+// LiveConfig reads the pins CRI-O has in effect.
+type LiveConfig interface {
+	PinnedImages(ctx context.Context) ([]string, error)
+}
+
+// Reloader makes CRI-O re-read its config.
+type Reloader interface {
+	Reload(ctx context.Context) error
+}
+
+// Clock is injected so tests control time.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// Config is what the agent needs to know, resolved by the main from conf.Config.
+type Config struct {
+	NodeName        string
+	Architecture    string
+	Version         string
+	SetsDir         string
+	InlineLabels    map[string]string
+	LabelsFile      string
+	PullSecret      string
+	UnpinDelay      time.Duration
+	PullConcurrency int
+	PullTimeout     time.Duration
+	// RuntimeSocket is the CRI socket's path: a new socket (inode) means the runtime
+	// restarted, and may have wiped its storage, so every image is checked again.
+	RuntimeSocket string
+	// ConfirmTimeout bounds the wait for CRI-O to show the new pins after a reload.
+	ConfirmTimeout time.Duration
+	// MaxBackoff caps every retry delay.
+	MaxBackoff time.Duration
+}
+
+// Deps are the agent's collaborators.
+type Deps struct {
+	Runtime  Runtime
+	DropIn   crio.DropIn
+	Live     LiveConfig
+	Reloader Reloader
+	Disk     diskcheck.Checker
+	State    *state.Store
+	// Publish receives every status change (status file, sd_notify, reports).
+	Publish func(status.Node)
+	Clock   Clock
+	Log     logrus.FieldLogger
+}
+
+// Agent is the reconcile loop; New builds it, Run runs it.
+type Agent struct {
+	cfg  Config
+	deps Deps
+	log  logrus.FieldLogger
+	rand *rand.Rand
+
+	// inputs
+	inputsDirty bool
+	sets        []conf.Set
+	setsLoaded  bool
+	fileErrors  []status.FileError
+	inputFaults []string
+	labels      map[string]string
+	keyring     *cri.Keyring
+	data        state.Data
+	dataDirty   bool
+
+	// runtime
+	runtime      cri.Version
+	support      crio.Support
+	runtimeErr   error
+	runtimeRetry retry
+	socketID     fileID
+
+	// pins
+	pinFaults      []string
+	confirmed      []string // the effective pins CRI-O was confirmed to have
+	confirmedValid bool
+	overriders     []string
+	effective      []string
+	pinRetry       retry
+
+	// images and pulls
+	images     map[string]*imageState
+	inflight   int
+	jobs       chan pullJob
+	results    chan pullResult
+	noSpaceAt  time.Time
+	noSpaceTry retry
+
+	verdicts   map[string]diskcheck.Verdict
+	diskErr    error
+	last       status.Node
+	published  bool
+	onFirstRun func()
+}
+
+// New builds an agent. Nothing starts until Run.
+func New(cfg Config, deps Deps) *Agent {
+	if deps.Clock == nil {
+		deps.Clock = realClock{}
+	}
+	if deps.Log == nil {
+		deps.Log = logrus.StandardLogger()
+	}
+	if deps.Publish == nil {
+		deps.Publish = func(status.Node) {}
+	}
+	if cfg.PullConcurrency <= 0 {
+		cfg.PullConcurrency = conf.DefaultPullConcurrency
+	}
+	if cfg.ConfirmTimeout <= 0 {
+		cfg.ConfirmTimeout = 30 * time.Second
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Minute
+	}
+	if cfg.PullTimeout <= 0 {
+		cfg.PullTimeout = 30 * time.Minute
+	}
+	return &Agent{
+		cfg:         cfg,
+		deps:        deps,
+		log:         deps.Log,
+		rand:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
+		inputsDirty: true,
+		keyring:     &cri.Keyring{},
+		images:      map[string]*imageState{},
+		jobs:        make(chan pullJob, cfg.PullConcurrency),
+		results:     make(chan pullResult, cfg.PullConcurrency),
+	}
+}
+
+// OnFirstReconcile registers f to run once, after the first reconcile (READY=1).
+func (a *Agent) OnFirstReconcile(f func()) { a.onFirstRun = f }
+
+// Run reconciles until ctx ends: once at start, on every trigger (a file changed), when
+// a pull finishes, and when a retry or an unpin delay is due.
+func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
+	if err := a.loadState(); err != nil {
+		a.log.WithError(err).Warn("state")
+	}
+	var wg sync.WaitGroup
+	workerCtx, stopWorkers := context.WithCancel(ctx)
+	for i := 0; i < a.cfg.PullConcurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.pullWorker(workerCtx)
+		}()
+	}
+	defer func() {
+		stopWorkers()
+		wg.Wait()
+	}()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		a.Reconcile(ctx)
+		if a.onFirstRun != nil {
+			a.onFirstRun()
+			a.onFirstRun = nil
+		}
+		wait := time.Hour
+		if at, ok := a.nextWake(); ok {
+			wait = max(at.Sub(a.deps.Clock.Now()), 10*time.Millisecond)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-triggers:
+			a.inputsDirty = true
+		case r := <-a.results:
+			a.handleResult(r)
+			// Take every result that is already there before reconciling again.
+			for more := true; more; {
+				select {
+				case r := <-a.results:
+					a.handleResult(r)
+				default:
+					more = false
+				}
+			}
+		case <-timer.C:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// Reconcile runs every step once. Each step records its own errors in the agent's state
+// for status; none stops the others.
+func (a *Agent) Reconcile(ctx context.Context) {
+	if a.inputsDirty {
+		a.inputsDirty = false
+		a.loadInputs()
+	}
+	desired := a.desiredSets()
+	a.ensureRuntime(ctx)
+	a.refreshPresence(ctx, desired)
+	admitted := a.checkDisk(ctx, desired)
+	a.syncPins(ctx, admitted)
+	// A confirmed pin change may have changed present images' pinned flags.
+	a.refreshPresence(ctx, desired)
+	if a.pinsInEffect() {
+		a.dispatchPulls(admitted)
+	}
+	a.publish(desired)
+	a.saveState()
+}
+
+// nextWake is the earliest time something is due: a pull retry, a reconcile retry, an
+// unpin. ok is false when nothing is.
+func (a *Agent) nextWake() (time.Time, bool) {
+	var at time.Time
+	consider := func(t time.Time) {
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	for _, img := range a.images {
+		if img.wanted && !img.present && !img.inflight {
+			consider(img.retry.next)
+		}
+	}
+	consider(a.runtimeRetry.next)
+	consider(a.pinRetry.next)
+	consider(a.noSpaceAt)
+	for _, released := range a.data.Pins {
+		if !released.IsZero() {
+			consider(released.Add(a.cfg.UnpinDelay))
+		}
+	}
+	return at, !at.IsZero()
+}
+
+// retry is an exponential backoff with jitter.
+type retry struct {
+	attempts int
+	next     time.Time
+}
+
+func (r *retry) fail(now time.Time, maxDelay time.Duration, rnd *rand.Rand) {
+	r.attempts++
+	d := time.Second << min(r.attempts-1, 16)
+	d = min(d, maxDelay)
+	// ±20% jitter so that a fleet of nodes does not retry in step.
+	d = time.Duration(float64(d) * (0.8 + 0.4*rnd.Float64()))
+	r.next = now.Add(d)
+}
+
+func (r *retry) reset() { *r = retry{} }
+
+func (r *retry) due(now time.Time) bool { return r.next.IsZero() || !now.Before(r.next) }

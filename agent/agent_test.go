@@ -1,0 +1,456 @@
+package agent
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/cri/fakecri"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/state"
+	"github.com/imagepin/imagepin/status"
+)
+
+func img(repo string, n int) string {
+	return fmt.Sprintf("registry.example/%s@sha256:%064x", repo, n)
+}
+
+type harness struct {
+	t        *testing.T
+	root     string
+	cfg      Config
+	dropIn   crio.DropIn
+	rt       *fakecri.Runtime
+	store    *state.Store
+	triggers chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu     sync.Mutex
+	latest status.Node
+	seq    int
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	root := t.TempDir()
+	h := &harness{t: t, root: root}
+	h.cfg = Config{
+		NodeName: "worker-0", Architecture: "amd64", Version: "test",
+		SetsDir:      filepath.Join(root, "sets.d"),
+		LabelsFile:   filepath.Join(root, "labels.json"),
+		PullSecret:   filepath.Join(root, "config.json"),
+		InlineLabels: map[string]string{"node-role.kubernetes.io/worker": ""},
+		UnpinDelay:   300 * time.Millisecond, PullConcurrency: 2, PullTimeout: 5 * time.Second,
+		ConfirmTimeout: 2 * time.Second, MaxBackoff: 100 * time.Millisecond,
+	}
+	h.dropIn = crio.DropIn{MainConfig: filepath.Join(root, "crio", "crio.conf"), ConfigDir: filepath.Join(root, "crio", "crio.conf.d")}
+	os.MkdirAll(h.cfg.SetsDir, 0o755)
+	os.MkdirAll(h.dropIn.ConfigDir, 0o755)
+	h.rt = fakecri.New(h.dropIn)
+	var err error
+	h.store, err = state.Open(filepath.Join(root, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (h *harness) start() {
+	h.t.Helper()
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	if testing.Verbose() {
+		log.SetLevel(logrus.InfoLevel)
+	}
+	a := New(h.cfg, Deps{
+		Runtime: h.rt, DropIn: h.dropIn, Live: h.rt, Reloader: h.rt, Disk: diskcheck.AdmitAll{}, State: h.store,
+		Publish: func(n status.Node) {
+			h.mu.Lock()
+			h.latest = n
+			h.seq++
+			h.mu.Unlock()
+		},
+		Log: log,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.triggers = make(chan struct{}, 1)
+	h.done = make(chan struct{})
+	go func() {
+		defer close(h.done)
+		a.Run(ctx, h.triggers)
+	}()
+	h.t.Cleanup(h.stop)
+}
+
+func (h *harness) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+		h.cancel = nil
+	}
+}
+
+func (h *harness) trigger() {
+	select {
+	case h.triggers <- struct{}{}:
+	default:
+	}
+}
+
+func (h *harness) writeFile(name, content string) {
+	h.t.Helper()
+	// As sync tools do: a hidden temp file renamed into place.
+	p := filepath.Join(h.cfg.SetsDir, name)
+	if err := os.WriteFile(filepath.Join(h.cfg.SetsDir, ".tmp-"+name), []byte(content), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(h.cfg.SetsDir, ".tmp-"+name), p); err != nil {
+		h.t.Fatal(err)
+	}
+	h.trigger()
+}
+
+func (h *harness) waitFor(what string, cond func(status.Node) bool) status.Node {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		h.mu.Lock()
+		n := h.latest
+		h.mu.Unlock()
+		if cond(n) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.t.Fatalf("timed out waiting for %s; last status: %+v", what, h.latest)
+	return status.Node{}
+}
+
+func setDoc(name string, images ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: %s}\nspec:\n  pinnedImages:\n", name)
+	for _, i := range images {
+		fmt.Fprintf(&b, "  - %s\n", i)
+	}
+	return b.String()
+}
+
+func v1Doc(name, pool string, images ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: machineconfiguration.openshift.io/v1\nkind: PinnedImageSet\nmetadata:\n  name: %s\n  labels: {machineconfiguration.openshift.io/role: %s}\nspec:\n  pinnedImages:\n", name, pool)
+	for _, i := range images {
+		fmt.Fprintf(&b, "  - name: %s\n", i)
+	}
+	return b.String()
+}
+
+func phase(name string, p status.Phase) func(status.Node) bool {
+	return func(n status.Node) bool {
+		s := n.Set(name)
+		return s != nil && s.Phase == p
+	}
+}
+
+func (h *harness) available(images ...string) {
+	for _, i := range images {
+		h.rt.Registry[i] = nil
+	}
+}
+
+func TestSetBecomesReadyPinnedAndPulled(t *testing.T) {
+	h := newHarness(t)
+	a, b := img("a", 1), img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("upgrade.yaml", setDoc("upgrade", a, b))
+	n := h.waitFor("Ready", phase("upgrade", status.Ready))
+	s := n.Set("upgrade")
+	if s.ImagesReady != 2 || s.ImagesTotal != 2 || s.File != "upgrade.yaml" || s.UID == "" || s.SpecHash == "" {
+		t.Fatalf("%+v", s)
+	}
+	if c := s.Condition(status.ConditionReady); c.Status != status.True || c.Reason != status.ReasonAllImagesPinned {
+		t.Fatalf("ready condition %+v", c)
+	}
+	if c := s.Condition(status.ConditionDiskChecked); c.Status != status.Unknown || c.Reason != status.ReasonNotImplemented {
+		t.Fatalf("disk condition %+v", c)
+	}
+	if !slices.Contains(h.rt.Pinned(), a) || !slices.Contains(h.rt.Pinned(), b) || !h.rt.Present(a) {
+		t.Fatalf("pinned %v", h.rt.Pinned())
+	}
+	if n.Node.Runtime.Version != "1.34.0" || n.Node.Name != "worker-0" {
+		t.Fatalf("node %+v", n.Node)
+	}
+	// Nothing changes: no further reload, no further pull.
+	reloads := h.rt.Reloads
+	h.trigger()
+	time.Sleep(100 * time.Millisecond)
+	if h.rt.Reloads != reloads || h.rt.Pulls[a] != 1 {
+		t.Fatalf("idle reconcile reloaded (%d→%d) or pulled again (%d)", reloads, h.rt.Reloads, h.rt.Pulls[a])
+	}
+}
+
+func TestTwoShapesAdminPinsAndRemoval(t *testing.T) {
+	h := newHarness(t)
+	a, b, c := img("a", 1), img("b", 2), img("c", 3)
+	h.available(a, b, c)
+	admin := filepath.Join(h.dropIn.ConfigDir, "10-admin.conf")
+	os.WriteFile(admin, []byte("[crio.image]\npinned_images = [\"registry.example/admin*\"]\n"), 0o644)
+	h.start()
+	h.writeFile("one.yaml", setDoc("one", a))
+	h.writeFile("two.yaml", v1Doc("two", "worker", b, c))
+	h.waitFor("both Ready", func(n status.Node) bool { return phase("one", status.Ready)(n) && phase("two", status.Ready)(n) })
+	pinned := h.rt.Pinned()
+	for _, want := range []string{a, b, c, "registry.example/admin*"} {
+		if !slices.Contains(pinned, want) {
+			t.Fatalf("%s not pinned: %v", want, pinned)
+		}
+	}
+	// An administrator's edit is followed.
+	os.WriteFile(admin, []byte("[crio.image]\npinned_images = [\"registry.example/other*\"]\n"), 0o644)
+	h.trigger()
+	h.waitFor("admin edit followed", func(status.Node) bool {
+		p := h.rt.Pinned()
+		return slices.Contains(p, "registry.example/other*") && !slices.Contains(p, "registry.example/admin*")
+	})
+	// Removing a set unpins its images after unpin_delay, keeps them present, and leaves
+	// the other set alone.
+	os.Remove(filepath.Join(h.cfg.SetsDir, "two.yaml"))
+	h.trigger()
+	h.waitFor("two gone from status", func(n status.Node) bool { return n.Set("two") == nil && n.Set("one") != nil })
+	if !slices.Contains(h.rt.Pinned(), b) {
+		t.Fatal("unpinned before unpin_delay")
+	}
+	h.waitFor("unpinned after the delay", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), b) })
+	if !h.rt.Present(b) || !h.rt.Present(c) {
+		t.Fatal("imagepind must never delete images")
+	}
+	if !slices.Contains(h.rt.Pinned(), a) {
+		t.Fatal("the other set was unpinned")
+	}
+}
+
+func TestLabelsMoveSetsInAndOut(t *testing.T) {
+	h := newHarness(t)
+	a := img("a", 1)
+	h.available(a)
+	h.cfg.InlineLabels = nil
+	h.start()
+	h.writeFile("m.yaml", v1Doc("masters", "master", a))
+	h.waitFor("status published", func(n status.Node) bool { return n.Node.Name != "" })
+	if n := h.waitFor("no set", func(n status.Node) bool { return n.Set("masters") == nil }); len(n.FileErrors) != 0 {
+		t.Fatalf("%+v", n.FileErrors)
+	}
+	os.WriteFile(h.cfg.LabelsFile, []byte(`{"node-role.kubernetes.io/master": ""}`), 0o644)
+	h.trigger()
+	h.waitFor("set in", phase("masters", status.Ready))
+	os.WriteFile(h.cfg.LabelsFile, []byte(`{"node-role.kubernetes.io/worker": ""}`), 0o644)
+	h.trigger()
+	h.waitFor("set out", func(n status.Node) bool { return n.Set("masters") == nil })
+	h.waitFor("unpinned", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), a) })
+
+	// A broken labels file is a fault that keeps the last good labels.
+	os.WriteFile(h.cfg.LabelsFile, []byte(`{"node-role.kubernetes.io/master": `), 0o644)
+	h.trigger()
+	n := h.waitFor("fault", func(n status.Node) bool { return len(n.Faults) > 0 })
+	if !strings.Contains(n.Faults[0], "labels file") || n.Set("masters") != nil {
+		t.Fatalf("%+v", n)
+	}
+}
+
+func TestBadFilesLoseNothing(t *testing.T) {
+	h := newHarness(t)
+	a, b := img("a", 1), img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("good.yaml", setDoc("good", a))
+	h.writeFile("other.yaml", setDoc("other", b))
+	h.waitFor("Ready", func(n status.Node) bool { return phase("good", status.Ready)(n) && phase("other", status.Ready)(n) })
+	dropin, _ := os.ReadFile(h.dropIn.Path())
+
+	// The file breaks (a tag, a syntax error): its last good content stays in force.
+	h.writeFile("good.yaml", setDoc("good", "registry.example/a:latest"))
+	h.writeFile("other.yaml", "apiVersion: [")
+	h.writeFile("new.yaml", "kind: PinnedImageSet\n\tbad")
+	n := h.waitFor("file errors", func(n status.Node) bool { return len(n.FileErrors) == 3 })
+	for _, fe := range n.FileErrors {
+		if !strings.HasPrefix(fe.Error, fe.File+": ") {
+			t.Errorf("error does not name the file: %+v", fe)
+		}
+	}
+	if !strings.Contains(n.FileErrors[0].Error, "is not by digest") || !strings.Contains(n.FileErrors[0].Error, "last good content") {
+		t.Fatalf("%+v", n.FileErrors[0])
+	}
+	if n.Set("good") == nil || n.Set("good").Phase != status.Ready || n.Set("other") == nil {
+		t.Fatalf("sets must stay: %+v", n.Sets)
+	}
+	time.Sleep(2 * h.cfg.UnpinDelay)
+	if after, _ := os.ReadFile(h.dropIn.Path()); string(after) != string(dropin) {
+		t.Fatalf("drop-in changed:\n%s\n---\n%s", dropin, after)
+	}
+
+	// A restart with the file still broken keeps the last good content too.
+	h.stop()
+	h.start()
+	n = h.waitFor("restarted", func(n status.Node) bool { return phase("good", status.Ready)(n) && phase("other", status.Ready)(n) })
+	if len(n.FileErrors) != 3 {
+		t.Fatalf("%+v", n.FileErrors)
+	}
+	if h.rt.Pulls[a] != 1 {
+		t.Fatalf("restart pulled a present image again: %d", h.rt.Pulls[a])
+	}
+
+	// The sets directory disappearing is a fault, not an unpin.
+	os.Rename(h.cfg.SetsDir, h.cfg.SetsDir+".gone")
+	h.trigger()
+	n = h.waitFor("fault", func(n status.Node) bool { return len(n.Faults) > 0 })
+	if !strings.Contains(n.Faults[0], "sets directory is missing") || n.Set("good") == nil {
+		t.Fatalf("%+v", n)
+	}
+	time.Sleep(2 * h.cfg.UnpinDelay)
+	if !slices.Contains(h.rt.Pinned(), a) || !slices.Contains(h.rt.Pinned(), b) {
+		t.Fatal("unpinned on a sync fault")
+	}
+}
+
+func TestPullFailuresAndRecovery(t *testing.T) {
+	h := newHarness(t)
+	good, missing, flaky := img("good", 1), img("missing", 2), img("flaky", 3)
+	h.available(good)
+	h.rt.Registry[flaky] = &cri.PullError{Message: "pinging container registry: 503 Service Unavailable"}
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", good, missing, flaky))
+	n := h.waitFor("retrying", func(n status.Node) bool {
+		s := n.Set("s")
+		return s != nil && s.Phase == status.Pulling && s.Condition(status.ConditionProgressing).Reason == status.ReasonPullRetrying
+	})
+	s := n.Set("s")
+	if len(s.FailedImages) != 1 || s.FailedImages[0].Image != missing || s.FailedImages[0].Error != "reading manifest "+missing[strings.Index(missing, "@")+1:]+": manifest unknown" {
+		t.Fatalf("failed images %+v", s.FailedImages)
+	}
+	if !h.rt.Present(good) || !slices.Contains(h.rt.Pinned(), good) {
+		t.Fatal("the set's other images must still be pulled and pinned")
+	}
+	// The transient error clears: only the unavailable image remains → Failed.
+	h.rt.Registry[flaky] = nil
+	h.waitFor("Failed ImageUnavailable", func(n status.Node) bool {
+		s := n.Set("s")
+		return s != nil && s.Phase == status.Failed && s.Condition(status.ConditionFailed).Reason == status.ReasonImageUnavailable
+	})
+	// The image appears in the registry: the set leaves Failed by itself.
+	h.available(missing)
+	h.waitFor("Ready", phase("s", status.Ready))
+}
+
+func TestRuntimeOutageAndStorageWipe(t *testing.T) {
+	h := newHarness(t)
+	a := img("a", 1)
+	h.available(a)
+	h.rt.SetDown(true)
+	h.cfg.RuntimeSocket = filepath.Join(h.root, "crio.sock")
+	os.WriteFile(h.cfg.RuntimeSocket, nil, 0o600)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	n := h.waitFor("runtime unavailable", func(n status.Node) bool {
+		s := n.Set("s")
+		return s != nil && s.Condition(status.ConditionProgressing).Reason == status.ReasonRuntimeUnavailable
+	})
+	if _, err := os.Stat(h.dropIn.Path()); err != nil {
+		t.Fatal("the drop-in must be written even while CRI-O is down")
+	}
+	_ = n
+	h.rt.SetDown(false)
+	h.waitFor("Ready after the runtime returns", phase("s", status.Ready))
+
+	// CRI-O restarts having wiped its storage: its socket is new, so the image is
+	// checked and pulled again.
+	h.rt.Remove(a)
+	os.Remove(h.cfg.RuntimeSocket)
+	os.WriteFile(h.cfg.RuntimeSocket+".new", nil, 0o600)
+	os.Rename(h.cfg.RuntimeSocket+".new", h.cfg.RuntimeSocket)
+	h.trigger()
+	h.waitFor("Ready again", func(n status.Node) bool { return h.rt.Pulls[a] == 2 && phase("s", status.Ready)(n) })
+}
+
+func TestPullConcurrencyAndCredentials(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PullConcurrency = 3
+	var images []string
+	for i := 0; i < 12; i++ {
+		images = append(images, img(fmt.Sprintf("r%d", i), i))
+	}
+	h.available(images...)
+	h.rt.PullDelay = 20 * time.Millisecond
+	secret := `{"auths": {"registry.example/r1": {"auth": "` + base64.StdEncoding.EncodeToString([]byte("puller:s3cret")) + `"}}}`
+	os.WriteFile(h.cfg.PullSecret, []byte(secret), 0o600)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", images...))
+	h.waitFor("Ready", phase("s", status.Ready))
+	if h.rt.MaxConcurrent != 3 {
+		t.Fatalf("max concurrent pulls %d, want 3", h.rt.MaxConcurrent)
+	}
+	if h.rt.Auths[images[1]] != "puller" || h.rt.Auths[images[2]] != "" {
+		t.Fatalf("auths %v", h.rt.Auths)
+	}
+}
+
+func TestPinsOverridden(t *testing.T) {
+	h := newHarness(t)
+	a := img("a", 1)
+	h.available(a)
+	os.WriteFile(filepath.Join(h.dropIn.ConfigDir, "zzz-late.conf"), []byte("[crio.image]\npinned_images = [\"registry.example/late*\"]\n"), 0o644)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	n := h.waitFor("overridden", phase("s", status.Failed))
+	if c := n.Set("s").Condition(status.ConditionFailed); c.Reason != status.ReasonPinsOverridden || !strings.Contains(c.Message, "zzz-late.conf") {
+		t.Fatalf("%+v", c)
+	}
+	os.Remove(filepath.Join(h.dropIn.ConfigDir, "zzz-late.conf"))
+	h.trigger()
+	h.waitFor("Ready", phase("s", status.Ready))
+}
+
+func TestRuntimeTooOld(t *testing.T) {
+	h := newHarness(t)
+	a := img("a", 1)
+	h.available(a)
+	h.rt.Ver = "1.29.1"
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	n := h.waitFor("too old", phase("s", status.Failed))
+	if c := n.Set("s").Condition(status.ConditionFailed); c.Reason != status.ReasonRuntimeTooOld || !strings.Contains(c.Message, "restart CRI-O") {
+		t.Fatalf("%+v", c)
+	}
+	if h.rt.Reloads != 0 {
+		t.Fatal("reloading a CRI-O that does not apply pins on reload is pointless")
+	}
+	h.waitFor("pulled anyway", func(status.Node) bool { return h.rt.Present(a) })
+}
+
+func TestReloadFailureIsRetried(t *testing.T) {
+	h := newHarness(t)
+	a := img("a", 1)
+	h.available(a)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.waitFor("Ready", phase("s", status.Ready))
+	if h.rt.Reloads == 0 {
+		t.Fatal("no reload")
+	}
+	_ = errors.New
+}

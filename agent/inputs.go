@@ -1,0 +1,173 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/status"
+)
+
+func (a *Agent) loadState() error {
+	d, err := a.deps.State.Load()
+	a.data = d
+	if a.data.Pins == nil {
+		a.data.Pins = map[string]time.Time{}
+	}
+	return err
+}
+
+func (a *Agent) saveState() {
+	if !a.dataDirty {
+		return
+	}
+	if err := a.deps.State.Save(a.data); err != nil {
+		a.log.WithError(err).Error("save state")
+		return
+	}
+	a.dataDirty = false
+}
+
+// loadInputs reads the set files, the labels file and the pull secret. A file that fails
+// keeps its last good content; a missing sets directory or a broken labels file is a
+// sync fault that keeps what was there.
+func (a *Agent) loadInputs() {
+	a.inputFaults = nil
+	a.loadSets()
+	a.loadLabels()
+	k, err := cri.LoadKeyring(a.cfg.PullSecret)
+	if err != nil {
+		a.inputFaults = append(a.inputFaults, err.Error()+"; keeping the previous credentials")
+	} else {
+		a.keyring = k
+	}
+}
+
+func (a *Agent) loadSets() {
+	files, err := conf.ReadSetsDir(a.cfg.SetsDir)
+	if err != nil {
+		a.inputFaults = append(a.inputFaults, fmt.Sprintf("%v: keeping the current sets; nothing is unpinned", err))
+		a.log.WithError(err).Warn("sets directory unreadable: keeping the current sets")
+		if a.setsLoaded {
+			return
+		}
+		// First load after a restart: the sets are those of the last good contents.
+		for _, name := range a.deps.State.GoodNames() {
+			files = append(files, conf.SetFile{Name: name, Err: errors.New("sets directory unavailable")})
+		}
+	}
+	a.setsLoaded = true
+	present := map[string]bool{}
+	var perFile []conf.FileSets
+	var fileErrors []status.FileError
+	for _, f := range files {
+		present[f.Name] = true
+		var res conf.ParseResult
+		var perr error
+		if f.Err != nil {
+			perr = fmt.Errorf("%s: %w", f.Name, f.Err)
+		} else {
+			res, perr = conf.ParseSetFile(f.Name, f.Data)
+		}
+		if perr == nil {
+			if err := a.deps.State.SaveGood(f.Name, f.Data); err != nil {
+				a.log.WithError(err).WithField("file", f.Name).Error("save last good content")
+			}
+			for _, w := range res.Warnings {
+				a.log.WithField("file", f.Name).Warn(w)
+			}
+			perFile = append(perFile, conf.FileSets{File: f.Name, Sets: res.Sets})
+			continue
+		}
+		msg := perr.Error()
+		if good, ok := a.deps.State.Good(f.Name); ok {
+			if res, err := conf.ParseSetFile(f.Name, good); err == nil {
+				perFile = append(perFile, conf.FileSets{File: f.Name, Sets: res.Sets})
+				msg += "; using the file's last good content"
+			}
+		}
+		a.log.WithField("file", f.Name).Warn(msg)
+		fileErrors = append(fileErrors, status.FileError{File: f.Name, Error: msg})
+	}
+	if err == nil {
+		// Files deleted from the directory are gone for good.
+		for _, name := range a.deps.State.GoodNames() {
+			if !present[name] {
+				if err := a.deps.State.Forget(name); err != nil {
+					a.log.WithError(err).Warn("forget deleted file")
+				}
+			}
+		}
+	}
+	kept, dupErrs := conf.UniqueNames(perFile)
+	for file, e := range dupErrs {
+		fileErrors = append(fileErrors, status.FileError{File: file, Error: e.Error()})
+	}
+	a.sets = a.sets[:0]
+	for _, f := range kept {
+		a.sets = append(a.sets, f.Sets...)
+	}
+	sortFileErrors(fileErrors)
+	a.fileErrors = fileErrors
+}
+
+func (a *Agent) loadLabels() {
+	var fileLabels map[string]string
+	if a.cfg.LabelsFile != "" {
+		data, err := fsutil.ReadRegular(a.cfg.LabelsFile, conf.MaxLabelsFileSize)
+		switch {
+		case errors.Is(err, os.ErrNotExist) && a.data.Labels == nil:
+			// Never had a labels file: inline labels only.
+		case errors.Is(err, os.ErrNotExist):
+			a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s disappeared: keeping its last good labels (write {} to clear them)", a.cfg.LabelsFile))
+			fileLabels = a.data.Labels
+		case err != nil:
+			a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, err))
+			fileLabels = a.data.Labels
+		default:
+			l, perr := conf.ParseLabelsFile(data)
+			if perr != nil {
+				a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, perr))
+				fileLabels = a.data.Labels
+			} else {
+				fileLabels = l
+				if !maps.Equal(a.data.Labels, l) {
+					a.data.Labels = l
+					a.dataDirty = true
+				}
+			}
+		}
+	}
+	labels := conf.MergeLabels(a.cfg.InlineLabels, fileLabels)
+	if !maps.Equal(labels, a.labels) {
+		a.log.WithField("labels", labelString(labels)).Info("node labels")
+	}
+	a.labels = labels
+}
+
+// desiredSets are the sets whose selector matches this node, in name order.
+func (a *Agent) desiredSets() []conf.Set {
+	var out []conf.Set
+	for _, s := range a.sets {
+		if s.Selector.Matches(a.labels) {
+			out = append(out, s)
+		}
+	}
+	sortSets(out)
+	return out
+}
+
+func labelString(l map[string]string) string {
+	var parts []string
+	for k, v := range l {
+		parts = append(parts, k+"="+v)
+	}
+	sortStrings(parts)
+	return strings.Join(parts, ",")
+}

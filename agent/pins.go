@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/imagepin/imagepin/conf"
+)
+
+// syncPins makes the managed drop-in hold the admitted sets' images, the images of sets
+// that left less than unpin_delay ago, and the other config files' patterns; reloads
+// CRI-O when that changes what CRI-O should have; and confirms CRI-O has it.
+func (a *Agent) syncPins(ctx context.Context, admitted []conf.Set) {
+	now := a.deps.Clock.Now()
+	a.pinFaults = nil
+
+	wanted := map[string]bool{}
+	for _, s := range admitted {
+		for _, img := range s.Images {
+			wanted[img] = true
+		}
+	}
+	for img := range wanted {
+		if released, ok := a.data.Pins[img]; !ok || !released.IsZero() {
+			a.data.Pins[img] = time.Time{}
+			a.dataDirty = true
+		}
+	}
+	for img, released := range a.data.Pins {
+		switch {
+		case wanted[img]:
+		case released.IsZero():
+			a.data.Pins[img] = now
+			a.dataDirty = true
+			a.log.WithField("image", img).WithField("unpin_in", a.cfg.UnpinDelay.String()).Info("image no longer wanted; keeping its pin for unpin_delay")
+		case now.Sub(released) >= a.cfg.UnpinDelay:
+			delete(a.data.Pins, img)
+			a.dataDirty = true
+			a.log.WithField("image", img).Info("unpinning image")
+		}
+	}
+
+	files := a.deps.DropIn.Scan()
+	existing := a.deps.DropIn.Existing(files)
+	for _, e := range existing.Errors {
+		a.pinFaults = append(a.pinFaults, fmt.Sprintf("CRI-O config file %v (CRI-O cannot reload until it is fixed)", e))
+	}
+	for _, s := range existing.Skipped {
+		a.pinFaults = append(a.pinFaults, "not copied into the managed drop-in: "+s)
+	}
+	patterns := make([]string, 0, len(a.data.Pins)+len(existing.Inherited))
+	for img := range a.data.Pins {
+		patterns = append(patterns, img)
+	}
+	patterns = append(patterns, existing.Inherited...)
+	sort.Strings(patterns)
+	patterns = slices.Compact(patterns)
+
+	changed, err := a.deps.DropIn.Apply(patterns)
+	if err != nil {
+		a.pinFaults = append(a.pinFaults, "managed drop-in: "+err.Error())
+		a.log.WithError(err).Error("write managed drop-in")
+		a.pinRetry.fail(now, a.cfg.MaxBackoff, a.rand)
+		return
+	}
+	if changed {
+		a.log.WithField("file", a.deps.DropIn.Path()).WithField("patterns", len(patterns)).Info("managed drop-in written")
+	}
+	var ours []string
+	if len(patterns) > 0 {
+		ours = patterns
+	}
+	a.effective = a.deps.DropIn.Effective(files, ours)
+	if !slices.Equal(existing.Overriders, a.overriders) && len(existing.Overriders) > 0 {
+		a.log.WithField("files", strings.Join(existing.Overriders, ",")).Warn("a CRI-O config file read after ours sets pinned_images and overrides our pins")
+	}
+	a.overriders = existing.Overriders
+
+	if changed {
+		a.confirmedValid = false
+		a.pinRetry.reset()
+	}
+	if a.confirmedValid && sameSet(a.confirmed, a.effective) {
+		return
+	}
+	a.confirmedValid = false
+	if !a.runtimeUp() || !a.support.PinOnReload {
+		// Nothing to reload (CRI-O down), or it would not help (too old): it reads the
+		// drop-in when it starts.
+		return
+	}
+	if !a.pinRetry.due(now) {
+		return
+	}
+	if err := a.reloadAndConfirm(ctx, changed); err != nil {
+		a.pinFaults = append(a.pinFaults, err.Error())
+		a.log.WithError(err).Warn("pins not confirmed; retrying")
+		a.pinRetry.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
+		return
+	}
+	a.pinRetry.reset()
+}
+
+// reloadAndConfirm reloads CRI-O (unless it has the pins already) and waits until its
+// live config shows them: a reload only sends SIGHUP, and CRI-O re-reads its config
+// after the job is "done".
+func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
+	if !changed {
+		// After a restart the drop-in may be in effect already: look before reloading.
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		live, err := a.deps.Live.PinnedImages(cctx)
+		cancel()
+		if err == nil && sameSet(live, a.effective) {
+			a.pinsConfirmed(0)
+			return nil
+		}
+	}
+	start := a.deps.Clock.Now()
+	rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	err := a.deps.Reloader.Reload(rctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reload CRI-O: %w", err)
+	}
+	deadline := time.Now().Add(a.cfg.ConfirmTimeout)
+	delay := 20 * time.Millisecond
+	var live []string
+	for {
+		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		live, err = a.deps.Live.PinnedImages(cctx)
+		cancel()
+		if err == nil && sameSet(live, a.effective) {
+			a.pinsConfirmed(a.deps.Clock.Now().Sub(start))
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, time.Second)
+	}
+	if err != nil {
+		return fmt.Errorf("CRI-O reloaded but its config cannot be read: %w", err)
+	}
+	return fmt.Errorf("CRI-O reloaded but after %s it has %d pinned_images patterns, not the expected %d (a reload that failed is only in CRI-O's log)",
+		a.cfg.ConfirmTimeout, len(live), len(a.effective))
+}
+
+func (a *Agent) pinsConfirmed(took time.Duration) {
+	a.confirmed = slices.Clone(a.effective)
+	a.confirmedValid = true
+	a.log.WithField("patterns", len(a.effective)).WithField("took", took.Round(time.Millisecond).String()).Info("pins confirmed in effect")
+	// Pins changed: the runtime's pinned flag of present images may have changed too.
+	for _, img := range a.images {
+		if img.present {
+			img.checked = false
+		}
+	}
+}
+
+// pinsInEffect says whether pulls may start: pins confirmed, or a runtime too old to
+// confirm (it applies them at its next start; status says so).
+func (a *Agent) pinsInEffect() bool {
+	if !a.runtimeUp() {
+		return false
+	}
+	return a.confirmedValid || !a.support.PinOnReload
+}
+
+// sameSet compares pattern lists as CRI-O matches them: order-free, case-insensitive.
+func sameSet(a, b []string) bool { return maps.Equal(lowerSet(a), lowerSet(b)) }
+
+func lowerSet(list []string) map[string]bool {
+	m := make(map[string]bool, len(list))
+	for _, x := range list {
+		m[strings.ToLower(x)] = true
+	}
+	return m
+}

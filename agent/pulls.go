@@ -1,0 +1,170 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/cri"
+)
+
+// imageState is what the agent knows of one wanted image, shared by every set that
+// lists it.
+type imageState struct {
+	wanted   bool
+	checked  bool // present/pinned known since the last change that could alter them
+	present  bool
+	pinned   bool
+	inflight bool
+	retry    retry
+	lastErr  error
+	failure  cri.Failure
+}
+
+type pullJob struct {
+	image string
+	auth  *cri.Auth
+}
+
+type pullResult struct {
+	image string
+	err   error
+	took  time.Duration
+	after cri.Image // ImageStatus after a successful pull
+}
+
+// refreshPresence asks the runtime about wanted images whose state is not known.
+func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
+	for _, img := range a.images {
+		img.wanted = false
+	}
+	for _, s := range desired {
+		for _, ref := range s.Images {
+			img := a.images[ref]
+			if img == nil {
+				img = &imageState{}
+				a.images[ref] = img
+			}
+			img.wanted = true
+		}
+	}
+	for ref, img := range a.images {
+		if !img.wanted && !img.inflight {
+			delete(a.images, ref)
+		}
+	}
+	if !a.runtimeUp() {
+		return
+	}
+	for _, s := range desired {
+		for _, ref := range s.Images {
+			img := a.images[ref]
+			if img.checked || img.inflight {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+			st, err := a.deps.Runtime.ImageStatus(cctx, ref)
+			cancel()
+			if err != nil {
+				if isUnavailable(err) {
+					a.runtimeDown(err)
+					return
+				}
+				a.log.WithError(err).WithField("image", ref).Warn("image status")
+				continue
+			}
+			if img.present && !st.Present {
+				a.log.WithField("image", ref).Warn("image is gone from the runtime's storage; pulling it again")
+			}
+			img.checked, img.present, img.pinned = true, st.Present, st.Pinned
+			if st.Present {
+				img.lastErr = nil
+				img.retry.reset()
+			}
+		}
+	}
+}
+
+// dispatchPulls hands missing images of the admitted sets, in set name order, to the
+// workers, as long as workers are free and each image's backoff has passed.
+func (a *Agent) dispatchPulls(admitted []conf.Set) {
+	now := a.deps.Clock.Now()
+	if now.Before(a.noSpaceAt) {
+		return
+	}
+	for _, s := range admitted {
+		for _, ref := range s.Images {
+			if a.inflight >= a.cfg.PullConcurrency {
+				return
+			}
+			img := a.images[ref]
+			if img == nil || !img.checked || img.present || img.inflight || !img.retry.due(now) {
+				continue
+			}
+			img.inflight = true
+			a.inflight++
+			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref)}
+		}
+	}
+}
+
+func (a *Agent) pullWorker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case job := <-a.jobs:
+			start := time.Now()
+			pctx, cancel := context.WithTimeout(ctx, a.cfg.PullTimeout)
+			_, err := a.deps.Runtime.PullImage(pctx, job.image, job.auth)
+			cancel()
+			res := pullResult{image: job.image, err: err, took: time.Since(start)}
+			if err == nil {
+				sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+				res.after, res.err = a.deps.Runtime.ImageStatus(sctx, job.image)
+				cancel()
+				if res.err == nil && !res.after.Present {
+					res.err = errors.New("the runtime reported the pull done but does not have the image")
+				}
+			}
+			select {
+			case a.results <- res:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+func (a *Agent) handleResult(r pullResult) {
+	a.inflight--
+	img := a.images[r.image]
+	if img == nil {
+		return
+	}
+	img.inflight = false
+	log := a.log.WithField("image", r.image).WithField("took", r.took.Round(time.Millisecond).String())
+	now := a.deps.Clock.Now()
+	if r.err == nil {
+		img.checked, img.present, img.pinned = true, true, r.after.Pinned
+		img.lastErr = nil
+		img.retry.reset()
+		a.noSpaceTry.reset()
+		log.WithField("pinned", r.after.Pinned).Info("pulled")
+		return
+	}
+	img.lastErr = r.err
+	img.failure = cri.Classify(r.err)
+	img.retry.fail(now, a.cfg.MaxBackoff, a.rand)
+	switch {
+	case isUnavailable(r.err):
+		a.runtimeDown(r.err)
+		img.checked = false
+	case img.failure == cri.NoSpace:
+		// Stop every pull at once: the others would fail the same way.
+		a.noSpaceTry.fail(now, a.cfg.MaxBackoff, a.rand)
+		a.noSpaceAt = a.noSpaceTry.next
+	}
+	log.WithError(r.err).WithField("attempt", img.retry.attempts).Warn("pull failed")
+}

@@ -1,0 +1,249 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/state"
+	"github.com/imagepin/imagepin/status"
+)
+
+// checkDisk asks the disk check about the desired sets' missing images and returns the
+// admitted sets. When the check itself fails, a set admitted before stays admitted (its
+// pins must not go because a registry is down); a new one waits.
+func (a *Agent) checkDisk(ctx context.Context, desired []conf.Set) []conf.Set {
+	reqs := make([]diskcheck.SetRequest, 0, len(desired))
+	for _, s := range desired {
+		r := diskcheck.SetRequest{Name: s.Name}
+		for _, ref := range s.Images {
+			if img := a.images[ref]; img == nil || !img.present {
+				r.Missing = append(r.Missing, ref)
+			}
+		}
+		reqs = append(reqs, r)
+	}
+	verdicts, err := a.deps.Disk.Check(ctx, reqs)
+	a.diskErr = err
+	if err != nil {
+		a.log.WithError(err).Warn("disk check failed; keeping earlier verdicts")
+		if a.verdicts == nil {
+			a.verdicts = map[string]diskcheck.Verdict{}
+		}
+	} else {
+		a.verdicts = verdicts
+	}
+	var admitted []conf.Set
+	for _, s := range desired {
+		if v, ok := a.verdicts[s.Name]; ok && v.Admitted {
+			admitted = append(admitted, s)
+		}
+	}
+	return admitted
+}
+
+// publish computes the node status and hands it on when it changed.
+func (a *Agent) publish(desired []conf.Set) {
+	now := a.deps.Clock.Now()
+	n := status.Node{
+		Node: status.NodeInfo{
+			Name: a.cfg.NodeName, Architecture: a.cfg.Architecture, Version: a.cfg.Version,
+			Runtime: status.Runtime{Name: a.runtime.Name, Version: a.runtime.Version},
+		},
+		Sets:       []status.Set{},
+		FileErrors: a.fileErrors,
+	}
+	n.Faults = append(n.Faults, a.inputFaults...)
+	n.Faults = append(n.Faults, a.pinFaults...)
+	if a.runtimeErr != nil {
+		n.Faults = append(n.Faults, "container runtime unavailable: "+a.runtimeErr.Error())
+	}
+	if a.diskErr != nil {
+		n.Faults = append(n.Faults, "disk check: "+a.diskErr.Error())
+	}
+	for _, s := range desired {
+		var prev *status.Set
+		if p := a.last.Set(s.Name); p != nil {
+			prev = p
+		}
+		n.Sets = append(n.Sets, a.setStatus(s, prev))
+	}
+	n.SortSets()
+	a.recordCompleted(n)
+
+	// Condition times were carried over from the last status; compare without the clock.
+	if a.published && reflect.DeepEqual(withoutTime(n), withoutTime(a.last)) {
+		return
+	}
+	n.Updated = now
+	a.last = n
+	a.published = true
+	a.deps.Publish(n)
+}
+
+func withoutTime(n status.Node) status.Node {
+	n.Updated = time.Time{}
+	return n
+}
+
+// setStatus derives one set's phase and conditions from the agent's state.
+func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
+	now := a.deps.Clock.Now()
+	st := status.Set{Name: s.Name, UID: s.UID, SpecHash: s.SpecHash, File: s.File, ImagesTotal: len(s.Images)}
+	if prev != nil && prev.UID == s.UID {
+		st.Conditions = append(st.Conditions, prev.Conditions...)
+	}
+	verdict, checked := a.verdicts[s.Name]
+
+	var transient error
+	var unavailable, noSpace int
+	pinnedByCRIO := a.support.PinnedField
+	notPinned := 0
+	for _, ref := range s.Images {
+		img := a.images[ref]
+		if verdict.Bytes != nil {
+			st.BytesTotal += verdict.Bytes[ref]
+		}
+		if img == nil {
+			continue
+		}
+		if img.present {
+			if pinnedByCRIO && !img.pinned && a.confirmedValid {
+				notPinned++
+			}
+			if !pinnedByCRIO || img.pinned {
+				st.ImagesReady++
+				if verdict.Bytes != nil {
+					st.BytesReady += verdict.Bytes[ref]
+				}
+			}
+			continue
+		}
+		if img.lastErr == nil {
+			continue
+		}
+		switch img.failure {
+		case cri.Unavailable:
+			unavailable++
+			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonImageUnavailable, Error: img.lastErr.Error()})
+		case cri.NoSpace:
+			noSpace++
+			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonInsufficientDiskSpace, Error: img.lastErr.Error()})
+		default:
+			transient = img.lastErr
+		}
+	}
+	overridden := 0
+	if len(a.overriders) > 0 {
+		for _, ref := range s.Images {
+			if !crio.Matches(a.effective, ref) {
+				overridden++
+			}
+		}
+	}
+
+	phase, reason, msg := status.Pulling, status.ReasonPulling, ""
+	progressing := true
+	missing := st.ImagesTotal - st.ImagesReady
+	switch {
+	case checked && !verdict.Admitted && verdict.Condition.Reason == status.ReasonInsufficientDiskSpace:
+		phase, reason, msg, progressing = status.Failed, status.ReasonInsufficientDiskSpace, verdict.Condition.Message, false
+	case !checked || !verdict.Admitted:
+		phase, reason, msg = status.Pending, status.ReasonCheckingDisk, "waiting for the disk check"
+		if verdict.Condition.Message != "" {
+			msg = verdict.Condition.Message
+		}
+	case a.runtime.Version != "" && a.support.TooOld(a.runtime.Version) != "":
+		phase, reason, msg, progressing = status.Failed, status.ReasonRuntimeTooOld, a.support.TooOld(a.runtime.Version), false
+	case overridden > 0:
+		phase, reason, progressing = status.Failed, status.ReasonPinsOverridden, false
+		msg = fmt.Sprintf("%d of %d images are not pinned: %s sets pinned_images and is read after imagepin's drop-in, so CRI-O uses its list", overridden, st.ImagesTotal, strings.Join(a.overriders, ", "))
+	case !a.runtimeUp():
+		phase, reason = status.Pending, status.ReasonRuntimeUnavailable
+		msg = "container runtime unavailable; retrying"
+		if a.runtimeErr != nil {
+			msg += ": " + a.runtimeErr.Error()
+		}
+	case !a.confirmedValid:
+		phase, reason, msg = status.Pending, status.ReasonWaitingForReload, "pins written; waiting for CRI-O to have them in effect"
+		if len(a.pinFaults) > 0 {
+			msg += ": " + a.pinFaults[len(a.pinFaults)-1]
+		}
+	case missing == 0:
+		phase, reason, progressing = status.Ready, status.ReasonAllImagesPinned, false
+		msg = fmt.Sprintf("%d images present and pinned", st.ImagesTotal)
+	case noSpace > 0:
+		phase, reason, progressing = status.Failed, status.ReasonInsufficientDiskSpace, false
+		msg = fmt.Sprintf("the image filesystem is full: %d images could not be stored; pulls stopped and retried with backoff", noSpace)
+	case unavailable > 0 && unavailable+notPinned == missing:
+		phase, reason, progressing = status.Failed, status.ReasonImageUnavailable, false
+		msg = fmt.Sprintf("%d of %d images cannot be pulled (see failedImages); the others are present and pinned", unavailable, st.ImagesTotal)
+	case transient != nil:
+		reason = status.ReasonPullRetrying
+		msg = fmt.Sprintf("%d/%d images ready; retrying after: %v", st.ImagesReady, st.ImagesTotal, transient)
+	default:
+		msg = fmt.Sprintf("%d/%d images ready", st.ImagesReady, st.ImagesTotal)
+		if notPinned > 0 {
+			msg += fmt.Sprintf("; %d present but not pinned by CRI-O yet", notPinned)
+		}
+	}
+	st.Phase = phase
+
+	ready := status.Condition{Type: status.ConditionReady, Status: status.False, Reason: reason, Message: msg}
+	if phase == status.Ready {
+		ready.Status = status.True
+	}
+	prog := status.Condition{Type: status.ConditionProgressing, Status: status.False, Reason: status.ReasonIdle, Message: ""}
+	if progressing {
+		prog = status.Condition{Type: status.ConditionProgressing, Status: status.True, Reason: reason, Message: msg}
+	}
+	failed := status.Condition{Type: status.ConditionFailed, Status: status.False, Reason: status.ReasonNotFailed}
+	if phase == status.Failed {
+		failed = status.Condition{Type: status.ConditionFailed, Status: status.True, Reason: reason, Message: msg}
+	}
+	disk := verdict.Condition
+	if !checked {
+		disk = status.Condition{Type: status.ConditionDiskChecked, Status: status.Unknown, Reason: status.ReasonCheckingDisk, Message: "not checked yet"}
+	}
+	disk.Type = status.ConditionDiskChecked
+	for _, c := range []status.Condition{ready, prog, failed, disk} {
+		st.SetCondition(c, now)
+	}
+	sort.Slice(st.FailedImages, func(i, j int) bool { return st.FailedImages[i].Image < st.FailedImages[j].Image })
+	return st
+}
+
+// recordCompleted remembers which set versions were Ready, for the next start's log.
+func (a *Agent) recordCompleted(n status.Node) {
+	if a.data.Completed == nil {
+		a.data.Completed = map[string]state.Completed{}
+	}
+	for _, s := range n.Sets {
+		if s.Phase != status.Ready {
+			continue
+		}
+		c := a.data.Completed[s.Name]
+		if c.UID != s.UID || c.SpecHash != s.SpecHash {
+			a.data.Completed[s.Name] = state.Completed{UID: s.UID, SpecHash: s.SpecHash, At: a.deps.Clock.Now()}
+			a.dataDirty = true
+			a.log.WithField("set", s.Name).WithField("images", s.ImagesTotal).Info("set Ready")
+		}
+	}
+	names := map[string]bool{}
+	for _, s := range a.sets {
+		names[s.Name] = true
+	}
+	for name := range a.data.Completed {
+		if !names[name] {
+			delete(a.data.Completed, name)
+			a.dataDirty = true
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
+)
+
+const rpcTimeout = 30 * time.Second
+
+// ensureRuntime asks the runtime for its version when it is not known (at start, and
+// after the runtime went away: it may come back upgraded).
+func (a *Agent) ensureRuntime(ctx context.Context) {
+	if id := socketID(a.cfg.RuntimeSocket); id != a.socketID {
+		if a.socketID != (fileID{}) {
+			a.log.Info("container runtime socket re-created: the runtime restarted; checking every image again")
+		}
+		a.socketID = id
+		a.runtime = cri.Version{}
+		a.runtimeRetry.reset()
+	}
+	if a.runtime.Version != "" && a.runtimeErr == nil {
+		return
+	}
+	now := a.deps.Clock.Now()
+	if !a.runtimeRetry.due(now) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	v, err := a.deps.Runtime.Version(cctx)
+	if err != nil {
+		a.runtimeDown(err)
+		return
+	}
+	support, perr := crio.SupportOf(v.Version)
+	if perr != nil {
+		a.log.WithError(perr).Warn("unknown runtime version; assuming pins apply on reload")
+	}
+	if a.runtimeErr != nil || a.runtime != v {
+		a.log.WithField("runtime", v.Name+" "+v.Version).Info("container runtime available")
+	}
+	a.runtime, a.support, a.runtimeErr = v, support, nil
+	a.runtimeRetry.reset()
+	// The runtime may have restarted and lost images (a storage wipe): check them all again.
+	for _, img := range a.images {
+		img.checked = false
+	}
+}
+
+// runtimeDown records that the runtime did not answer.
+func (a *Agent) runtimeDown(err error) {
+	if a.runtimeErr == nil {
+		a.log.WithError(err).Warn("container runtime unavailable; retrying")
+	}
+	a.runtimeErr = err
+	a.runtime = cri.Version{}
+	a.runtimeRetry.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
+}
+
+func (a *Agent) runtimeUp() bool { return a.runtimeErr == nil && a.runtime.Version != "" }
+
+// socketID identifies the socket file (inode and change time: inodes are reused), zero
+// when absent or not configured.
+func socketID(path string) fileID {
+	var st unix.Stat_t
+	if path == "" || unix.Stat(path, &st) != nil {
+		return fileID{}
+	}
+	return fileID{ino: st.Ino, ctime: st.Ctim.Nano()}
+}
+
+type fileID struct {
+	ino   uint64
+	ctime int64
+}
+
+// isUnavailable says whether a CRI error means the runtime is down.
+func isUnavailable(err error) bool { return errors.Is(err, cri.ErrUnavailable) }

@@ -1,0 +1,179 @@
+// Package fakecri is an in-memory stand-in for CRI-O for unit tests: CRI image calls,
+// the live config (GET /config) and a reload that re-reads the real drop-in files the
+// way CRI-O does (the last file that sets pinned_images wins). The conformance suite in
+// package critest runs against it and against real CRI-O.
+package fakecri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
+)
+
+// Runtime fakes CRI-O.
+type Runtime struct {
+	mu sync.Mutex
+
+	Ver     string
+	DropIn  crio.DropIn
+	down    bool
+	present map[string]bool
+	pinned  []string
+	// Registry maps an image to the error its pull returns (nil: pulls fine). An image
+	// not in Registry fails with "manifest unknown".
+	Registry map[string]error
+	// PullDelay slows every pull.
+	PullDelay time.Duration
+	// Pulls counts pulls per image; Reloads counts reloads.
+	Pulls   map[string]int
+	Reloads int
+	// Auths records the username each pull was given ("" for none).
+	Auths map[string]string
+	// Concurrent and MaxConcurrent measure pull parallelism.
+	Concurrent, MaxConcurrent int
+}
+
+// New returns a fake CRI-O 1.34.0 reading its config from d.
+func New(d crio.DropIn) *Runtime {
+	return &Runtime{Ver: "1.34.0", DropIn: d, present: map[string]bool{}, Registry: map[string]error{},
+		Pulls: map[string]int{}, Auths: map[string]string{}}
+}
+
+var errDown = fmt.Errorf("connection error: %w", cri.ErrUnavailable)
+
+// SetDown stops or starts the fake runtime. A start re-reads the config, as CRI-O does.
+func (r *Runtime) SetDown(down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = down
+	if !down {
+		r.pinned = r.readPins()
+	}
+}
+
+// Remove deletes an image from storage (a wipe).
+func (r *Runtime) Remove(ref string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.present, ref)
+}
+
+// Present says whether the image is in storage.
+func (r *Runtime) Present(ref string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.present[ref]
+}
+
+// Pinned returns the pins in effect.
+func (r *Runtime) Pinned() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.pinned...)
+}
+
+func (r *Runtime) readPins() []string {
+	var eff []string
+	for _, f := range r.DropIn.Scan() {
+		if f.Err == nil && f.SetsPins {
+			eff = f.Pins
+		}
+	}
+	return eff
+}
+
+// Version implements CRI Version.
+func (r *Runtime) Version(context.Context) (cri.Version, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return cri.Version{}, errDown
+	}
+	return cri.Version{Name: "cri-o", Version: r.Ver}, nil
+}
+
+// ImageStatus implements CRI ImageStatus.
+func (r *Runtime) ImageStatus(_ context.Context, ref string) (cri.Image, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return cri.Image{}, errDown
+	}
+	if !r.present[ref] {
+		return cri.Image{}, nil
+	}
+	return cri.Image{Present: true, Pinned: crio.Matches(r.pinned, ref), ID: ref}, nil
+}
+
+// PullImage implements CRI PullImage.
+func (r *Runtime) PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error) {
+	r.mu.Lock()
+	if r.down {
+		r.mu.Unlock()
+		return "", errDown
+	}
+	r.Pulls[ref]++
+	if auth != nil {
+		r.Auths[ref] = auth.Username
+	} else {
+		r.Auths[ref] = ""
+	}
+	r.Concurrent++
+	r.MaxConcurrent = max(r.MaxConcurrent, r.Concurrent)
+	err, known := r.Registry[ref]
+	delay := r.PullDelay
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.Concurrent--
+		r.mu.Unlock()
+	}()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	if !known {
+		return "", &cri.PullError{Op: "pull", Message: "reading manifest " + ref[strings.LastIndex(ref, "@")+1:] + ": manifest unknown"}
+	}
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return "", errDown
+	}
+	r.present[ref] = true
+	return ref, nil
+}
+
+// PinnedImages implements the live config read (GET /config).
+func (r *Runtime) PinnedImages(context.Context) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return nil, errors.New("dial unix: connection refused")
+	}
+	return append([]string{}, r.pinned...), nil
+}
+
+// Reload re-reads the drop-ins, as CRI-O does on SIGHUP.
+func (r *Runtime) Reload(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return errors.New("reload: no process owns the socket")
+	}
+	r.Reloads++
+	r.pinned = r.readPins()
+	return nil
+}
