@@ -58,10 +58,10 @@ type ParseResult struct {
 
 // document is the union of both shapes; fields not listed are ignored outside spec.
 type document struct {
-	APIVersion string          `json:"apiVersion"`
-	Kind       string          `json:"kind"`
-	Metadata   metadata        `json:"metadata"`
-	Spec       json.RawMessage `json:"spec"`
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metadata          `json:"metadata"`
+	Spec       json.RawMessage   `json:"spec"`
 	Items      []json.RawMessage `json:"items"`
 }
 
@@ -72,7 +72,7 @@ type metadata struct {
 }
 
 type spec struct {
-	NodeSelector *LabelSelector   `json:"nodeSelector"`
+	NodeSelector *LabelSelector    `json:"nodeSelector"`
 	PinnedImages []json.RawMessage `json:"pinnedImages"`
 }
 

@@ -12,13 +12,13 @@ import (
 
 func TestClassify(t *testing.T) {
 	cases := map[string]Failure{
-		"reading manifest sha256:abc in 127.0.0.1:5000/x: manifest unknown":                     Unavailable,
-		"initializing source docker://q/x@sha256:1: requested access to the resource is denied": Unavailable,
-		"unauthorized: authentication required":                                                 Unavailable,
-		`choosing image instance: no image found in manifest list for architecture "s390x"`:     Unavailable,
+		"reading manifest sha256:abc in 127.0.0.1:5000/x: manifest unknown":                                                                  Unavailable,
+		"initializing source docker://q/x@sha256:1: requested access to the resource is denied":                                              Unavailable,
+		"unauthorized: authentication required":                                                                                              Unavailable,
+		`choosing image instance: no image found in manifest list for architecture "s390x"`:                                                  Unavailable,
 		"pinging container registry 127.0.0.1:5999: Get \"http://127.0.0.1:5999/v2/\": dial tcp 127.0.0.1:5999: connect: connection refused": Transient,
-		"received unexpected HTTP status: 503 Service Unavailable":                                                                            Transient,
-		"writing blob: storing blob to file \"/var/tmp/x\": write /var/tmp/x: no space left on device":                                      NoSpace,
+		"received unexpected HTTP status: 503 Service Unavailable":                                                                           Transient,
+		"writing blob: storing blob to file \"/var/tmp/x\": write /var/tmp/x: no space left on device":                                       NoSpace,
 		"something nobody has seen": Transient,
 	}
 	for msg, want := range cases {

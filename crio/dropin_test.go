@@ -36,7 +36,11 @@ func TestRenderSortedDedupedParses(t *testing.T) {
 		t.Fatal(err)
 	}
 	var doc struct {
-		Crio struct{ Image struct{ PinnedImages []string `toml:"pinned_images"` } `toml:"image"` } `toml:"crio"`
+		Crio struct {
+			Image struct {
+				PinnedImages []string `toml:"pinned_images"`
+			} `toml:"image"`
+		} `toml:"crio"`
 	}
 	if _, err := toml.Decode(string(b), &doc); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,111 @@
+// Command imagepind is the node daemon: it pins and pre-loads the images of the
+// PinnedImageSet files that apply to this node. See the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/state"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/systemd"
+	"github.com/imagepin/imagepin/watch"
+)
+
+// version is set at build time (-ldflags -X main.version=...).
+var version = "0.1.0-dev"
+
+func main() {
+	configPath := flag.String("config", conf.DefaultConfigPath, "imagepind's TOML config file")
+	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := flag.String("log-format", "text", "log format: text or json")
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *showVersion {
+		fmt.Println(version)
+		return
+	}
+	log := logrus.New()
+	if lvl, err := logrus.ParseLevel(*logLevel); err == nil {
+		log.SetLevel(lvl)
+	}
+	if *logFormat == "json" {
+		log.SetFormatter(&logrus.JSONFormatter{})
+	}
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
+	cfg, err := conf.LoadConfig(*configPath, explicit)
+	if err != nil {
+		log.WithError(err).Error("config")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.WithError(err).Error("imagepind stopped")
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
+	store, err := state.Open(cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	unlock, err := store.Lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+
+	notifier := systemd.Notifier{}
+	a, client, err := wire.Agent(cfg, store, wire.Options{
+		Version: version,
+		Publish: func(n status.Node) {
+			if err := status.WriteFile(cfg.StatusFile, n); err != nil {
+				log.WithError(err).Error("write status file")
+			}
+			notifier.Status(n.Summary())
+		},
+		Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	socket := cfg.CRISocket()
+	a.OnFirstReconcile(notifier.Ready)
+
+	w := watch.New(250*time.Millisecond, log,
+		watch.Path{Name: cfg.SetsDir},
+		watch.Path{Name: cfg.Node.LabelsFile},
+		watch.Path{Name: cfg.CRIO.Config},
+		watch.Path{Name: cfg.CRIO.ConfigDir, Recursive: true},
+		watch.Path{Name: cfg.CRI.PullSecret},
+		// CRI-O re-creating its socket means it restarted (and may have wiped images).
+		watch.Path{Name: socket},
+	)
+	log.WithField("config", fmt.Sprintf("sets_dir=%s state_dir=%s cri=%s reload=%s", cfg.SetsDir, cfg.StateDir, cfg.CRI.Endpoint, cfg.CRIO.Reload)).
+		WithField("version", version).Info("imagepind starting")
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.Run(ctx) })
+	g.Go(func() error { return a.Run(ctx, w.C()) })
+	err = g.Wait()
+	notifier.Stopping()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,92 @@
+// Package wire builds imagepind's agent and its collaborators from the config, in one
+// place, for imagepind and `imagepinctl apply` alike.
+package wire
+
+import (
+	"errors"
+	"os"
+	goruntime "runtime"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/agent"
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/state"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/systemd"
+)
+
+// Options are what differs between imagepind and imagepinctl apply.
+type Options struct {
+	Version string
+	// SetsDir overrides cfg.SetsDir (apply uses a temporary directory).
+	SetsDir string
+	Publish func(status.Node)
+	Log     *logrus.Logger
+}
+
+// Agent builds the agent. The caller closes the returned CRI client.
+func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cri.Client, error) {
+	client, err := cri.Dial(cfg.CRI.Endpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	nodeName := cfg.Node.Name
+	if nodeName == "" {
+		if nodeName, err = os.Hostname(); err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+	}
+	setsDir := cfg.SetsDir
+	if opts.SetsDir != "" {
+		setsDir = opts.SetsDir
+	}
+	socket := cfg.CRISocket()
+	a := agent.New(agent.Config{
+		NodeName:        nodeName,
+		Architecture:    goruntime.GOARCH,
+		Version:         opts.Version,
+		SetsDir:         setsDir,
+		InlineLabels:    cfg.Node.Labels,
+		LabelsFile:      cfg.Node.LabelsFile,
+		PullSecret:      cfg.CRI.PullSecret,
+		UnpinDelay:      cfg.UnpinDelay.D(),
+		PullConcurrency: cfg.EffectivePullConcurrency(),
+		PullTimeout:     cfg.CRI.PullTimeout.D(),
+		RuntimeSocket:   socket,
+	}, agent.Deps{
+		Runtime:  client,
+		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir},
+		Live:     crio.NewLiveConfig(socket),
+		Reloader: Reloader(cfg, opts.Log),
+		Disk:     diskcheck.AdmitAll{},
+		State:    store,
+		Publish:  opts.Publish,
+		Log:      opts.Log,
+	})
+	return a, client, nil
+}
+
+// Reloader is [crio] reload: systemd over D-Bus, SIGHUP to the socket's owner, or auto
+// (systemd when the bus answers and knows the unit, else the signal).
+func Reloader(cfg conf.Config, log logrus.FieldLogger) crio.Reloader {
+	signal := crio.SignalReloader{Socket: cfg.CRISocket()}
+	unit := &systemd.UnitReloader{Unit: cfg.CRIO.Unit}
+	switch cfg.CRIO.Reload {
+	case conf.ReloadSignal:
+		return signal
+	case conf.ReloadSystemd:
+		return unit
+	}
+	return crio.FallbackReloader{
+		Primary: unit, Fallback: signal,
+		Unavailable: func(err error) bool { return errors.Is(err, systemd.ErrUnavailable) },
+		OnFallback: func(err error) {
+			log.WithError(err).Info("systemd unavailable for the reload; sending SIGHUP to CRI-O's socket owner")
+		},
+	}
+}
