@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/crio"
 )
 
 // syncPins makes the managed drop-in hold the admitted sets' images, the images of sets
@@ -115,7 +116,7 @@ func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		live, err := a.deps.Live.PinnedImages(cctx)
 		cancel()
-		if err == nil && sameSet(live, a.effective) {
+		if err == nil && sameSet(live, a.effective) && a.probePinned(ctx) {
 			a.pinsConfirmed(0)
 			return nil
 		}
@@ -134,7 +135,7 @@ func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		live, err = a.deps.Live.PinnedImages(cctx)
 		cancel()
-		if err == nil && sameSet(live, a.effective) {
+		if err == nil && sameSet(live, a.effective) && a.probePinned(ctx) {
 			a.pinsConfirmed(a.deps.Clock.Now().Sub(start))
 			return nil
 		}
@@ -152,6 +153,29 @@ func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
 	}
 	return fmt.Errorf("CRI-O reloaded but after %s it has %d pinned_images patterns, not the expected %d (a reload that failed is only in CRI-O's log)",
 		a.cfg.ConfirmTimeout, len(live), len(a.effective))
+}
+
+// probePinned checks that CRI-O's image service uses the new patterns too: on SIGHUP
+// CRI-O updates the config GET /config shows before it recompiles the patterns that
+// ImageStatus reports "pinned" from (server.go startReloadWatcher). It swaps the whole
+// list at once, so one present image that the patterns match is enough.
+func (a *Agent) probePinned(ctx context.Context) bool {
+	if !a.support.PinnedField {
+		return true
+	}
+	var probe string
+	for ref, img := range a.images {
+		if img.wanted && img.present && crio.Matches(a.effective, ref) && (probe == "" || ref < probe) {
+			probe = ref
+		}
+	}
+	if probe == "" {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	st, err := a.deps.Runtime.ImageStatus(cctx, probe)
+	return err == nil && (!st.Present || st.Pinned)
 }
 
 func (a *Agent) pinsConfirmed(took time.Duration) {

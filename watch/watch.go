@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -29,6 +30,9 @@ type Watcher struct {
 
 // New returns a watcher; Run starts it.
 func New(debounce time.Duration, log logrus.FieldLogger, paths ...Path) *Watcher {
+	for i := range paths {
+		paths[i].Name = filepath.Clean(paths[i].Name)
+	}
 	return &Watcher{paths: paths, debounce: debounce, log: log, c: make(chan struct{}, 1)}
 }
 
@@ -54,9 +58,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("fsnotify closed")
 			}
-			_ = ev
 			// A directory may have appeared (or re-appeared): watch it.
 			w.sync(fw)
+			if !w.relevant(ev.Name) {
+				continue
+			}
+			w.log.WithField("path", ev.Name).WithField("op", ev.Op.String()).Debug("file event")
 			if timer == nil {
 				timer = time.NewTimer(w.debounce)
 			} else {
@@ -75,6 +82,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.trigger()
 		}
 	}
+}
+
+// relevant says whether a changed path is one of ours: a watched file itself, a watched
+// directory, or anything under a watched directory. Parent directories are watched only
+// to see our paths come and go; their other entries (the status file next to the
+// labels file, say) are not our business.
+func (w *Watcher) relevant(name string) bool {
+	name = filepath.Clean(name)
+	for _, p := range w.paths {
+		if name == p.Name || strings.HasPrefix(name, p.Name+string(filepath.Separator)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *Watcher) trigger() {

@@ -52,6 +52,10 @@ func TestWatcherFollowsDirectoryLifecycle(t *testing.T) {
 	os.WriteFile(labels, []byte("{}"), 0o644)
 	waitTrigger(t, w, "labels file created")
 
+	// Another file next to the labels file is none of our business.
+	os.WriteFile(filepath.Join(root, "status.json"), []byte("{}"), 0o644)
+	noTrigger(t, w)
+
 	os.WriteFile(filepath.Join(dropins, "sub", "x.conf"), nil, 0o644)
 	waitTrigger(t, w, "a file in a drop-in subdirectory")
 

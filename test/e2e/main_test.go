@@ -1,0 +1,284 @@
+//go:build e2e
+
+// Package e2e runs imagepind, as a process, against a real registry and a real CRI-O.
+// It needs root and hack/e2e-deps.sh; `make test-e2e` runs it.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/env"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "e2e: needs root (CRI-O)")
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "imagepin-e2e-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	for _, cmd := range []string{"imagepind", "imagepinctl"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, cmd), "github.com/imagepin/imagepin/cmd/"+cmd).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", cmd, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	os.Exit(code)
+}
+
+// world is one test's registry, CRI-O and imagepind.
+type world struct {
+	t        *testing.T
+	dir      string
+	reg      *env.Registry
+	crio     *env.CRIO
+	cri      *cri.Client
+	setsDir  string
+	labels   string
+	config   string
+	status   string
+	daemon   *exec.Cmd
+	daemonCh chan struct{}
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	dir := t.TempDir()
+	w := &world{t: t, dir: dir, setsDir: filepath.Join(dir, "sets.d"), labels: filepath.Join(dir, "node-labels.json"),
+		config: filepath.Join(dir, "imagepind.toml"), status: filepath.Join(dir, "run", "status.json")}
+	os.MkdirAll(w.setsDir, 0o755)
+	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
+	reg, err := env.StartRegistry(filepath.Join(dir, "registry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	w.reg = reg
+	c, err := env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{reg.Host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.crio = c
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Cleanup)
+	w.cri, err = cri.Dial("unix://" + c.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.cri.Close() })
+	cfg := fmt.Sprintf(`sets_dir = %q
+state_dir = %q
+status_file = %q
+unpin_delay = "2s"
+[node]
+name = "e2e-node"
+labels = {"node-role.kubernetes.io/worker" = ""}
+labels_file = %q
+[cri]
+endpoint = "unix://%s"
+pull_secret = %q
+[crio]
+config = %q
+config_dir = %q
+reload = "signal"
+`, w.setsDir, filepath.Join(dir, "state"), w.status, w.labels, c.Socket, filepath.Join(dir, "config.json"), c.Config, c.ConfigDir)
+	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *world) startDaemon() {
+	w.t.Helper()
+	logf, err := os.OpenFile(filepath.Join(w.dir, "imagepind.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir, "imagepind"), "--config", w.config, "--log-level", "debug")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		w.t.Fatal(err)
+	}
+	w.daemon = cmd
+	w.daemonCh = make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(w.daemonCh) }()
+	w.t.Cleanup(w.stopDaemon)
+}
+
+func (w *world) stopDaemon() {
+	if w.daemon == nil {
+		return
+	}
+	w.daemon.Process.Signal(os.Interrupt)
+	select {
+	case <-w.daemonCh:
+	case <-time.After(10 * time.Second):
+		w.daemon.Process.Kill()
+		<-w.daemonCh
+	}
+	w.daemon = nil
+	if w.t.Failed() {
+		b, _ := os.ReadFile(filepath.Join(w.dir, "imagepind.log"))
+		w.t.Logf("imagepind log:\n%s", tail(string(b), 60))
+		w.t.Logf("CRI-O log:\n%s", w.crio.LogTail(30))
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// push pushes n distinct single-layer images.
+func (w *world) push(prefix string, n int) []string {
+	w.t.Helper()
+	var refs []string
+	for i := 0; i < n; i++ {
+		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("%s-%d", prefix, i), 1, 64<<10)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		refs = append(refs, img.Ref())
+	}
+	return refs
+}
+
+func (w *world) writeSet(name, content string) {
+	w.t.Helper()
+	tmp := filepath.Join(w.setsDir, ".tmp-"+name)
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(w.setsDir, name)); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) readStatus() status.Node {
+	n, _ := status.ReadFile(w.status)
+	return n
+}
+
+func (w *world) waitFor(what string, timeout time.Duration, cond func(status.Node) bool) status.Node {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		n := w.readStatus()
+		if cond(n) {
+			return n
+		}
+		select {
+		case <-w.daemonCh:
+			w.t.Fatalf("imagepind exited while waiting for %s", what)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	w.t.Fatalf("timed out after %s waiting for %s; status: %+v", timeout, what, w.readStatus())
+	return status.Node{}
+}
+
+// image asks the real CRI-O about an image.
+func (w *world) image(ref string) cri.Image {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	img, err := w.cri.ImageStatus(ctx, ref)
+	if err != nil {
+		w.t.Fatalf("image status %s: %v", ref, err)
+	}
+	return img
+}
+
+func (w *world) requirePinned(refs ...string) {
+	w.t.Helper()
+	for _, r := range refs {
+		if img := w.image(r); !img.Present || !img.Pinned {
+			w.t.Fatalf("%s: present=%v pinned=%v, want both", r, img.Present, img.Pinned)
+		}
+	}
+}
+
+// livePins is pinned_images as CRI-O has it in effect.
+func (w *world) livePins() []string {
+	w.t.Helper()
+	p, err := crio.NewLiveConfig(w.crio.Socket).PinnedImages(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return p
+}
+
+// requireConfigParses checks every file CRI-O reads parses as TOML.
+func (w *world) requireConfigParses() {
+	w.t.Helper()
+	d := crio.DropIn{MainConfig: w.crio.Config, ConfigDir: w.crio.ConfigDir}
+	for _, f := range d.Scan() {
+		if f.Err != nil {
+			w.t.Fatalf("CRI-O config file does not parse: %s: %v", f.Path, f.Err)
+		}
+		var v map[string]any
+		if _, err := toml.DecodeFile(f.Path, &v); err != nil {
+			w.t.Fatalf("%s: %v", f.Path, err)
+		}
+	}
+}
+
+func phaseIs(set string, p status.Phase) func(status.Node) bool {
+	return func(n status.Node) bool {
+		s := n.Set(set)
+		return s != nil && s.Phase == p
+	}
+}
+
+func alphaSet(name string, refs ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: %s}\nspec:\n  nodeSelector: {matchLabels: {node-role.kubernetes.io/worker: \"\"}}\n  pinnedImages:\n", name)
+	for _, r := range refs {
+		fmt.Fprintf(&b, "  - %s\n", r)
+	}
+	return b.String()
+}
+
+func v1Set(name, pool string, refs ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: machineconfiguration.openshift.io/v1\nkind: PinnedImageSet\nmetadata:\n  name: %s\n  labels: {machineconfiguration.openshift.io/role: %s}\nspec:\n  pinnedImages:\n", name, pool)
+	for _, r := range refs {
+		fmt.Fprintf(&b, "  - name: %s\n", r)
+	}
+	return b.String()
+}
+
+func contains(list []string, items ...string) bool {
+	for _, i := range items {
+		if !slices.Contains(list, i) {
+			return false
+		}
+	}
+	return true
+}

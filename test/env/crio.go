@@ -1,0 +1,246 @@
+package env
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/imagepin/imagepin/cri"
+)
+
+// CacheDir is where hack/e2e-deps.sh leaves CRI-O, pinns and crictl.
+func CacheDir() string {
+	if d := os.Getenv("IMAGEPIN_CACHE"); d != "" {
+		return filepath.Join(d, "bin")
+	}
+	return "/var/cache/imagepin/bin"
+}
+
+// CRIO is a real CRI-O process with everything under Dir.
+type CRIO struct {
+	Dir       string
+	Socket    string
+	Config    string // crio.conf
+	ConfigDir string // crio.conf.d
+	LogFile   string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+}
+
+// CRIOOptions configures CRI-O's environment.
+type CRIOOptions struct {
+	// Insecure registries (host:port) reached over plain HTTP.
+	Insecure []string
+	// Mirrors maps a source prefix that does not exist to a registry that does: a
+	// disconnected cluster.
+	Mirrors map[string]string
+}
+
+// NewCRIO writes CRI-O's config into dir; Start runs it.
+func NewCRIO(dir string, opts CRIOOptions) (*CRIO, error) {
+	bin := CacheDir()
+	for _, b := range []string{"crio", "pinns"} {
+		if _, err := os.Stat(filepath.Join(bin, b)); err != nil {
+			return nil, fmt.Errorf("%s/%s missing: run hack/e2e-deps.sh", bin, b)
+		}
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return nil, errors.New("runc missing: run hack/e2e-deps.sh")
+	}
+	conmon, err := exec.LookPath("conmon")
+	if err != nil {
+		return nil, errors.New("conmon missing: run hack/e2e-deps.sh")
+	}
+	c := &CRIO{Dir: dir, Socket: filepath.Join(dir, "crio.sock"), Config: filepath.Join(dir, "crio.conf"),
+		ConfigDir: filepath.Join(dir, "crio.conf.d"), LogFile: filepath.Join(dir, "crio.log")}
+	for _, d := range []string{c.ConfigDir, filepath.Join(dir, "registries.conf.d"), filepath.Join(dir, "cni")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	pause := "registry.invalid/pause:latest"
+	if len(opts.Insecure) > 0 {
+		pause = opts.Insecure[0] + "/pause:latest"
+	}
+	conf := fmt.Sprintf(`[crio]
+root = "%[1]s/root"
+runroot = "%[1]s/runroot"
+log_dir = "%[1]s/logs"
+version_file = "%[1]s/version"
+version_file_persist = ""
+clean_shutdown_file = "%[1]s/clean.shutdown"
+storage_driver = "overlay"
+
+[crio.api]
+listen = "%[2]s"
+stream_address = "127.0.0.1"
+stream_port = "0"
+
+[crio.runtime]
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+default_runtime = "runc"
+pinns_path = "%[3]s/pinns"
+container_exits_dir = "%[1]s/exits"
+container_attach_socket_dir = "%[1]s/attach"
+namespaces_dir = "%[1]s/ns"
+
+[crio.runtime.runtimes.runc]
+runtime_path = "%[4]s"
+monitor_path = "%[5]s"
+monitor_cgroup = "pod"
+
+[crio.image]
+signature_policy = "%[1]s/policy.json"
+pause_image = "%[6]s"
+
+[crio.network]
+network_dir = "%[1]s/cni"
+plugin_dirs = ["/usr/lib/cni"]
+
+[crio.nri]
+enable_nri = false
+
+[crio.metrics]
+enable_metrics = false
+`, dir, c.Socket, bin, runc, conmon, pause)
+	var reg strings.Builder
+	reg.WriteString("unqualified-search-registries = []\n")
+	for _, h := range opts.Insecure {
+		fmt.Fprintf(&reg, "\n[[registry]]\nlocation = %q\ninsecure = true\n", h)
+	}
+	for src, mirror := range opts.Mirrors {
+		fmt.Fprintf(&reg, "\n[[registry]]\nprefix = %q\nlocation = %q\n[[registry.mirror]]\nlocation = %q\ninsecure = true\npull-from-mirror = \"digest-only\"\n", src, src, mirror)
+	}
+	files := map[string]string{
+		c.Config:                             conf,
+		filepath.Join(dir, "registries.conf"): reg.String(),
+		filepath.Join(dir, "policy.json"):     `{"default": [{"type": "insecureAcceptAnything"}]}`,
+		filepath.Join(dir, "storage.conf"):    fmt.Sprintf("[storage]\ndriver = \"overlay\"\ngraphroot = \"%[1]s/root\"\nrunroot = \"%[1]s/runroot\"\n", dir),
+	}
+	for p, content := range files {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// RegistriesConf is the registries.conf CRI-O reads.
+func (c *CRIO) RegistriesConf() string { return filepath.Join(c.Dir, "registries.conf") }
+
+// Start runs CRI-O and waits until it answers CRI.
+func (c *CRIO) Start(ctx context.Context) error {
+	logf, err := os.OpenFile(c.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(CacheDir(), "crio"),
+		"--config", c.Config, "--config-dir", c.ConfigDir,
+		"--registries-conf", c.RegistriesConf(), "--registries-conf-dir", filepath.Join(c.Dir, "registries.conf.d"),
+		"--log-level", "info")
+	cmd.Env = append(os.Environ(), "CONTAINERS_STORAGE_CONF="+filepath.Join(c.Dir, "storage.conf"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start crio: %w", err)
+	}
+	c.cmd = cmd
+	c.exited = make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(c.exited) }()
+
+	client, err := cri.Dial("unix://" + c.Socket)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-c.exited:
+			return fmt.Errorf("crio exited at start; its log:\n%s", c.LogTail(30))
+		default:
+		}
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := client.Version(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.Stop()
+	return fmt.Errorf("crio did not answer within 30s; its log:\n%s", c.LogTail(30))
+}
+
+// Stop terminates CRI-O (SIGTERM, then SIGKILL).
+func (c *CRIO) Stop() {
+	if c.cmd == nil {
+		return
+	}
+	c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(10 * time.Second):
+		c.cmd.Process.Kill()
+		<-c.exited
+	}
+	c.cmd = nil
+}
+
+// Cleanup stops CRI-O and unmounts what it left under Dir.
+func (c *CRIO) Cleanup() {
+	c.Stop()
+	unmountUnder(c.Dir)
+}
+
+// LogTail returns the last n lines of CRI-O's log.
+func (c *CRIO) LogTail(n int) string {
+	f, err := os.Open(c.LogFile)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// LogContains says whether CRI-O logged s.
+func (c *CRIO) LogContains(s string) bool {
+	b, _ := os.ReadFile(c.LogFile)
+	return strings.Contains(string(b), s)
+}
+
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var mounts []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			mounts = append(mounts, f[4])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+	}
+}

@@ -1,0 +1,154 @@
+package env
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Registry is a docker-registry process on 127.0.0.1.
+type Registry struct {
+	Host string // 127.0.0.1:PORT
+	cmd  *exec.Cmd
+	Dir  string
+}
+
+// StartRegistry runs Debian's docker-registry with filesystem storage under dir.
+func StartRegistry(dir string) (*Registry, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	host := fmt.Sprintf("127.0.0.1:%d", port)
+	cfg := fmt.Sprintf(`version: 0.1
+log: {level: warn}
+storage:
+  filesystem: {rootdirectory: %s}
+  delete: {enabled: true}
+http: {addr: %s}
+`, filepath.Join(dir, "data"), host)
+	cfgPath := filepath.Join(dir, "registry.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "registry.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("docker-registry", "serve", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start docker-registry (run hack/e2e-deps.sh): %w", err)
+	}
+	r := &Registry{Host: host, cmd: cmd, Dir: dir}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + host + "/v2/")
+		if err == nil {
+			resp.Body.Close()
+			return r, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.Stop()
+	return nil, fmt.Errorf("docker-registry did not answer on %s", host)
+}
+
+// Stop kills the registry.
+func (r *Registry) Stop() {
+	if r.cmd != nil && r.cmd.Process != nil {
+		r.cmd.Process.Kill()
+		r.cmd.Wait()
+	}
+}
+
+// Image is a pushed image.
+type Image struct {
+	Repo   string // 127.0.0.1:PORT/name
+	Digest string
+	Size   int64 // compressed layer bytes
+}
+
+// Ref is the digest reference to pin and pull.
+func (i Image) Ref() string { return i.Repo + "@" + i.Digest }
+
+// PushRandom pushes an image of `layers` random layers of layerSize bytes (distinct
+// content, so each image has its own ID: CRI-O pins per image ID), on top of base
+// layers when given (shared layers).
+func (r *Registry) PushRandom(ctx context.Context, repo string, layers int, layerSize int64, base ...v1.Layer) (Image, error) {
+	img := empty.Image
+	var err error
+	if len(base) > 0 {
+		if img, err = mutate.AppendLayers(img, base...); err != nil {
+			return Image{}, err
+		}
+	}
+	for i := 0; i < layers; i++ {
+		l, err := random.Layer(layerSize, "application/vnd.docker.image.rootfs.diff.tar.gzip")
+		if err != nil {
+			return Image{}, err
+		}
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			return Image{}, err
+		}
+	}
+	// A unique config so that two images with the same layers still differ.
+	var nonce [8]byte
+	rand.Read(nonce[:])
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return Image{}, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Config.Labels = map[string]string{"imagepin.test/nonce": fmt.Sprintf("%x", nonce)}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return Image{}, err
+	}
+	ref, err := name.ParseReference(r.Host+"/"+repo+":latest", name.Insecure)
+	if err != nil {
+		return Image{}, err
+	}
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		return Image{}, fmt.Errorf("push %s: %w", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		return Image{}, err
+	}
+	ls, _ := img.Layers()
+	var size int64
+	for _, l := range ls {
+		s, _ := l.Size()
+		size += s
+	}
+	return Image{Repo: r.Host + "/" + repo, Digest: d.String(), Size: size}, nil
+}
+
+// RandomLayer makes a layer to share between images.
+func RandomLayer(size int64) (v1.Layer, error) {
+	return random.Layer(size, "application/vnd.docker.image.rootfs.diff.tar.gzip")
+}
+
+// FreePort returns a free TCP port on 127.0.0.1.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
