@@ -223,12 +223,15 @@ func Render(patterns []string) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("# Written by imagepind. Do not edit: it is rewritten from the PinnedImageSet\n")
 	b.WriteString("# files and from the pinned_images of CRI-O's other config files.\n")
+	b.WriteString("[crio.image]\npinned_images = [\n")
+	// One pattern a line, quoted as CRI-O's own template does (%q); the parse-back
+	// below proves the TOML reads back to exactly these strings.
+	for _, p := range ps {
+		fmt.Fprintf(&b, "\t%q,\n", p)
+	}
+	b.WriteString("]\n")
 	type image struct {
 		PinnedImages []string `toml:"pinned_images"`
-	}
-	doc := map[string]map[string]image{"crio": {"image": {PinnedImages: ps}}}
-	if err := toml.NewEncoder(&b).Encode(doc); err != nil {
-		return nil, fmt.Errorf("encode drop-in: %w", err)
 	}
 	// Parse it back: CRI-O must be able to read whatever we write.
 	var check map[string]map[string]image

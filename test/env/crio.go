@@ -121,7 +121,7 @@ enable_metrics = false
 		fmt.Fprintf(&reg, "\n[[registry]]\nprefix = %q\nlocation = %q\n[[registry.mirror]]\nlocation = %q\ninsecure = true\npull-from-mirror = \"digest-only\"\n", src, src, mirror)
 	}
 	files := map[string]string{
-		c.Config:                             conf,
+		c.Config:                              conf,
 		filepath.Join(dir, "registries.conf"): reg.String(),
 		filepath.Join(dir, "policy.json"):     `{"default": [{"type": "insecureAcceptAnything"}]}`,
 		filepath.Join(dir, "storage.conf"):    fmt.Sprintf("[storage]\ndriver = \"overlay\"\ngraphroot = \"%[1]s/root\"\nrunroot = \"%[1]s/runroot\"\n", dir),

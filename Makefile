@@ -1,0 +1,47 @@
+# imagepin. `make demo` and `make test` work on a bare Debian 12 machine as root:
+# hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.34 once into
+# $(IMAGEPIN_CACHE) (default /var/cache/imagepin).
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0-dev)
+LDFLAGS   := -s -w -X main.version=$(VERSION)
+E2E_TIMEOUT ?= 20m
+
+.PHONY: all build cross test test-unit test-e2e lint demo deps clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/...
+
+# The node daemon is a static binary for every architecture OpenShift nodes run.
+cross:
+	@for arch in amd64 arm64 ppc64le s390x; do \
+	  echo "imagepind linux/$$arch"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-$$arch/ ./cmd/imagepind ./cmd/imagepinctl || exit 1; \
+	done
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/...
+
+# Unit tier: no root, no network.
+test-unit:
+	$(GO) test -count=1 ./...
+
+deps:
+	hack/e2e-deps.sh
+
+# End-to-end tier: real registry, real CRI-O, root.
+test-e2e: deps
+	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
+
+test: lint cross test-unit test-e2e
+
+demo: deps build
+	IMAGEPIN_BIN=$(BIN) $(GO) run ./test/demo
+
+clean:
+	rm -rf $(BIN)
