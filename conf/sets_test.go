@@ -1,6 +1,9 @@
 package conf
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -213,5 +216,27 @@ func TestIsSetFileName(t *testing.T) {
 		if got := IsSetFileName(name); got != want {
 			t.Errorf("IsSetFileName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// A ConfigMap volume: files are symlinks into a ..data symlink to a timestamped directory.
+func TestReadSetsDirConfigMapLayout(t *testing.T) {
+	dir := t.TempDir()
+	ts := filepath.Join(dir, "..2026_11_21_09_00_00.1")
+	os.Mkdir(ts, 0o755)
+	doc := "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: cm}\nspec: {pinnedImages: [\"quay.io/x/a@" + d1 + "\"]}\n"
+	os.WriteFile(filepath.Join(ts, "cm.yaml"), []byte(doc), 0o644)
+	os.Symlink(filepath.Base(ts), filepath.Join(dir, "..data"))
+	os.Symlink("..data/cm.yaml", filepath.Join(dir, "cm.yaml"))
+	os.Symlink("..data/gone.yaml", filepath.Join(dir, "gone.yaml")) // dangling: skipped
+	files, err := ReadSetsDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 1 || files[0].Name != "cm.yaml" || files[0].Err != nil || string(files[0].Data) != doc {
+		t.Fatalf("%+v", files)
+	}
+	if _, err := ReadSetsDir(filepath.Join(dir, "nope")); !errors.Is(err, ErrSetsDirMissing) {
+		t.Fatalf("missing dir: %v", err)
 	}
 }
