@@ -22,8 +22,10 @@ type Runtime interface {
 
 // Subject is one CRI-O (real or fake) to check, with images to use.
 type Subject struct {
-	Runtime  Runtime
-	Live     interface{ PinnedImages(context.Context) ([]string, error) }
+	Runtime Runtime
+	Live    interface {
+		PinnedImages(context.Context) ([]string, error)
+	}
 	Reloader interface{ Reload(context.Context) error }
 	DropIn   crio.DropIn
 	// Available are two distinct images the registry has; Missing one it does not.
