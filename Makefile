@@ -22,7 +22,8 @@ cross:
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-$$arch/ ./cmd/imagepind ./cmd/imagepinctl || exit 1; \
 	done
 
-lint:
+lint: build
+	hack/verify-unit.sh $(BIN)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...

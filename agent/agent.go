@@ -34,6 +34,20 @@ type Reloader interface {
 	Reload(ctx context.Context) error
 }
 
+// Observer receives the events metrics count. Results: pulls "success", "transient",
+// "unavailable", "no_space"; reloads "confirmed", "failed".
+type Observer interface {
+	Pull(result string, d time.Duration)
+	Reload(result string)
+	Reconciled(t time.Time)
+}
+
+type noObserver struct{}
+
+func (noObserver) Pull(string, time.Duration) {}
+func (noObserver) Reload(string)              {}
+func (noObserver) Reconciled(time.Time)       {}
+
 // Clock is injected so tests control time.
 type Clock interface {
 	Now() time.Time
@@ -62,6 +76,9 @@ type Config struct {
 	ConfirmTimeout time.Duration
 	// MaxBackoff caps every retry delay.
 	MaxBackoff time.Duration
+	// Heartbeat, when set, is how often the loop proves it is alive (Deps.Alive) even
+	// when idle: systemd's watchdog is fed by the loop itself, never by CRI-O's health.
+	Heartbeat time.Duration
 }
 
 // Deps are the agent's collaborators.
@@ -76,6 +93,10 @@ type Deps struct {
 	Publish func(status.Node)
 	Clock   Clock
 	Log     logrus.FieldLogger
+	// Observer counts pulls and reloads (metrics); nil counts nothing.
+	Observer Observer
+	// Alive is called after every pass of the loop and every Heartbeat.
+	Alive func()
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.
@@ -134,6 +155,12 @@ func New(cfg Config, deps Deps) *Agent {
 	if deps.Log == nil {
 		deps.Log = logrus.StandardLogger()
 	}
+	if deps.Observer == nil {
+		deps.Observer = noObserver{}
+	}
+	if deps.Alive == nil {
+		deps.Alive = func() {}
+	}
 	if deps.Publish == nil {
 		deps.Publish = func(status.Node) {}
 	}
@@ -187,8 +214,15 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var heartbeat <-chan time.Time
+	if a.cfg.Heartbeat > 0 {
+		t := time.NewTicker(a.cfg.Heartbeat)
+		defer t.Stop()
+		heartbeat = t.C
+	}
 	for {
 		a.Reconcile(ctx)
+		a.deps.Alive()
 		if a.onFirstRun != nil {
 			a.onFirstRun()
 			a.onFirstRun = nil
@@ -198,9 +232,13 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			wait = max(at.Sub(a.deps.Clock.Now()), 10*time.Millisecond)
 		}
 		timer.Reset(wait)
+	idle:
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-heartbeat:
+			a.deps.Alive()
+			goto idle
 		case <-triggers:
 			a.inputsDirty = true
 		case r := <-a.results:
@@ -244,6 +282,7 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	}
 	a.publish(desired)
 	a.saveState()
+	a.deps.Observer.Reconciled(a.deps.Clock.Now())
 }
 
 // nextWake is the earliest time something is due: a pull retry, a reconcile retry, an

@@ -99,11 +99,13 @@ func (a *Agent) syncPins(ctx context.Context, admitted []conf.Set) {
 		return
 	}
 	if err := a.reloadAndConfirm(ctx, changed); err != nil {
+		a.deps.Observer.Reload("failed")
 		a.pinFaults = append(a.pinFaults, err.Error())
 		a.log.WithError(err).Warn("pins not confirmed; retrying")
 		a.pinRetry.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
 		return
 	}
+	a.deps.Observer.Reload("confirmed")
 	a.pinRetry.reset()
 }
 

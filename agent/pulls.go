@@ -147,6 +147,7 @@ func (a *Agent) handleResult(r pullResult) {
 	log := a.log.WithField("image", r.image).WithField("took", r.took.Round(time.Millisecond).String())
 	now := a.deps.Clock.Now()
 	if r.err == nil {
+		a.deps.Observer.Pull("success", r.took)
 		img.checked, img.present, img.pinned = true, true, r.after.Pinned
 		img.lastErr = nil
 		img.retry.reset()
@@ -156,9 +157,10 @@ func (a *Agent) handleResult(r pullResult) {
 	}
 	img.lastErr = r.err
 	img.failure = cri.Classify(r.err)
+	a.deps.Observer.Pull(map[cri.Failure]string{cri.Transient: "transient", cri.Unavailable: "unavailable", cri.NoSpace: "no_space"}[img.failure], r.took)
 	img.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 	switch {
-	case isUnavailable(r.err):
+	case errors.Is(r.err, cri.ErrUnavailable):
 		a.runtimeDown(r.err)
 		img.checked = false
 	case img.failure == cri.NoSpace:

@@ -11,7 +11,9 @@ import (
 	"github.com/imagepin/imagepin/crio"
 )
 
-const rpcTimeout = 30 * time.Second
+// rpcTimeout bounds each CRI call: a hung runtime must not stall the loop (and so the
+// watchdog) for long.
+const rpcTimeout = 10 * time.Second
 
 // ensureRuntime asks the runtime for its version when it is not known (at start, and
 // after the runtime went away: it may come back upgraded).
@@ -80,5 +82,7 @@ type fileID struct {
 	ctime int64
 }
 
-// isUnavailable says whether a CRI error means the runtime is down.
-func isUnavailable(err error) bool { return errors.Is(err, cri.ErrUnavailable) }
+// isUnavailable says whether a CRI error means the runtime is down or hung.
+func isUnavailable(err error) bool {
+	return errors.Is(err, cri.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}

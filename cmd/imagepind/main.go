@@ -17,6 +17,7 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/metrics"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
@@ -70,6 +71,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	defer unlock()
 
 	notifier := systemd.Notifier{}
+	m := metrics.New()
 	a, client, err := wire.Agent(cfg, store, wire.Options{
 		Version: version,
 		Publish: func(n status.Node) {
@@ -77,8 +79,14 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 				log.WithError(err).Error("write status file")
 			}
 			notifier.Status(n.Summary())
+			m.Sets(n)
 		},
-		Log: log,
+		Log:      log,
+		Observer: m,
+		// WATCHDOG=1 only from the loop itself: a CRI-O outage slows no step for long
+		// (every call has a timeout), so it cannot get imagepind killed.
+		Alive:     notifier.Watchdog,
+		Heartbeat: notifier.WatchdogInterval(),
 	})
 	if err != nil {
 		return err
@@ -102,6 +110,9 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
 	g.Go(func() error { return a.Run(ctx, w.C()) })
+	if cfg.Metrics.Address != "" {
+		g.Go(func() error { return m.Serve(ctx, cfg.Metrics.Address) })
+	}
 	err = g.Wait()
 	notifier.Stopping()
 	if errors.Is(err, context.Canceled) {

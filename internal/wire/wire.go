@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	goruntime "runtime"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -26,6 +27,10 @@ type Options struct {
 	SetsDir string
 	Publish func(status.Node)
 	Log     *logrus.Logger
+	// Observer counts pulls and reloads (metrics); Alive and Heartbeat feed the watchdog.
+	Observer  agent.Observer
+	Alive     func()
+	Heartbeat time.Duration
 }
 
 // Agent builds the agent. The caller closes the returned CRI client.
@@ -58,6 +63,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		PullConcurrency: cfg.EffectivePullConcurrency(),
 		PullTimeout:     cfg.CRI.PullTimeout.D(),
 		RuntimeSocket:   socket,
+		Heartbeat:       opts.Heartbeat,
 	}, agent.Deps{
 		Runtime:  client,
 		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir},
@@ -67,6 +73,8 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		State:    store,
 		Publish:  opts.Publish,
 		Log:      opts.Log,
+		Observer: opts.Observer,
+		Alive:    opts.Alive,
 	})
 	return a, client, nil
 }

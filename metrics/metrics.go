@@ -1,0 +1,115 @@
+// Package metrics exposes imagepind's Prometheus metrics: per set (images total and
+// ready, bytes ready, phase), pulls by result, pull durations, reloads by result, and
+// the time of the last reconcile. The registry is the caller's, never the global one.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+// Metrics holds imagepind's collectors.
+type Metrics struct {
+	reg           *prometheus.Registry
+	setImages     *prometheus.GaugeVec
+	setReady      *prometheus.GaugeVec
+	setBytesReady *prometheus.GaugeVec
+	setPhase      *prometheus.GaugeVec
+	pulls         *prometheus.CounterVec
+	pullDuration  *prometheus.HistogramVec
+	reloads       *prometheus.CounterVec
+	lastReconcile prometheus.Gauge
+}
+
+// New registers the collectors on a new registry.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		setImages: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "imagepin_set_images",
+			Help: "Images listed by a set that applies to this node."}, []string{"set"}),
+		setReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "imagepin_set_images_ready",
+			Help: "Images of a set present and pinned."}, []string{"set"}),
+		setBytesReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "imagepin_set_bytes_ready",
+			Help: "Compressed layer bytes of a set's ready images (0 while the disk check is a stub)."}, []string{"set"}),
+		setPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "imagepin_set_phase",
+			Help: "1 for the set's current phase, 0 for the others."}, []string{"set", "phase"}),
+		pulls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imagepin_pulls_total",
+			Help: "Image pulls by result: success, transient, unavailable, no_space."}, []string{"result"}),
+		pullDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "imagepin_pull_duration_seconds",
+			Help: "Duration of image pulls.", Buckets: prometheus.ExponentialBuckets(0.05, 2, 16)}, []string{"result"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "imagepin_reloads_total",
+			Help: "CRI-O reloads by result: confirmed, failed."}, []string{"result"}),
+		lastReconcile: prometheus.NewGauge(prometheus.GaugeOpts{Name: "imagepin_last_reconcile_timestamp_seconds",
+			Help: "Unix time of the last reconcile."}),
+	}
+	m.reg.MustRegister(m.setImages, m.setReady, m.setBytesReady, m.setPhase, m.pulls, m.pullDuration, m.reloads, m.lastReconcile,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Pull records a finished pull.
+func (m *Metrics) Pull(result string, d time.Duration) {
+	m.pulls.WithLabelValues(result).Inc()
+	m.pullDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// Reload records a reload and its confirmation.
+func (m *Metrics) Reload(result string) { m.reloads.WithLabelValues(result).Inc() }
+
+// Reconciled records a reconcile.
+func (m *Metrics) Reconciled(t time.Time) { m.lastReconcile.Set(float64(t.UnixNano()) / 1e9) }
+
+// Sets replaces the per-set gauges with the node status.
+func (m *Metrics) Sets(n status.Node) {
+	m.setImages.Reset()
+	m.setReady.Reset()
+	m.setBytesReady.Reset()
+	m.setPhase.Reset()
+	for _, s := range n.Sets {
+		m.setImages.WithLabelValues(s.Name).Set(float64(s.ImagesTotal))
+		m.setReady.WithLabelValues(s.Name).Set(float64(s.ImagesReady))
+		m.setBytesReady.WithLabelValues(s.Name).Set(float64(s.BytesReady))
+		for _, p := range []status.Phase{status.Pending, status.Pulling, status.Ready, status.Failed} {
+			v := 0.0
+			if s.Phase == p {
+				v = 1
+			}
+			m.setPhase.WithLabelValues(s.Name, string(p)).Set(v)
+		}
+	}
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Serve listens on address until ctx ends, then shuts the server down.
+func (m *Metrics) Serve(ctx context.Context, address string) error {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	l, err := net.Listen("tcp", address)
+	if err != nil {
+		return err
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

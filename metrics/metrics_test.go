@@ -1,0 +1,50 @@
+package metrics
+
+import (
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+func TestExposition(t *testing.T) {
+	m := New()
+	m.Pull("success", 1500*time.Millisecond)
+	m.Pull("transient", time.Second)
+	m.Reload("confirmed")
+	m.Reconciled(time.Unix(1700000000, 0))
+	m.Sets(status.Node{Sets: []status.Set{{Name: "upgrade", Phase: status.Pulling, ImagesTotal: 120, ImagesReady: 37, BytesReady: 1024}}})
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	body := string(b)
+	for _, want := range []string{
+		`imagepin_set_images{set="upgrade"} 120`,
+		`imagepin_set_images_ready{set="upgrade"} 37`,
+		`imagepin_set_bytes_ready{set="upgrade"} 1024`,
+		`imagepin_set_phase{phase="Pulling",set="upgrade"} 1`,
+		`imagepin_set_phase{phase="Ready",set="upgrade"} 0`,
+		`imagepin_pulls_total{result="success"} 1`,
+		`imagepin_pull_duration_seconds_count{result="success"} 1`,
+		`imagepin_reloads_total{result="confirmed"} 1`,
+		`imagepin_last_reconcile_timestamp_seconds 1.7e+09`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("missing %s", want)
+		}
+	}
+	// A set that leaves leaves the metrics too.
+	m.Sets(status.Node{})
+	resp, _ = srv.Client().Get(srv.URL)
+	b, _ = io.ReadAll(resp.Body)
+	if strings.Contains(string(b), `set="upgrade"`) {
+		t.Error("stale set metrics")
+	}
+}
