@@ -7,6 +7,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,4 +283,21 @@ func contains(list []string, items ...string) bool {
 		}
 	}
 	return true
+}
+
+// scrape reads imagepind's /metrics (the address in its config).
+func scrape(t *testing.T, w *world) string {
+	t.Helper()
+	b, _ := os.ReadFile(w.config)
+	var cfg struct {
+		Metrics struct{ Address string } `toml:"metrics"`
+	}
+	toml.Decode(string(b), &cfg)
+	resp, err := http.Get("http://" + cfg.Metrics.Address + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return string(body)
 }

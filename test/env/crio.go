@@ -143,11 +143,9 @@ func (c *CRIO) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(CacheDir(), "crio"),
-		"--config", c.Config, "--config-dir", c.ConfigDir,
-		"--registries-conf", c.RegistriesConf(), "--registries-conf-dir", filepath.Join(c.Dir, "registries.conf.d"),
-		"--log-level", "info")
-	cmd.Env = append(os.Environ(), "CONTAINERS_STORAGE_CONF="+filepath.Join(c.Dir, "storage.conf"))
+	args := c.Command()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), c.Environment()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -158,6 +156,28 @@ func (c *CRIO) Start(ctx context.Context) error {
 	c.exited = make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(c.exited) }()
 
+	if err := c.WaitReady(ctx, c.exited); err != nil {
+		c.Stop()
+		return err
+	}
+	return nil
+}
+
+// Command is CRI-O's command line; Environment its extra environment.
+func (c *CRIO) Command() []string {
+	return []string{filepath.Join(CacheDir(), "crio"),
+		"--config", c.Config, "--config-dir", c.ConfigDir,
+		"--registries-conf", c.RegistriesConf(), "--registries-conf-dir", filepath.Join(c.Dir, "registries.conf.d"),
+		"--log-level", "info"}
+}
+
+// Environment is the environment CRI-O needs beyond the caller's.
+func (c *CRIO) Environment() []string {
+	return []string{"CONTAINERS_STORAGE_CONF=" + filepath.Join(c.Dir, "storage.conf")}
+}
+
+// WaitReady waits until CRI-O answers CRI (exited, if not nil, says it died).
+func (c *CRIO) WaitReady(ctx context.Context, exited <-chan struct{}) error {
 	client, err := cri.Dial("unix://" + c.Socket)
 	if err != nil {
 		return err
@@ -166,7 +186,7 @@ func (c *CRIO) Start(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case <-c.exited:
+		case <-exited:
 			return fmt.Errorf("crio exited at start; its log:\n%s", c.LogTail(30))
 		default:
 		}
@@ -178,7 +198,6 @@ func (c *CRIO) Start(ctx context.Context) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.Stop()
 	return fmt.Errorf("crio did not answer within 30s; its log:\n%s", c.LogTail(30))
 }
 

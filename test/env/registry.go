@@ -32,7 +32,20 @@ func StartRegistry(dir string) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	host := fmt.Sprintf("127.0.0.1:%d", port)
+	return startRegistry(dir, fmt.Sprintf("127.0.0.1:%d", port))
+}
+
+// Restart starts a stopped registry again, on the same address and storage.
+func (r *Registry) Restart() error {
+	n, err := startRegistry(r.Dir, r.Host)
+	if err != nil {
+		return err
+	}
+	r.cmd = n.cmd
+	return nil
+}
+
+func startRegistry(dir, host string) (*Registry, error) {
 	cfg := fmt.Sprintf(`version: 0.1
 log: {level: warn}
 storage:
@@ -44,7 +57,7 @@ http: {addr: %s}
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "registry.log"))
+	logf, err := os.OpenFile(filepath.Join(dir, "registry.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -72,6 +85,7 @@ func (r *Registry) Stop() {
 	if r.cmd != nil && r.cmd.Process != nil {
 		r.cmd.Process.Kill()
 		r.cmd.Wait()
+		r.cmd = nil
 	}
 }
 
