@@ -8,7 +8,9 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 E2E_TIMEOUT ?= 20m
 
-.PHONY: all build cross test test-unit test-e2e lint demo deps clean
+FUZZTIME ?= 10s
+
+.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps clean
 
 all: build
 
@@ -32,6 +34,11 @@ lint: build
 test-unit:
 	$(GO) test -count=1 ./...
 
+# The document parser and the drop-in renderer, briefly (FUZZTIME each).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSetFile$$' -fuzztime $(FUZZTIME) ./conf
+	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME) ./crio
+
 deps:
 	hack/e2e-deps.sh
 
@@ -39,7 +46,7 @@ deps:
 test-e2e: deps
 	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
 
-test: lint cross test-unit test-e2e
+test: lint cross test-unit fuzz test-e2e
 
 demo: deps build
 	IMAGEPIN_BIN=$(BIN) $(GO) run ./test/demo

@@ -63,9 +63,9 @@ func StartSystemd(dir string, units map[string]string) (*Systemd, error) {
 		}
 	}
 	base := map[string]string{
-		"test.target": "[Unit]\nDescription=imagepin test\nDefaultDependencies=no\nWants=dbus.socket dbus.service\n",
+		"test.target":  "[Unit]\nDescription=imagepin test\nDefaultDependencies=no\nWants=dbus.socket dbus.service\n",
 		"system.slice": "[Unit]\nDescription=System Slice\nDefaultDependencies=no\n",
-		"dbus.socket": "[Unit]\nDescription=D-Bus System Message Bus Socket\nDefaultDependencies=no\n[Socket]\nListenStream=/run/dbus/system_bus_socket\n",
+		"dbus.socket":  "[Unit]\nDescription=D-Bus System Message Bus Socket\nDefaultDependencies=no\n[Socket]\nListenStream=/run/dbus/system_bus_socket\n",
 		"dbus.service": "[Unit]\nDescription=D-Bus System Message Bus\nDefaultDependencies=no\nRequires=dbus.socket\n[Service]\nType=notify\n" +
 			"ExecStart=/usr/bin/dbus-daemon --config-file=/usr/share/dbus-1/system.conf --address=systemd: --nofork --nopidfile --systemd-activation --syslog-only\n",
 	}
@@ -196,8 +196,6 @@ func (s *Systemd) Stop() {
 		if err := os.Remove(s.cgroup); err == nil || os.IsNotExist(err) {
 			break
 		}
-		// Leftover sub-cgroups of systemd's own hierarchy go first.
-		filepath.WalkDir(s.cgroup, func(p string, d os.DirEntry, err error) error { return nil })
 		removeCgroupTree(s.cgroup)
 		time.Sleep(50 * time.Millisecond)
 	}
