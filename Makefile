@@ -10,7 +10,7 @@ E2E_TIMEOUT ?= 20m
 
 FUZZTIME ?= 10s
 
-.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps clean
+.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench clean
 
 all: build
 
@@ -47,6 +47,13 @@ test-e2e: deps
 	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
 
 test: lint cross test-unit fuzz test-e2e
+
+# Benchmarks (not timed tests): writes the tables to stdout and $(BENCH_OUT).
+BENCH_OUT ?= bench-results.md
+BENCH_FLAGS ?=
+bench: build
+	hack/bench-deps.sh >/dev/null
+	$(GO) run ./test/bench -bin $(BIN) $(BENCH_FLAGS) | tee $(BENCH_OUT)
 
 demo: deps build
 	IMAGEPIN_BIN=$(BIN) $(GO) run ./test/demo
