@@ -34,7 +34,11 @@ func FuzzRender(f *testing.F) {
 			}
 		}
 		var got struct {
-			Crio struct{ Image struct{ PinnedImages []string `toml:"pinned_images"` } `toml:"image"` } `toml:"crio"`
+			Crio struct {
+				Image struct {
+					PinnedImages []string `toml:"pinned_images"`
+				} `toml:"image"`
+			} `toml:"crio"`
 		}
 		toml.Decode(string(out), &got)
 		want := slices.Clone(in)
