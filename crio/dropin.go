@@ -79,6 +79,18 @@ func readConfigFile(path string) (ConfigFile, bool) {
 		cf.Err = err
 		return cf, true
 	}
+	pins, set, err := decodePins(data)
+	if err != nil {
+		cf.Err = fmt.Errorf("parse: %w", err)
+		return cf, true
+	}
+	cf.SetsPins, cf.Pins = set, pins
+	return cf, true
+}
+
+// decodePins reads [crio.image] pinned_images from CRI-O TOML; set says whether the key
+// is there at all (even as []), since only then does it replace earlier files' list.
+func decodePins(data []byte) (pins []string, set bool, err error) {
 	var doc struct {
 		Crio struct {
 			Image struct {
@@ -88,12 +100,9 @@ func readConfigFile(path string) (ConfigFile, bool) {
 	}
 	md, err := toml.Decode(string(data), &doc)
 	if err != nil {
-		cf.Err = fmt.Errorf("parse: %w", err)
-		return cf, true
+		return nil, false, err
 	}
-	cf.SetsPins = md.IsDefined("crio", "image", "pinned_images")
-	cf.Pins = doc.Crio.Image.PinnedImages
-	return cf, true
+	return doc.Crio.Image.PinnedImages, md.IsDefined("crio", "image", "pinned_images"), nil
 }
 
 // ExistingPins summarises the other files' pins for the managed drop-in.
@@ -230,15 +239,12 @@ func Render(patterns []string) ([]byte, error) {
 		fmt.Fprintf(&b, "\t%q,\n", p)
 	}
 	b.WriteString("]\n")
-	type image struct {
-		PinnedImages []string `toml:"pinned_images"`
-	}
 	// Parse it back: CRI-O must be able to read whatever we write.
-	var check map[string]map[string]image
-	if _, err := toml.Decode(b.String(), &check); err != nil {
+	back, _, err := decodePins(b.Bytes())
+	if err != nil {
 		return nil, fmt.Errorf("rendered drop-in does not parse: %w", err)
 	}
-	if !slices.Equal(check["crio"]["image"].PinnedImages, ps) {
+	if !slices.Equal(back, ps) {
 		return nil, errors.New("rendered drop-in does not read back to the same patterns")
 	}
 	return b.Bytes(), nil

@@ -7,8 +7,6 @@ import (
 	"net"
 	"net/http"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // LiveConfig reads the configuration CRI-O has in effect from its socket (GET /config,
@@ -48,15 +46,9 @@ func (l *LiveConfig) PinnedImages(ctx context.Context) ([]string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("get CRI-O config: %s", resp.Status)
 	}
-	var doc struct {
-		Crio struct {
-			Image struct {
-				PinnedImages []string `toml:"pinned_images"`
-			} `toml:"image"`
-		} `toml:"crio"`
-	}
-	if _, err := toml.Decode(string(body), &doc); err != nil {
+	pins, _, err := decodePins(body)
+	if err != nil {
 		return nil, fmt.Errorf("parse CRI-O config: %w", err)
 	}
-	return nonEmpty(doc.Crio.Image.PinnedImages), nil
+	return nonEmpty(pins), nil
 }

@@ -24,6 +24,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
@@ -87,8 +88,9 @@ func run(ctx context.Context) error {
 		bytes += img.Size
 	}
 	fmt.Printf("# imagepin benchmarks (%s)\n\n", time.Now().UTC().Format(time.RFC3339))
-	fmt.Printf("Set: %d distinct images, %d layer references (3 shared 1 MiB base layers, 2 unique 512 KiB layers each), %.1f MiB compressed in all references.\n",
-		*nImages, layers, float64(bytes)/(1<<20))
+	unique := int64(len(bases))<<20 + int64(*nImages)*(1<<20)
+	fmt.Printf("Set: %d distinct images, %d layer references (3 shared 1 MiB base layers, 2 unique 512 KiB layers each): %.1f MiB compressed summed over images, %.1f MiB unique.\n",
+		*nImages, layers, float64(bytes)/(1<<20), float64(unique)/(1<<20))
 	fmt.Printf("Machine: %d CPUs. Each run: a fresh CRI-O 1.34.0 with empty storage. %d repetitions; medians.\n\n", numCPU(), *reps)
 
 	stopProxy, err := b.startSlowLink()
@@ -152,8 +154,8 @@ func (b *bench) preload(ctx context.Context, title string, slow bool) error {
 			return criParallel(ctx, c, refs, n)
 		}})
 	}
-	for _, k := range []int{0, 8} {
-		label := "imagepind, pull_concurrency default (4)"
+	for _, k := range []int{4, 0} {
+		label := fmt.Sprintf("imagepind, pull_concurrency default (%d)", conf.DefaultPullConcurrency)
 		if k != 0 {
 			label = fmt.Sprintf("imagepind, pull_concurrency %d", k)
 		}

@@ -60,24 +60,14 @@ func TestSetsAdminPinsRemovalAndLabels(t *testing.T) {
 	other := w.push("admin-other", 1)
 	w.cri.PullImage(t.Context(), other[0], nil)
 	os.WriteFile(adminFile, []byte("[crio.image]\npinned_images = [\""+other[0]+"\"]\n"), 0o644)
-	deadline := time.Now().Add(30 * time.Second)
-	for !(w.image(other[0]).Pinned && !w.image(admin[0]).Pinned) {
-		if time.Now().After(deadline) {
-			t.Fatalf("admin edit not followed: live pins %v", w.livePins())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(t, "the admin's edit followed", 30*time.Second, func() bool {
+		return w.image(other[0]).Pinned && !w.image(admin[0]).Pinned
+	})
 
 	// A set removed: unpinned after unpin_delay (2s) but present; the other untouched.
 	os.Remove(filepath.Join(w.setsDir, "bravo.yaml"))
 	w.waitFor("bravo gone", 20*time.Second, func(n status.Node) bool { return n.Set("bravo") == nil })
-	deadline = time.Now().Add(30 * time.Second)
-	for w.image(b[0]).Pinned {
-		if time.Now().After(deadline) {
-			t.Fatal("bravo's images still pinned after unpin_delay")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(t, "bravo unpinned after unpin_delay", 30*time.Second, func() bool { return !w.image(b[0]).Pinned })
 	for _, r := range b {
 		if img := w.image(r); !img.Present || img.Pinned {
 			t.Fatalf("%s after removal: present=%v pinned=%v, want present and unpinned", r, img.Present, img.Pinned)
@@ -96,13 +86,7 @@ func TestSetsAdminPinsRemovalAndLabels(t *testing.T) {
 	w.requirePinned(b[0])
 	os.WriteFile(w.labels, []byte(`{}`), 0o644)
 	w.waitFor("masters gone", 30*time.Second, func(n status.Node) bool { return n.Set("masters") == nil })
-	deadline = time.Now().Add(30 * time.Second)
-	for w.image(b[0]).Pinned {
-		if time.Now().After(deadline) {
-			t.Fatal("masters' image still pinned after the node left the pool")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitUntil(t, "masters' image unpinned after the node left the pool", 30*time.Second, func() bool { return !w.image(b[0]).Pinned })
 	w.requireConfigParses()
 }
 

@@ -64,7 +64,17 @@ type world struct {
 	daemonCh chan struct{}
 }
 
-func newWorld(t *testing.T) *world {
+// worldOptions are the imagepind config keys the tests vary.
+type worldOptions struct {
+	reload          string // default "signal"
+	unpinDelay      string // default "2s"
+	pullConcurrency int
+	metrics         bool
+}
+
+// baseWorld creates a world's directories, its registry and its CRI-O config; the
+// caller starts CRI-O (as a process or as a unit) and writes imagepind's config.
+func baseWorld(t *testing.T) *world {
 	t.Helper()
 	dir := t.TempDir()
 	w := &world{t: t, dir: dir, setsDir: filepath.Join(dir, "sets.d"), labels: filepath.Join(dir, "node-labels.json"),
@@ -77,24 +87,46 @@ func newWorld(t *testing.T) *world {
 	}
 	t.Cleanup(reg.Stop)
 	w.reg = reg
-	c, err := env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{reg.Host}})
-	if err != nil {
+	if w.crio, err = env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{reg.Host}}); err != nil {
 		t.Fatal(err)
 	}
-	w.crio = c
-	if err := c.Start(context.Background()); err != nil {
+	return w
+}
+
+// newWorld is a world with CRI-O and imagepind as plain child processes.
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := baseWorld(t)
+	if err := w.crio.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(c.Cleanup)
-	w.cri, err = cri.Dial("unix://" + c.Socket)
-	if err != nil {
-		t.Fatal(err)
+	t.Cleanup(w.crio.Cleanup)
+	w.dialCRI()
+	w.writeConfig(worldOptions{})
+	return w
+}
+
+func (w *world) dialCRI() {
+	var err error
+	if w.cri, err = cri.Dial("unix://" + w.crio.Socket); err != nil {
+		w.t.Fatal(err)
 	}
-	t.Cleanup(func() { w.cri.Close() })
+	w.t.Cleanup(func() { w.cri.Close() })
+}
+
+// writeConfig writes imagepind's config for this world.
+func (w *world) writeConfig(o worldOptions) {
+	w.t.Helper()
+	if o.reload == "" {
+		o.reload = "signal"
+	}
+	if o.unpinDelay == "" {
+		o.unpinDelay = "2s"
+	}
 	cfg := fmt.Sprintf(`sets_dir = %q
 state_dir = %q
 status_file = %q
-unpin_delay = "2s"
+unpin_delay = %q
 [node]
 name = "e2e-node"
 labels = {"node-role.kubernetes.io/worker" = ""}
@@ -102,15 +134,23 @@ labels_file = %q
 [cri]
 endpoint = "unix://%s"
 pull_secret = %q
+pull_concurrency = %d
 [crio]
 config = %q
 config_dir = %q
-reload = "signal"
-`, w.setsDir, filepath.Join(dir, "state"), w.status, w.labels, c.Socket, filepath.Join(dir, "config.json"), c.Config, c.ConfigDir)
-	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+reload = %q
+`, w.setsDir, filepath.Join(w.dir, "state"), w.status, o.unpinDelay, w.labels, w.crio.Socket, filepath.Join(w.dir, "config.json"),
+		o.pullConcurrency, w.crio.Config, w.crio.ConfigDir, o.reload)
+	if o.metrics {
+		port, err := env.FreePort()
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		cfg += fmt.Sprintf("[metrics]\naddress = \"127.0.0.1:%d\"\n", port)
 	}
-	return w
+	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 func (w *world) startDaemon() {
@@ -300,4 +340,15 @@ func scrape(t *testing.T, w *world) string {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return string(body)
+}
+
+func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -13,44 +13,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
 )
 
-type sdOptions struct {
-	reload          string
-	watchdogSec     string
-	pullConcurrency int
-	unpinDelay      string
-}
-
 // newSystemdWorld is a world whose CRI-O runs as crio.service and whose imagepind runs as
-// the shipped imagepind.service, under a real systemd (PID 1 of a namespace) and bus.
-func newSystemdWorld(t *testing.T, o sdOptions) (*world, *env.Systemd) {
+// the shipped imagepind.service (plus a test drop-in), under a real systemd (PID 1 of a
+// namespace) and a real system bus. watchdogSec overrides the unit's WatchdogSec.
+func newSystemdWorld(t *testing.T, o worldOptions, watchdogSec string) (*world, *env.Systemd) {
 	t.Helper()
 	if o.reload == "" {
 		o.reload = "systemd"
 	}
-	if o.unpinDelay == "" {
-		o.unpinDelay = "2s"
-	}
-	dir := t.TempDir()
-	w := &world{t: t, dir: dir, setsDir: filepath.Join(dir, "sets.d"), labels: filepath.Join(dir, "node-labels.json"),
-		config: filepath.Join(dir, "imagepind.toml"), status: filepath.Join(dir, "run", "status.json")}
-	os.MkdirAll(w.setsDir, 0o755)
-	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
-	reg, err := env.StartRegistry(filepath.Join(dir, "registry"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Stop)
-	w.reg = reg
-	c, err := env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{reg.Host}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.crio = c
+	o.metrics = true
+	w := baseWorld(t)
+	c, dir := w.crio, w.dir
 	shipped, err := os.ReadFile("../../packaging/systemd/imagepind.service")
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +59,8 @@ ReadWritePaths=%s
 StateDirectory=
 RestartSec=500ms
 `, filepath.Join(binDir, "imagepind"), w.config, filepath.Join(dir, "imagepind.log"), filepath.Join(dir, "imagepind.log"), dir)
-	if o.watchdogSec != "" {
-		dropIn += "WatchdogSec=" + o.watchdogSec + "\n"
+	if watchdogSec != "" {
+		dropIn += "WatchdogSec=" + watchdogSec + "\n"
 	}
 	sd, err := env.StartSystemd(filepath.Join(dir, "systemd"), map[string]string{
 		"crio.service":                  crioUnit,
@@ -103,36 +80,8 @@ RestartSec=500ms
 		sd.Stop()
 		c.Cleanup()
 	})
-	cfg := fmt.Sprintf(`sets_dir = %q
-state_dir = %q
-status_file = %q
-unpin_delay = %q
-[node]
-name = "e2e-node"
-labels = {"node-role.kubernetes.io/worker" = ""}
-labels_file = %q
-[cri]
-endpoint = "unix://%s"
-pull_concurrency = %d
-[crio]
-config = %q
-config_dir = %q
-reload = %q
-[metrics]
-address = "127.0.0.1:%d"
-`, w.setsDir, filepath.Join(dir, "state"), w.status, o.unpinDelay, w.labels, c.Socket, o.pullConcurrency, c.Config, c.ConfigDir, o.reload, freePort(t))
-	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	w.writeConfig(o)
 	return w, sd
-}
-
-func freePort(t *testing.T) int {
-	p, err := env.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // startUnits starts imagepind.service (which pulls in crio.service) and waits for both.
@@ -141,11 +90,7 @@ func startUnits(t *testing.T, w *world, sd *env.Systemd) {
 	if err := sd.Start("crio.service"); err != nil {
 		t.Fatalf("%v\n%s", err, w.crio.LogTail(30))
 	}
-	var err error
-	if w.cri, err = cri.Dial("unix://" + w.crio.Socket); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.cri.Close() })
+	w.dialCRI()
 	// Type=notify: start returns once imagepind sent READY=1 after its first reconcile.
 	if err := sd.Start("imagepind.service"); err != nil {
 		b, _ := os.ReadFile(filepath.Join(w.dir, "imagepind.log"))
@@ -161,21 +106,10 @@ func (w *world) log() string {
 	return string(b)
 }
 
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // The shipped unit under real systemd: READY after the first reconcile, STATUS kept
 // current, the watchdog fed while idle, the reload over real D-Bus and then confirmed.
 func TestSystemdUnitNotifyWatchdogAndDBusReload(t *testing.T) {
-	w, sd := newSystemdWorld(t, sdOptions{reload: "systemd", watchdogSec: "3s"})
+	w, sd := newSystemdWorld(t, worldOptions{reload: "systemd"}, "3s")
 	refs := w.push("sd", 3)
 	startUnits(t, w, sd)
 	w.writeSet("sd.yaml", alphaSet("sd", refs...))
@@ -231,7 +165,7 @@ func TestSystemdUnitNotifyWatchdogAndDBusReload(t *testing.T) {
 
 // kill -9 in the middle of pulling: systemd restarts imagepind, which converges.
 func TestSystemdKill9MidPull(t *testing.T) {
-	w, sd := newSystemdWorld(t, sdOptions{pullConcurrency: 1})
+	w, sd := newSystemdWorld(t, worldOptions{pullConcurrency: 1}, "")
 	var refs []string
 	for i := 0; i < 24; i++ {
 		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("big-%d", i), 2, 1<<20)
@@ -262,7 +196,7 @@ func TestSystemdKill9MidPull(t *testing.T) {
 
 // The system bus gone: reload = "auto" falls back to SIGHUP and still confirms.
 func TestSystemdBusGoneAutoFallsBackToSignal(t *testing.T) {
-	w, sd := newSystemdWorld(t, sdOptions{reload: "auto"})
+	w, sd := newSystemdWorld(t, worldOptions{reload: "auto"}, "")
 	refs := w.push("bus", 2)
 	startUnits(t, w, sd)
 	if out, err := sd.Systemctl("stop", "dbus.socket", "dbus.service"); err != nil {
@@ -279,7 +213,7 @@ func TestSystemdBusGoneAutoFallsBackToSignal(t *testing.T) {
 // The registry down: PullRetrying, then Ready when it returns. The sets directory
 // removed: a fault, nothing unpinned.
 func TestSystemdRegistryDownAndSetsDirRemoved(t *testing.T) {
-	w, sd := newSystemdWorld(t, sdOptions{unpinDelay: "1s"})
+	w, sd := newSystemdWorld(t, worldOptions{unpinDelay: "1s"}, "")
 	refs := w.push("reg", 2)
 	startUnits(t, w, sd)
 	w.reg.Stop()
