@@ -140,11 +140,14 @@ type Agent struct {
 	noSpaceAt  time.Time
 	noSpaceTry retry
 
-	verdicts   map[string]diskcheck.Verdict
-	diskErr    error
-	last       status.Node
-	published  bool
-	onFirstRun func()
+	verdicts     map[string]diskcheck.Verdict
+	diskErr      error
+	diskRetry    retry
+	lastDiskReqs []diskcheck.SetRequest
+	imageFS      status.ImageFilesystem
+	last         status.Node
+	published    bool
+	onFirstRun   func()
 }
 
 // New builds an agent. Nothing starts until Run.
@@ -302,6 +305,7 @@ func (a *Agent) nextWake() (time.Time, bool) {
 	consider(a.runtimeRetry.next)
 	consider(a.pinRetry.next)
 	consider(a.noSpaceAt)
+	consider(a.diskRetry.next)
 	for _, released := range a.data.Pins {
 		if !released.IsZero() {
 			consider(released.Add(a.cfg.UnpinDelay))

@@ -102,6 +102,15 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 			if img == nil || !img.checked || img.present || img.inflight || !img.retry.due(now) {
 				continue
 			}
+			v := a.verdicts[s.Name]
+			if _, unavailable := v.Unavailable[ref]; unavailable {
+				// The disk check found no endpoint serving it: pull when a later check does.
+				continue
+			}
+			if _, unsized := v.Unsized[ref]; unsized {
+				// Not counted in the need yet: pull once a later check has sized it.
+				continue
+			}
 			img.inflight = true
 			a.inflight++
 			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref)}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -17,9 +18,11 @@ import (
 )
 
 // checkDisk asks the disk check about the desired sets' missing images and returns the
-// admitted sets. When the check itself fails, a set admitted before stays admitted (its
-// pins must not go because a registry is down); a new one waits.
+// admitted sets. A set the check could not decide (a registry not answering) keeps its
+// earlier verdict: its pins must not go because a registry is down. When the check
+// fails as a whole, every earlier verdict stands.
 func (a *Agent) checkDisk(ctx context.Context, desired []conf.Set) []conf.Set {
+	now := a.deps.Clock.Now()
 	reqs := make([]diskcheck.SetRequest, 0, len(desired))
 	for _, s := range desired {
 		r := diskcheck.SetRequest{Name: s.Name}
@@ -30,23 +33,64 @@ func (a *Agent) checkDisk(ctx context.Context, desired []conf.Set) []conf.Set {
 		}
 		reqs = append(reqs, r)
 	}
-	verdicts, err := a.deps.Disk.Check(ctx, reqs)
+	if a.verdicts == nil {
+		a.verdicts = map[string]diskcheck.Verdict{}
+	}
+	if !a.diskRetry.due(now) && !a.diskDirty(reqs) {
+		return a.admitted(desired)
+	}
+	res, err := a.deps.Disk.Check(ctx, reqs)
 	a.diskErr = err
+	a.lastDiskReqs = reqs
 	if err != nil {
 		a.log.WithError(err).Warn("disk check failed; keeping earlier verdicts")
-		if a.verdicts == nil {
-			a.verdicts = map[string]diskcheck.Verdict{}
-		}
-	} else {
-		a.verdicts = verdicts
+		a.diskRetry.fail(now, a.cfg.MaxBackoff, a.rand)
+		return a.admitted(desired)
 	}
-	var admitted []conf.Set
+	if res.Filesystem.Path != "" {
+		a.imageFS = res.Filesystem
+	}
+	retry := false
+	verdicts := make(map[string]diskcheck.Verdict, len(res.Verdicts))
+	for name, v := range res.Verdicts {
+		undecided := !v.Admitted && v.Condition.Status == status.Unknown
+		if undecided {
+			if prev, ok := a.verdicts[name]; ok && prev.Admitted {
+				v.Admitted = true
+			}
+		}
+		if prev, ok := a.verdicts[name]; ok && prev.Admitted != v.Admitted {
+			a.log.WithField("set", name).WithField("admitted", v.Admitted).Info(v.Condition.Message)
+		} else if !ok && !v.Admitted {
+			a.log.WithField("set", name).Warn(v.Condition.Message)
+		}
+		if !v.Admitted || undecided || len(v.Unavailable) > 0 || len(v.Unsized) > 0 {
+			retry = true
+		}
+		verdicts[name] = v
+	}
+	a.verdicts = verdicts
+	if retry {
+		a.diskRetry.fail(now, a.cfg.MaxBackoff, a.rand)
+	} else {
+		a.diskRetry.reset()
+	}
+	return a.admitted(desired)
+}
+
+// diskDirty says whether what the check would be asked changed since it last ran.
+func (a *Agent) diskDirty(reqs []diskcheck.SetRequest) bool {
+	return !reflect.DeepEqual(reqs, a.lastDiskReqs)
+}
+
+func (a *Agent) admitted(desired []conf.Set) []conf.Set {
+	var out []conf.Set
 	for _, s := range desired {
 		if v, ok := a.verdicts[s.Name]; ok && v.Admitted {
-			admitted = append(admitted, s)
+			out = append(out, s)
 		}
 	}
-	return admitted
+	return out
 }
 
 // publish computes the node status and hands it on when it changed.
@@ -55,7 +99,8 @@ func (a *Agent) publish(desired []conf.Set) {
 	n := status.Node{
 		Node: status.NodeInfo{
 			Name: a.cfg.NodeName, Architecture: a.cfg.Architecture, Version: a.cfg.Version,
-			Runtime: status.Runtime{Name: a.runtime.Name, Version: a.runtime.Version},
+			Runtime:         status.Runtime{Name: a.runtime.Name, Version: a.runtime.Version},
+			ImageFilesystem: a.imageFS,
 		},
 		Sets:       []status.Set{},
 		FileErrors: a.fileErrors,
@@ -126,6 +171,15 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 			}
 			continue
 		}
+		if why, ok := verdict.Unsized[ref]; ok {
+			transient = errors.New(why)
+			continue
+		}
+		if why, ok := verdict.Unavailable[ref]; ok {
+			unavailable++
+			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonImageUnavailable, Error: why})
+			continue
+		}
 		if img.lastErr == nil {
 			continue
 		}
@@ -155,6 +209,12 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	switch {
 	case checked && !verdict.Admitted && verdict.Condition.Reason == status.ReasonInsufficientDiskSpace:
 		phase, reason, msg, progressing = status.Failed, status.ReasonInsufficientDiskSpace, verdict.Condition.Message, false
+	case !a.runtimeUp() && (!checked || !verdict.Admitted):
+		phase, reason = status.Pending, status.ReasonRuntimeUnavailable
+		msg = "container runtime unavailable; retrying"
+		if a.runtimeErr != nil {
+			msg += ": " + a.runtimeErr.Error()
+		}
 	case !checked || !verdict.Admitted:
 		phase, reason, msg = status.Pending, status.ReasonCheckingDisk, "waiting for the disk check"
 		if verdict.Condition.Message != "" {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"sync"
 
 	"github.com/distribution/reference"
 
@@ -157,3 +158,31 @@ func hostMatches(pattern, host string) bool {
 
 // Len is how many entries the keyring holds (for logs: never the entries).
 func (k *Keyring) Len() int { return len(k.entries) }
+
+// KeyringFile is a pull secret read again whenever the file changes (by mtime and size);
+// an unreadable file keeps the last good keyring.
+type KeyringFile struct {
+	Path string
+
+	mu      sync.Mutex
+	stamp   [2]int64
+	keyring *Keyring
+}
+
+// Lookup returns the credentials for an image from the current file.
+func (f *KeyringFile) Lookup(image string) *Auth {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var stamp [2]int64
+	if fi, err := os.Stat(f.Path); err == nil {
+		stamp = [2]int64{fi.ModTime().UnixNano(), fi.Size()}
+	}
+	if f.keyring == nil || stamp != f.stamp {
+		if k, err := LoadKeyring(f.Path); err == nil {
+			f.keyring, f.stamp = k, stamp
+		} else if f.keyring == nil {
+			f.keyring = &Keyring{}
+		}
+	}
+	return f.keyring.Lookup(image)
+}

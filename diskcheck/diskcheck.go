@@ -14,32 +14,52 @@ type SetRequest struct {
 
 // Verdict is the check's answer for one set.
 type Verdict struct {
+	// Admitted: pin and pull the set. A set not admitted whose Condition is Unknown is
+	// undecided (a registry could not be asked): the caller keeps its earlier verdict.
 	Admitted bool
 	// Condition is the set's DiskChecked condition (its time is set by the caller).
 	Condition status.Condition
-	// Bytes maps each image of the set to its compressed layer bytes, when known.
+	// Bytes maps each sized image to its compressed layer bytes.
 	Bytes map[string]uint64
+	// Unavailable maps images no endpoint can serve to why, naming every endpoint tried.
+	Unavailable map[string]string
+	// Unsized maps images that could not be sized for a reason that may pass (network,
+	// 5xx) to that error. They are left out of the need and must not be pulled until a
+	// later check sizes them; the set's other images go ahead.
+	Unsized map[string]string
+	// Endpoints maps each sized image to the endpoint that answered, when known.
+	Endpoints map[string]string
 }
 
-// Checker checks sets in the order given (name order) and returns one verdict a set.
+// Filesystem is the image filesystem as the check saw it.
+type Filesystem = status.ImageFilesystem
+
+// Result is one check of all the node's sets.
+type Result struct {
+	Verdicts   map[string]Verdict
+	Filesystem Filesystem
+}
+
+// Checker checks sets in the order given (name order).
 type Checker interface {
-	Check(ctx context.Context, sets []SetRequest) (map[string]Verdict, error)
+	Check(ctx context.Context, sets []SetRequest) (Result, error)
 }
 
-// AdmitAll is the stub: every set is admitted, with DiskChecked Unknown/NotImplemented.
+// AdmitAll admits every set with DiskChecked Unknown/NotImplemented: for tests that are
+// not about disk space.
 type AdmitAll struct{}
 
 // Check admits every set.
-func (AdmitAll) Check(_ context.Context, sets []SetRequest) (map[string]Verdict, error) {
+func (AdmitAll) Check(_ context.Context, sets []SetRequest) (Result, error) {
 	out := make(map[string]Verdict, len(sets))
 	for _, s := range sets {
 		out[s.Name] = Verdict{
 			Admitted: true,
 			Condition: status.Condition{
 				Type: status.ConditionDiskChecked, Status: status.Unknown, Reason: status.ReasonNotImplemented,
-				Message: "the disk check is not implemented yet: the set is admitted without one",
+				Message: "no disk check: the set is admitted without one",
 			},
 		}
 	}
-	return out, nil
+	return Result{Verdicts: out}, nil
 }

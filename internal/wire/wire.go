@@ -3,6 +3,7 @@
 package wire
 
 import (
+	"context"
 	"errors"
 	"os"
 	goruntime "runtime"
@@ -69,7 +70,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir},
 		Live:     crio.NewLiveConfig(socket),
 		Reloader: Reloader(cfg, opts.Log),
-		Disk:     diskcheck.AdmitAll{},
+		Disk:     DiskCheck(cfg, client, nodeName),
 		State:    store,
 		Publish:  opts.Publish,
 		Log:      opts.Log,
@@ -77,6 +78,39 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Alive:    opts.Alive,
 	})
 	return a, client, nil
+}
+
+// DiskCheck is the registry-backed disk check of [disk], sizing images with the
+// credentials the kubelet would hand CRI-O for them.
+func DiskCheck(cfg conf.Config, client *cri.Client, nodeName string) *diskcheck.Registry {
+	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
+	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
+		RegistriesConf:    cfg.Disk.RegistriesConf,
+		RegistriesConfDir: cfg.Disk.RegistriesConfDir,
+		CertsDir:          cfg.Disk.CertsDir,
+		Platform:          diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
+		Concurrency:       cfg.EffectivePullConcurrency(),
+	}, keyring.Lookup)
+	return diskcheck.New(diskcheck.Config{
+		NodeName:               nodeName,
+		Multiplier:             cfg.Disk.LayerSizeMultiplier,
+		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent,
+		KubeletConfig:          cfg.Disk.KubeletConfig,
+	}, resolver, ImageFS(client))
+}
+
+// ImageFS finds the runtime's image filesystem with CRI ImageFsInfo.
+func ImageFS(client *cri.Client) diskcheck.ImageFS {
+	return func(ctx context.Context) (string, error) {
+		fs, err := client.ImageFsInfo(ctx)
+		if err != nil {
+			return "", err
+		}
+		if fs.Mountpoint == "" {
+			return "", errors.New("the runtime reported no image filesystem mountpoint")
+		}
+		return fs.Mountpoint, nil
+	}
 }
 
 // Reloader is [crio] reload: systemd over D-Bus, SIGHUP to the socket's owner, or auto

@@ -245,7 +245,7 @@ func (b *bench) startDaemon(c *env.CRIO, name string, concurrency int, unpinDela
 	d := &daemon{sets: filepath.Join(dir, "sets.d"), status: filepath.Join(dir, "status.json"), log: filepath.Join(dir, "imagepind.log")}
 	os.MkdirAll(d.sets, 0o755)
 	cfg := fmt.Sprintf("sets_dir = %q\nstate_dir = %q\nstatus_file = %q\nunpin_delay = %q\n[node]\nlabels_file = %q\n[cri]\nendpoint = \"unix://%s\"\npull_concurrency = %d\n[crio]\nconfig = %q\nconfig_dir = %q\nreload = \"signal\"\n",
-		d.sets, filepath.Join(dir, "state"), d.status, unpinDelay, filepath.Join(dir, "labels.json"), c.Socket, concurrency, c.Config, c.ConfigDir)
+		d.sets, filepath.Join(dir, "state"), d.status, unpinDelay, filepath.Join(dir, "labels.json"), c.Socket, concurrency, c.Config, c.ConfigDir) + c.DiskConfig()
 	cfgPath := filepath.Join(dir, "imagepind.toml")
 	os.WriteFile(cfgPath, []byte(cfg), 0o644)
 	logf, err := os.Create(d.log)

@@ -91,7 +91,7 @@ endpoint = "unix://%s"
 config = %q
 config_dir = %q
 reload = "signal"
-`, setsDir, filepath.Join(dir, "state"), statusFile, filepath.Join(dir, "labels.json"), c.Socket, c.Config, c.ConfigDir)
+`, setsDir, filepath.Join(dir, "state"), statusFile, filepath.Join(dir, "labels.json"), c.Socket, c.Config, c.ConfigDir) + c.DiskConfig()
 	cfgPath := filepath.Join(dir, "imagepind.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err

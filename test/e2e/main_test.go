@@ -139,8 +139,13 @@ pull_concurrency = %d
 config = %q
 config_dir = %q
 reload = %q
+[disk]
+registries_conf = %q
+registries_conf_dir = %q
+certs_dir = %q
+kubelet_config = ""
 `, w.setsDir, filepath.Join(w.dir, "state"), w.status, o.unpinDelay, w.labels, w.crio.Socket, filepath.Join(w.dir, "config.json"),
-		o.pullConcurrency, w.crio.Config, w.crio.ConfigDir, o.reload)
+		o.pullConcurrency, w.crio.Config, w.crio.ConfigDir, o.reload, w.crio.RegistriesConf(), w.crio.RegistriesConfDir(), w.crio.CertsDir())
 	if o.metrics {
 		port, err := env.FreePort()
 		if err != nil {

@@ -134,8 +134,19 @@ enable_metrics = false
 	return c, nil
 }
 
-// RegistriesConf is the registries.conf CRI-O reads.
-func (c *CRIO) RegistriesConf() string { return filepath.Join(c.Dir, "registries.conf") }
+// RegistriesConf is the registries.conf CRI-O reads; RegistriesConfDir its drop-ins;
+// CertsDir the certs.d it reads (CRI-O's default, /etc/containers/certs.d, unless a test
+// writes its own here and points both at it).
+func (c *CRIO) RegistriesConf() string    { return filepath.Join(c.Dir, "registries.conf") }
+func (c *CRIO) RegistriesConfDir() string { return filepath.Join(c.Dir, "registries.conf.d") }
+func (c *CRIO) CertsDir() string          { return filepath.Join(c.Dir, "certs.d") }
+
+// DiskConfig is the [disk] section of an imagepind config that reaches registries as
+// this CRI-O does.
+func (c *CRIO) DiskConfig() string {
+	return fmt.Sprintf("[disk]\nregistries_conf = %q\nregistries_conf_dir = %q\ncerts_dir = %q\nkubelet_config = \"\"\n",
+		c.RegistriesConf(), c.RegistriesConfDir(), c.CertsDir())
+}
 
 // Start runs CRI-O and waits until it answers CRI.
 func (c *CRIO) Start(ctx context.Context) error {
@@ -167,7 +178,7 @@ func (c *CRIO) Start(ctx context.Context) error {
 func (c *CRIO) Command() []string {
 	return []string{filepath.Join(CacheDir(), "crio"),
 		"--config", c.Config, "--config-dir", c.ConfigDir,
-		"--registries-conf", c.RegistriesConf(), "--registries-conf-dir", filepath.Join(c.Dir, "registries.conf.d"),
+		"--registries-conf", c.RegistriesConf(), "--registries-conf-dir", c.RegistriesConfDir(),
 		"--log-level", "info"}
 }
 

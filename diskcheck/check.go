@@ -1,0 +1,161 @@
+package diskcheck
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+// Config is what the real check needs besides registry access.
+type Config struct {
+	NodeName string
+	// Multiplier: need = Multiplier × compressed layer bytes (2: layers are stored
+	// uncompressed, and a pull holds both for a while).
+	Multiplier             float64
+	GCHighThresholdPercent int
+	KubeletConfig          string
+}
+
+// ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
+type ImageFS func(ctx context.Context) (string, error)
+
+// Registry is the real Checker.
+type Registry struct {
+	cfg      Config
+	resolver *Resolver
+	imageFS  ImageFS
+	statfs   func(string) (Space, error)
+}
+
+// New returns the registry-backed check.
+func New(cfg Config, resolver *Resolver, imageFS ImageFS) *Registry {
+	if cfg.Multiplier <= 0 {
+		cfg.Multiplier = 2
+	}
+	return &Registry{cfg: cfg, resolver: resolver, imageFS: imageFS, statfs: Statfs}
+}
+
+type resolved struct {
+	img Image
+	err error
+}
+
+// Check sizes every missing image (in parallel, cached), then admits sets in order
+// while their cumulative need fits under both the free space and the GC threshold.
+func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error) {
+	path, err := r.imageFS(ctx)
+	if err != nil {
+		return Result{}, fmt.Errorf("image filesystem: %w", err)
+	}
+	space, err := r.statfs(path)
+	if err != nil {
+		return Result{}, err
+	}
+	threshold, thresholdFrom, terr := GCHighThreshold(r.cfg.GCHighThresholdPercent, r.cfg.KubeletConfig)
+	res := Result{Verdicts: map[string]Verdict{}, Filesystem: Filesystem{Path: path, CapacityBytes: space.Capacity, FreeBytes: space.Available}}
+
+	found := r.resolveAll(ctx, sets)
+
+	counted := map[string]bool{} // layer digests of admitted (or undecided) sets
+	var cumulative uint64        // their need so far
+	limit := uint64(float64(space.Capacity) * float64(threshold) / 100)
+	for _, s := range sets {
+		v := Verdict{Bytes: map[string]uint64{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
+		var layers uint64
+		var transient []error
+		sized := 0
+		newLayers := map[string]bool{}
+		for _, image := range s.Missing {
+			f := found[image]
+			switch {
+			case f.err != nil && IsUnavailable(f.err):
+				v.Unavailable[image] = f.err.Error()
+				continue
+			case f.err != nil:
+				transient = append(transient, f.err)
+				v.Unsized[image] = f.err.Error()
+				continue
+			}
+			sized++
+			v.Bytes[image] = f.img.Bytes()
+			for _, l := range f.img.Layers {
+				if counted[l.Digest] || newLayers[l.Digest] || l.Size <= 0 {
+					continue
+				}
+				newLayers[l.Digest] = true
+				layers += uint64(l.Size)
+			}
+		}
+		need := uint64(float64(layers) * r.cfg.Multiplier)
+		total := cumulative + need
+		fits := total <= space.Available && space.Used()+total <= limit
+		msg := r.describe(s.Name, sized, layers, need, cumulative, path, space, threshold, thresholdFrom, terr)
+		switch {
+		case !fits:
+			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.False, Reason: status.ReasonInsufficientDiskSpace, Message: msg}
+		case len(transient) > 0:
+			// Admitted on what could be sized; the rest wait for a later check.
+			v.Admitted = true
+			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.Unknown, Reason: status.ReasonCheckingDisk,
+				Message: fmt.Sprintf("%s; %d more could not be sized yet and wait for a later check: %v", msg, len(transient), transient[0])}
+		default:
+			v.Admitted = true
+			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.True, Reason: status.ReasonSpaceAvailable, Message: msg}
+		}
+		if v.Admitted {
+			for d := range newLayers {
+				counted[d] = true
+			}
+			cumulative = total
+		}
+		res.Verdicts[s.Name] = v
+	}
+	return res, nil
+}
+
+func (r *Registry) describe(set string, images int, layers, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
+	msg := fmt.Sprintf("node %s: %d images need %s (%g × %s of layers) on %s", r.cfg.NodeName, images, Human(need), r.cfg.Multiplier, Human(layers), path)
+	if before > 0 {
+		msg += fmt.Sprintf(", after %s for the sets admitted before it", Human(before))
+	}
+	msg += fmt.Sprintf("; %s free of %s; image GC starts at %d%%", Human(space.Available), Human(space.Capacity), threshold)
+	if terr != nil {
+		msg += fmt.Sprintf(" (%v)", terr)
+	} else if from != "the kubelet's default" && from != "gc_high_threshold_percent" {
+		msg += " (from " + from + ")"
+	}
+	return msg
+}
+
+// resolveAll sizes every distinct missing image once, in parallel (the resolver bounds
+// the requests in flight).
+func (r *Registry) resolveAll(ctx context.Context, sets []SetRequest) map[string]resolved {
+	out := map[string]resolved{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range sets {
+		for _, image := range s.Missing {
+			mu.Lock()
+			_, seen := out[image]
+			if !seen {
+				out[image] = resolved{}
+			}
+			mu.Unlock()
+			if seen {
+				continue
+			}
+			wg.Add(1)
+			go func(image string) {
+				defer wg.Done()
+				img, err := r.resolver.Resolve(ctx, image)
+				mu.Lock()
+				out[image] = resolved{img: img, err: err}
+				mu.Unlock()
+			}(image)
+		}
+	}
+	wg.Wait()
+	return out
+}

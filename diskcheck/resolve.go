@@ -1,0 +1,224 @@
+package diskcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/types"
+
+	"github.com/imagepin/imagepin/cri"
+)
+
+// Platform is an OCI platform.
+type Platform struct {
+	OS, Architecture, Variant string
+}
+
+func (p Platform) String() string {
+	s := p.OS + "/" + p.Architecture
+	if p.Variant != "" {
+		s += "/" + p.Variant
+	}
+	return s
+}
+
+// ParsePlatform parses "os/arch[/variant]".
+func ParsePlatform(s string) (Platform, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+		return Platform{}, fmt.Errorf("platform %q: want os/architecture[/variant]", s)
+	}
+	p := Platform{OS: parts[0], Architecture: parts[1]}
+	if len(parts) == 3 {
+		p.Variant = parts[2]
+	}
+	return p, nil
+}
+
+// Layer is one compressed layer blob.
+type Layer struct {
+	Digest string
+	Size   int64
+}
+
+// Image is what a registry says of one image for the node's platform.
+type Image struct {
+	Layers []Layer
+}
+
+// Bytes is the image's compressed size.
+func (i Image) Bytes() uint64 {
+	var n uint64
+	for _, l := range i.Layers {
+		if l.Size > 0 {
+			n += uint64(l.Size)
+		}
+	}
+	return n
+}
+
+// UnavailableError means no endpoint can serve the image: retrying will not help until
+// something changes (the registry, the mirror, the credentials, the platform).
+type UnavailableError struct {
+	Image string
+	Err   error
+}
+
+func (e *UnavailableError) Error() string { return e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Credentials returns what the kubelet would hand CRI-O for an image (nil: none).
+type Credentials func(image string) *cri.Auth
+
+// ResolverConfig says how to reach registries: the node's files, as CRI-O reads them.
+type ResolverConfig struct {
+	RegistriesConf    string
+	RegistriesConfDir string
+	CertsDir          string
+	Platform          Platform
+	// Concurrency bounds requests in flight (images resolved at once).
+	Concurrency int
+}
+
+// Resolver sizes images through containers/image, caching by digest reference
+// (manifests are immutable).
+type Resolver struct {
+	cfg   ResolverConfig
+	creds Credentials
+	sem   chan struct{}
+
+	mu    sync.Mutex
+	cache map[string]Image
+}
+
+// NewResolver returns a resolver; creds may be nil.
+func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 8
+	}
+	if creds == nil {
+		creds = func(string) *cri.Auth { return nil }
+	}
+	return &Resolver{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), cache: map[string]Image{}}
+}
+
+func (r *Resolver) systemContext(image string) *types.SystemContext {
+	sys := &types.SystemContext{
+		SystemRegistriesConfPath:    r.cfg.RegistriesConf,
+		SystemRegistriesConfDirPath: r.cfg.RegistriesConfDir,
+		DockerPerHostCertDirPath:    r.cfg.CertsDir,
+		OSChoice:                    r.cfg.Platform.OS,
+		ArchitectureChoice:          r.cfg.Platform.Architecture,
+		VariantChoice:               r.cfg.Platform.Variant,
+		DockerRegistryUserAgent:     "imagepin",
+		DockerLogMirrorChoice:       true,
+		// No ambient credentials: exactly the kubelet's, as CRI-O gets them with each pull.
+		AuthFilePath: noAuthFile,
+	}
+	if a := r.creds(image); a != nil {
+		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: a.Username, Password: a.Password}
+	}
+	return sys
+}
+
+// Resolve returns the image's layers for the platform. Errors are *UnavailableError
+// when retrying cannot help; anything else is transient.
+func (r *Resolver) Resolve(ctx context.Context, image string) (Image, error) {
+	r.mu.Lock()
+	img, ok := r.cache[image]
+	r.mu.Unlock()
+	if ok {
+		return img, nil
+	}
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		return Image{}, ctx.Err()
+	}
+	defer func() { <-r.sem }()
+	img, err := r.resolve(ctx, image)
+	if err != nil {
+		if cri.Classify(err) == cri.Unavailable {
+			return Image{}, &UnavailableError{Image: image, Err: err}
+		}
+		return Image{}, err
+	}
+	r.mu.Lock()
+	r.cache[image] = img
+	r.mu.Unlock()
+	return img, nil
+}
+
+func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
+	ref, err := docker.ParseReference("//" + image)
+	if err != nil {
+		return Image{}, err
+	}
+	sys := r.systemContext(image)
+	// NewImageSource tries the mirrors in registries.conf order, then the source, as
+	// CRI-O does; its error names every endpoint tried.
+	src, err := ref.NewImageSource(ctx, sys)
+	if err != nil {
+		return Image{}, err
+	}
+	defer src.Close()
+	blob, mime, err := src.GetManifest(ctx, nil)
+	if err != nil {
+		return Image{}, fmt.Errorf("read manifest of %s: %w", image, err)
+	}
+	if manifest.MIMETypeIsMultiImage(mime) {
+		list, err := manifest.ListFromBlob(blob, mime)
+		if err != nil {
+			return Image{}, fmt.Errorf("parse manifest list of %s: %w", image, err)
+		}
+		instance, err := list.ChooseInstance(sys)
+		if err != nil {
+			return Image{}, fmt.Errorf("%s has no manifest for %s (no image found in manifest list): it has %s",
+				image, r.cfg.Platform, strings.Join(platforms(list), ", "))
+		}
+		if blob, mime, err = src.GetManifest(ctx, &instance); err != nil {
+			return Image{}, fmt.Errorf("read %s manifest %s of %s: %w", r.cfg.Platform, instance, image, err)
+		}
+	}
+	m, err := manifest.FromBlob(blob, manifest.NormalizedMIMEType(mime))
+	if err != nil {
+		return Image{}, fmt.Errorf("parse manifest of %s: %w", image, err)
+	}
+	var img Image
+	for _, l := range m.LayerInfos() {
+		if l.EmptyLayer {
+			continue
+		}
+		img.Layers = append(img.Layers, Layer{Digest: l.Digest.String(), Size: l.Size})
+	}
+	return img, nil
+}
+
+func platforms(list manifest.List) []string {
+	var out []string
+	for _, d := range list.Instances() {
+		inst, err := list.Instance(d)
+		if err != nil || inst.ReadOnly.Platform == nil {
+			out = append(out, "unknown")
+			continue
+		}
+		p := Platform{OS: inst.ReadOnly.Platform.OS, Architecture: inst.ReadOnly.Platform.Architecture, Variant: inst.ReadOnly.Platform.Variant}
+		out = append(out, p.String())
+	}
+	return out
+}
+
+// IsUnavailable says whether an error from Resolve is permanent.
+func IsUnavailable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u)
+}
+
+// noAuthFile does not exist, which containers/image reads as "no credentials" (an
+// empty file would be a parse error).
+const noAuthFile = "/nonexistent/imagepin/no-auth.json"

@@ -1,0 +1,84 @@
+package diskcheck
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
+
+	"github.com/imagepin/imagepin/internal/fsutil"
+)
+
+// Space is a filesystem's size as statfs and the kubelet see it.
+type Space struct {
+	Capacity  uint64
+	Available uint64
+}
+
+// Used is what the kubelet counts as used: capacity − available.
+func (s Space) Used() uint64 {
+	if s.Available > s.Capacity {
+		return 0
+	}
+	return s.Capacity - s.Available
+}
+
+// Statfs measures the filesystem holding path.
+func Statfs(path string) (Space, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return Space{}, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return Space{Capacity: st.Blocks * uint64(st.Bsize), Available: st.Bavail * uint64(st.Bsize)}, nil
+}
+
+// DefaultGCHighThresholdPercent is the kubelet's default imageGCHighThresholdPercent.
+const DefaultGCHighThresholdPercent = 85
+
+// GCHighThreshold is the configured percent, else the kubelet's from its config file
+// (KubeletConfiguration, YAML or JSON) when present, else 85.
+func GCHighThreshold(configured int, kubeletConfig string) (int, string, error) {
+	if configured > 0 {
+		return configured, "gc_high_threshold_percent", nil
+	}
+	if kubeletConfig == "" {
+		return DefaultGCHighThresholdPercent, "the kubelet's default", nil
+	}
+	data, err := fsutil.ReadRegular(kubeletConfig, 4<<20)
+	if errors.Is(err, os.ErrNotExist) {
+		return DefaultGCHighThresholdPercent, "the kubelet's default", nil
+	}
+	if err != nil {
+		return DefaultGCHighThresholdPercent, "the kubelet's default", fmt.Errorf("kubelet config %s: %w", kubeletConfig, err)
+	}
+	var kc struct {
+		ImageGCHighThresholdPercent *int `json:"imageGCHighThresholdPercent"`
+	}
+	if err := yaml.Unmarshal(data, &kc); err != nil {
+		return DefaultGCHighThresholdPercent, "the kubelet's default", fmt.Errorf("kubelet config %s: %w", kubeletConfig, err)
+	}
+	if kc.ImageGCHighThresholdPercent == nil {
+		return DefaultGCHighThresholdPercent, "the kubelet's default", nil
+	}
+	v := *kc.ImageGCHighThresholdPercent
+	if v <= 0 || v > 100 {
+		return DefaultGCHighThresholdPercent, "the kubelet's default", fmt.Errorf("kubelet config %s: imageGCHighThresholdPercent %d out of range", kubeletConfig, v)
+	}
+	return v, kubeletConfig, nil
+}
+
+// Human formats bytes in binary units with one decimal: "14.2 GiB".
+func Human(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit && exp < 4; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTP"[exp])
+}
