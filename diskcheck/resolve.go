@@ -83,6 +83,9 @@ type ResolverConfig struct {
 	Platform          Platform
 	// Concurrency bounds requests in flight (images resolved at once).
 	Concurrency int
+	// LogEndpoints makes containers/image log each endpoint it tries ("Trying to
+	// access") on logrus' standard logger, for EndpointRecorder.
+	LogEndpoints bool
 }
 
 // Resolver sizes images through containers/image, caching by digest reference
@@ -116,7 +119,7 @@ func (r *Resolver) systemContext(image string) *types.SystemContext {
 		ArchitectureChoice:          r.cfg.Platform.Architecture,
 		VariantChoice:               r.cfg.Platform.Variant,
 		DockerRegistryUserAgent:     "imagepin",
-		DockerLogMirrorChoice:       true,
+		DockerLogMirrorChoice:       r.cfg.LogEndpoints,
 		// No ambient credentials: exactly the kubelet's, as CRI-O gets them with each pull.
 		AuthFilePath: noAuthFile,
 	}

@@ -1,0 +1,117 @@
+package diskcheck
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
+	reg := newTestRegistry(t, nil)
+	f := newFiles(t, "")
+	reg.writeCA(f.certs)
+	base := layer(t, 10000)
+	u1, u2, u3, u5 := layer(t, 3000), layer(t, 4000), layer(t, 5000), layer(t, 30000)
+	img1 := reg.host + "/" + reg.push("a/one", image(t, base, u1), "")
+	img2 := reg.host + "/" + reg.push("a/two", image(t, base, u2), "")
+	img3 := reg.host + "/" + reg.push("b/three", image(t, base, u3), "")
+	img4 := reg.host + "/" + reg.push("c/four", image(t, u5), "")
+	missing := reg.host + "/a/none@sha256:" + strings.Repeat("0", 64)
+	down := "127.0.0.1:1/x/y@sha256:" + strings.Repeat("1", 64) // nothing listens on port 1
+	sets := []SetRequest{
+		{Name: "a", Missing: []string{img1, img2, missing}},
+		{Name: "b", Missing: []string{img3, down}},
+		{Name: "c", Missing: []string{img4}},
+	}
+	needA := 2 * layerBytes(t, base, u1, u2)
+	needB := 2 * layerBytes(t, u3) // base already counted for a
+	needC := 2 * layerBytes(t, u5)
+
+	check := func(space Space, threshold int) Result {
+		t.Helper()
+		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: threshold},
+			f.resolver(Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+		c.statfs = func(string) (Space, error) { return space, nil }
+		res, err := c.Check(context.Background(), sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+
+	// Plenty of space: all admitted; shared base counted once.
+	res := check(Space{Capacity: 1 << 30, Available: 1 << 29}, 85)
+	for _, name := range []string{"a", "b", "c"} {
+		if !res.Verdicts[name].Admitted {
+			t.Fatalf("%s not admitted: %+v", name, res.Verdicts[name].Condition)
+		}
+	}
+	a, b := res.Verdicts["a"], res.Verdicts["b"]
+	if a.Bytes[img1] != layerBytes(t, base, u1) || a.Bytes[img2] != layerBytes(t, base, u2) {
+		t.Fatalf("per-image bytes %v", a.Bytes)
+	}
+	if _, ok := a.Unavailable[missing]; !ok || !strings.Contains(a.Unavailable[missing], "name unknown") {
+		t.Fatalf("unavailable %v", a.Unavailable)
+	}
+	if _, ok := b.Unsized[down]; !ok || a.Condition.Status != status.True || b.Condition.Status != status.Unknown {
+		t.Fatalf("unsized %v; conditions %+v / %+v", b.Unsized, a.Condition, b.Condition)
+	}
+	if res.Filesystem.Path != "/var/lib/containers/storage" || res.Filesystem.FreeBytes != 1<<29 {
+		t.Fatalf("filesystem %+v", res.Filesystem)
+	}
+
+	// The GC threshold refuses c: used 50000 + a + b + c crosses 70% of the capacity.
+	capacity := uint64(50000) + needA + needB + needC
+	capacity = capacity * 100 / 75
+	res = check(Space{Capacity: capacity, Available: capacity - 50000}, 70)
+	if !res.Verdicts["a"].Admitted || !res.Verdicts["b"].Admitted || res.Verdicts["c"].Admitted {
+		t.Fatalf("threshold: %+v", res.Verdicts)
+	}
+	c := res.Verdicts["c"].Condition
+	if c.Reason != status.ReasonInsufficientDiskSpace || c.Status != status.False ||
+		!strings.Contains(c.Message, "node n1: 1 images need ") || !strings.Contains(c.Message, "(2 × ") ||
+		!strings.Contains(c.Message, "on /var/lib/containers/storage") || !strings.Contains(c.Message, "image GC starts at 70%") ||
+		!strings.Contains(c.Message, "after ") {
+		t.Fatalf("message %q", c.Message)
+	}
+
+	// Free space refuses b (a fits alone); c alone would fit, but a came first.
+	res = check(Space{Capacity: 1 << 40, Available: needA + needB/2}, 85)
+	if !res.Verdicts["a"].Admitted || res.Verdicts["b"].Admitted {
+		t.Fatalf("free space: %+v", res.Verdicts)
+	}
+	if res.Verdicts["c"].Admitted != (needA+needC <= needA+needB/2) {
+		t.Fatalf("c admitted=%v", res.Verdicts["c"].Admitted)
+	}
+}
+
+func TestGCHighThreshold(t *testing.T) {
+	dir := t.TempDir()
+	kc := filepath.Join(dir, "kubelet.conf")
+	if v, _, err := GCHighThreshold(0, kc); v != 85 || err != nil {
+		t.Fatalf("absent: %d %v", v, err)
+	}
+	os.WriteFile(kc, []byte("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nimageGCHighThresholdPercent: 70\n"), 0o644)
+	if v, from, err := GCHighThreshold(0, kc); v != 70 || from != kc || err != nil {
+		t.Fatalf("from kubelet: %d %s %v", v, from, err)
+	}
+	if v, _, _ := GCHighThreshold(90, kc); v != 90 {
+		t.Fatalf("configured wins: %d", v)
+	}
+	os.WriteFile(kc, []byte(`{"imageGCHighThresholdPercent": 0}`), 0o644)
+	if v, _, err := GCHighThreshold(0, kc); v != 85 || err == nil {
+		t.Fatalf("out of range: %d %v", v, err)
+	}
+}
+
+func TestHuman(t *testing.T) {
+	for b, want := range map[uint64]string{512: "512 B", 1536: "1.5 KiB", 14_2 * (1 << 30) / 10: "14.2 GiB", 120 << 30: "120.0 GiB"} {
+		if got := Human(b); got != want {
+			t.Errorf("Human(%d) = %q, want %q", b, got, want)
+		}
+	}
+}
