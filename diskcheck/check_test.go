@@ -80,11 +80,12 @@ func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
 	}
 
 	// Free space refuses b (a fits alone); c alone would fit, but a came first.
-	res = check(Space{Capacity: 1 << 40, Available: needA + needB/2}, 85)
+	avail := needA + needB/2
+	res = check(Space{Capacity: 2 * avail, Available: avail}, 100)
 	if !res.Verdicts["a"].Admitted || res.Verdicts["b"].Admitted {
 		t.Fatalf("free space: %+v", res.Verdicts)
 	}
-	if res.Verdicts["c"].Admitted != (needA+needC <= needA+needB/2) {
+	if res.Verdicts["c"].Admitted != (needA+needC <= avail) {
 		t.Fatalf("c admitted=%v", res.Verdicts["c"].Admitted)
 	}
 }
