@@ -67,6 +67,15 @@ func (a *Agent) checkDisk(ctx context.Context, desired []conf.Set) []conf.Set {
 		if !v.Admitted || undecided || len(v.Unavailable) > 0 || len(v.Unsized) > 0 {
 			retry = true
 		}
+		for image, b := range v.Bytes {
+			if a.data.Sizes[image] != b {
+				if a.data.Sizes == nil {
+					a.data.Sizes = map[string]uint64{}
+				}
+				a.data.Sizes[image] = b
+				a.dataDirty = true
+			}
+		}
 		verdicts[name] = v
 	}
 	a.verdicts = verdicts
@@ -153,9 +162,8 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	notPinned := 0
 	for _, ref := range s.Images {
 		img := a.images[ref]
-		if verdict.Bytes != nil {
-			st.BytesTotal += verdict.Bytes[ref]
-		}
+		size := a.data.Sizes[ref]
+		st.BytesTotal += size
 		if img == nil {
 			continue
 		}
@@ -165,9 +173,7 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 			}
 			if !pinnedByCRIO || img.pinned {
 				st.ImagesReady++
-				if verdict.Bytes != nil {
-					st.BytesReady += verdict.Bytes[ref]
-				}
+				st.BytesReady += size
 			}
 			continue
 		}
@@ -297,8 +303,18 @@ func (a *Agent) recordCompleted(n status.Node) {
 		}
 	}
 	names := map[string]bool{}
+	wanted := map[string]bool{}
 	for _, s := range a.sets {
 		names[s.Name] = true
+		for _, img := range s.Images {
+			wanted[img] = true
+		}
+	}
+	for img := range a.data.Sizes {
+		if !wanted[img] {
+			delete(a.data.Sizes, img)
+			a.dataDirty = true
+		}
 	}
 	for name := range a.data.Completed {
 		if !names[name] {

@@ -23,6 +23,9 @@ type Data struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Completed maps a set name to the uid and spec hash it was last Ready with.
 	Completed map[string]Completed `json:"completed,omitempty"`
+	// Sizes are the compressed bytes of images the disk check sized: present images
+	// are not asked about again, but their size stays in status.
+	Sizes map[string]uint64 `json:"sizes,omitempty"`
 }
 
 // Completed records that a set version was Ready on this node.

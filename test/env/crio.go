@@ -41,6 +41,9 @@ type CRIOOptions struct {
 	// Mirrors maps a source prefix that does not exist to a registry that does: a
 	// disconnected cluster.
 	Mirrors map[string]string
+	// RootSize, when set ("80m"), puts CRI-O's storage root on a tmpfs of that size: a
+	// small image filesystem.
+	RootSize string
 }
 
 // NewCRIO writes CRI-O's config into dir; Start runs it.
@@ -61,9 +64,14 @@ func NewCRIO(dir string, opts CRIOOptions) (*CRIO, error) {
 	}
 	c := &CRIO{Dir: dir, Socket: filepath.Join(dir, "crio.sock"), Config: filepath.Join(dir, "crio.conf"),
 		ConfigDir: filepath.Join(dir, "crio.conf.d"), LogFile: filepath.Join(dir, "crio.log")}
-	for _, d := range []string{c.ConfigDir, filepath.Join(dir, "registries.conf.d"), filepath.Join(dir, "cni")} {
+	for _, d := range []string{c.ConfigDir, filepath.Join(dir, "registries.conf.d"), filepath.Join(dir, "cni"), filepath.Join(dir, "root")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
+		}
+	}
+	if opts.RootSize != "" {
+		if err := syscall.Mount("tmpfs", filepath.Join(dir, "root"), "tmpfs", 0, "size="+opts.RootSize); err != nil {
+			return nil, fmt.Errorf("tmpfs for the storage root: %w", err)
 		}
 	}
 	pause := "registry.invalid/pause:latest"
@@ -257,6 +265,9 @@ func (c *CRIO) LogContains(s string) bool {
 	b, _ := os.ReadFile(c.LogFile)
 	return strings.Contains(string(b), s)
 }
+
+// Root is CRI-O's storage root.
+func (c *CRIO) Root() string { return filepath.Join(c.Dir, "root") }
 
 func unmountUnder(dir string) {
 	b, err := os.ReadFile("/proc/self/mountinfo")

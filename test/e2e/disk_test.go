@@ -1,0 +1,120 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/env"
+)
+
+// newSmallDiskWorld is a world whose CRI-O stores images on an 80 MiB tmpfs.
+func newSmallDiskWorld(t *testing.T) *world {
+	t.Helper()
+	w := baseWorld(t)
+	c, err := env.NewCRIO(w.crio.Dir, env.CRIOOptions{Insecure: []string{w.reg.Host}, RootSize: "80m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.crio = c
+	t.Cleanup(c.Cleanup)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.dialCRI()
+	w.writeConfig(worldOptions{})
+	return w
+}
+
+// pushBig pushes n images of two 4 MiB random (incompressible) layers: 8 MiB each, so
+// a need of 16 MiB each at the default multiplier of 2.
+func (w *world) pushBig(prefix string, n int) []string {
+	w.t.Helper()
+	var refs []string
+	for i := 0; i < n; i++ {
+		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("%s-%d", prefix, i), 2, 4<<20)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		refs = append(refs, img.Ref())
+	}
+	return refs
+}
+
+func (w *world) requireAbsentAndUnpinned(refs ...string) {
+	w.t.Helper()
+	live := w.livePins()
+	for _, r := range refs {
+		if img := w.image(r); img.Present {
+			w.t.Fatalf("%s was pulled", r)
+		}
+		if slices.Contains(live, r) {
+			w.t.Fatalf("%s was pinned", r)
+		}
+	}
+}
+
+// On an 80 MiB image filesystem (GC at 85% = 68 MiB): a set needing 96 MiB is refused
+// with nothing pinned or pulled; two sets of 48 MiB each fit alone but not together:
+// the first (by name) is admitted and goes Ready, the second is refused, and stays
+// refused once the first has landed.
+func TestDiskCheckOnASmallImageFilesystem(t *testing.T) {
+	w := newSmallDiskWorld(t)
+	big := w.pushBig("big", 6)
+	first := w.pushBig("first", 3)
+	second := w.pushBig("second", 3)
+	w.startDaemon()
+
+	w.writeSet("huge.yaml", alphaSet("huge", big...))
+	n := w.waitFor("huge refused", 60*time.Second, phaseIs("huge", status.Failed))
+	s := n.Set("huge")
+	c := s.Condition(status.ConditionFailed)
+	d := s.Condition(status.ConditionDiskChecked)
+	if c.Reason != status.ReasonInsufficientDiskSpace || d.Status != status.False ||
+		!strings.Contains(c.Message, "node e2e-node: 6 images need 96.0 MiB (2 × 48.0 MiB of layers) on "+w.crio.Root()) ||
+		!strings.Contains(c.Message, "free of 80.0 MiB; image GC starts at 85%") {
+		t.Fatalf("refusal: %+v / %+v", c, d)
+	}
+	if s.BytesTotal < 48<<20 || n.Node.ImageFilesystem.CapacityBytes != 80<<20 || !strings.HasPrefix(n.Node.ImageFilesystem.Path, w.crio.Root()) {
+		t.Fatalf("bytes %d, filesystem %+v", s.BytesTotal, n.Node.ImageFilesystem)
+	}
+	time.Sleep(time.Second)
+	w.requireAbsentAndUnpinned(big...)
+
+	os.Remove(filepath.Join(w.setsDir, "huge.yaml"))
+	before, err := diskcheck.Statfs(w.crio.Root())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.writeSet("aa-first.yaml", alphaSet("aa-first", first...))
+	w.writeSet("bb-second.yaml", alphaSet("bb-second", second...))
+	n = w.waitFor("first Ready, second refused", 60*time.Second, func(n status.Node) bool {
+		return phaseIs("aa-first", status.Ready)(n) && phaseIs("bb-second", status.Failed)(n)
+	})
+	if c := n.Set("bb-second").Condition(status.ConditionFailed); c.Reason != status.ReasonInsufficientDiskSpace {
+		t.Fatalf("second: %+v", c)
+	}
+	w.requirePinned(first...)
+	w.requireAbsentAndUnpinned(second...)
+	after, _ := diskcheck.Statfs(w.crio.Root())
+	est := n.Set("aa-first").BytesTotal * 2
+	grew := after.Used() - before.Used()
+	t.Logf("accuracy: estimated need %s, storage grew by %s: estimate / growth = %.2f", diskcheck.Human(est), diskcheck.Human(grew), float64(est)/float64(grew))
+
+	// The second stays refused now that the first has landed (its real use counts).
+	time.Sleep(3 * time.Second)
+	n = w.readStatus()
+	if s := n.Set("bb-second"); s == nil || s.Phase != status.Failed {
+		t.Fatalf("second after the first landed: %+v", s)
+	}
+	w.requireAbsentAndUnpinned(second...)
+}
