@@ -21,6 +21,8 @@ commands:
   status [-o json]      show this node's status (imagepind's status file)
   apply FILE...         pin and pull the sets once in the foreground against the CRI socket;
                         exit 0 when every set is Ready (refuses while imagepind runs)
+  check FILE...         before an upgrade window: can this node hold and reach the sets' images?
+                        [--platform os/arch[/variant]] [--labels k=v,...] [-o json]; exit 1 if not
   version               print the version
 
 every command takes --config FILE (imagepind's config, default /etc/imagepin/imagepind.toml)
@@ -46,6 +48,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return showStatus(args[1:], stdout, stderr)
 	case "apply":
 		return apply(ctx, args[1:], stdout, stderr)
+	case "check":
+		return check(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, version)
 		return 0
@@ -55,4 +59,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "imagepinctl: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }

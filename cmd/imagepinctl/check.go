@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/internal/wire"
+)
+
+// check runs the disk and reachability check alone, for this node (or --platform and
+// --labels), and prints the plan per set: what an administrator runs before an upgrade
+// window. Exit 0 when every set is admitted and every image reachable.
+func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", conf.DefaultConfigPath, "imagepind's config")
+	platform := fs.String("platform", goruntime.GOOS+"/"+goruntime.GOARCH, "os/arch[/variant] to size images for")
+	labelsFlag := fs.String("labels", "", "node labels k=v,k2=v2 (default: the config's labels and labels file)")
+	storage := fs.String("storage", "/var/lib/containers/storage", "image filesystem when CRI-O is not reachable")
+	output := fs.String("o", "text", "output: text or json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "usage: imagepinctl check [--config FILE] [--platform os/arch] [--labels k=v,...] FILE...")
+		return 2
+	}
+	cfg, err := loadConfig(fs, *configPath)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	p, err := diskcheck.ParsePlatform(*platform)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	labels, err := nodeLabels(cfg, *labelsFlag)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	var sets []conf.Set
+	for _, f := range fs.Args() {
+		data, err := fsutil.ReadRegular(f, conf.MaxSetFileSize)
+		if err != nil {
+			fmt.Fprintf(stdout, "%s: %v\n", f, err)
+			return 1
+		}
+		res, err := conf.ParseSetFile(f, data)
+		if err != nil {
+			fmt.Fprintln(stdout, err)
+			return 1
+		}
+		for _, s := range res.Sets {
+			if s.Selector.Matches(labels) {
+				sets = append(sets, s)
+			} else {
+				fmt.Fprintf(stderr, "%s: set %q does not apply to this node (%s)\n", f, s.Name, s.Selector)
+			}
+		}
+	}
+	sort.Slice(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
+
+	// Presence and the image filesystem from CRI-O when it answers.
+	client, err := cri.Dial(cfg.CRI.Endpoint)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	defer client.Close()
+	reachable := true
+	vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	if _, err := client.Version(vctx); err != nil {
+		reachable = false
+		fmt.Fprintf(stderr, "CRI-O not reachable at %s (%v): every image counts as missing; image filesystem %s\n", cfg.CRI.Endpoint, err, *storage)
+	}
+	cancel()
+	var reqs []diskcheck.SetRequest
+	total := map[string]int{}
+	for _, s := range sets {
+		r := diskcheck.SetRequest{Name: s.Name}
+		total[s.Name] = len(s.Images)
+		for _, img := range s.Images {
+			if reachable {
+				st, err := client.ImageStatus(ctx, img)
+				if err == nil && st.Present {
+					continue
+				}
+			}
+			r.Missing = append(r.Missing, img)
+		}
+		reqs = append(reqs, r)
+	}
+	imageFS := wire.ImageFS(client)
+	if !reachable {
+		imageFS = func(context.Context) (string, error) { return *storage, nil }
+	}
+
+	// containers/image names the endpoint it tries only in its log.
+	recorder := diskcheck.NewEndpointRecorder()
+	logrus.StandardLogger().SetOutput(io.Discard)
+	logrus.StandardLogger().SetLevel(logrus.InfoLevel)
+	logrus.StandardLogger().AddHook(recorder)
+	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
+	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
+		RegistriesConf: cfg.Disk.RegistriesConf, RegistriesConfDir: cfg.Disk.RegistriesConfDir, CertsDir: cfg.Disk.CertsDir,
+		Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
+	}, keyring.Lookup)
+	nodeName := cfg.Node.Name
+	if nodeName == "" {
+		nodeName = hostname()
+	}
+	checker := diskcheck.New(diskcheck.Config{NodeName: nodeName, Multiplier: cfg.Disk.LayerSizeMultiplier,
+		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent, KubeletConfig: cfg.Disk.KubeletConfig}, resolver, imageFS)
+	res, err := checker.Check(ctx, reqs)
+	if err != nil {
+		fmt.Fprintf(stderr, "imagepinctl check: %v\n", err)
+		return 2
+	}
+
+	ok := true
+	var plans []setPlan
+	for _, r := range reqs {
+		v := res.Verdicts[r.Name]
+		plan := setPlan{Set: r.Name, Images: total[r.Name], Missing: len(r.Missing), Admitted: v.Admitted,
+			Verdict: v.Condition.Reason, Message: v.Condition.Message}
+		for _, img := range r.Missing {
+			ip := imagePlan{Image: img, Bytes: v.Bytes[img], Endpoint: recorder.Endpoint(img)}
+			if why, bad := v.Unavailable[img]; bad {
+				ip.Error, ip.Endpoint = "unavailable: "+why, ""
+				ok = false
+			} else if why, unsized := v.Unsized[img]; unsized {
+				ip.Error, ip.Endpoint = "not reachable now: "+why, ""
+				ok = false
+			}
+			plan.Bytes += ip.Bytes
+			plan.ImagesPlan = append(plan.ImagesPlan, ip)
+		}
+		ok = ok && v.Admitted
+		plans = append(plans, plan)
+	}
+	report := checkReport{Node: nodeName, Platform: p.String(), Filesystem: res.Filesystem, Sets: plans}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(report)
+	} else {
+		printPlan(stdout, report)
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+type checkReport struct {
+	Node       string               `json:"node"`
+	Platform   string               `json:"platform"`
+	Filesystem diskcheck.Filesystem `json:"imageFilesystem"`
+	Sets       []setPlan            `json:"sets"`
+}
+
+type setPlan struct {
+	Set        string      `json:"set"`
+	Images     int         `json:"images"`
+	Missing    int         `json:"missing"`
+	Bytes      uint64      `json:"bytes"`
+	Admitted   bool        `json:"admitted"`
+	Verdict    string      `json:"verdict"`
+	Message    string      `json:"message"`
+	ImagesPlan []imagePlan `json:"missingImages"`
+}
+
+type imagePlan struct {
+	Image    string `json:"image"`
+	Bytes    uint64 `json:"bytes"`
+	Endpoint string `json:"endpoint,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+func printPlan(w io.Writer, r checkReport) {
+	fmt.Fprintf(w, "node %s (%s), image filesystem %s: %s free of %s\n", r.Node, r.Platform, r.Filesystem.Path,
+		diskcheck.Human(r.Filesystem.FreeBytes), diskcheck.Human(r.Filesystem.CapacityBytes))
+	for _, s := range r.Sets {
+		verdict := "ADMITTED"
+		if !s.Admitted {
+			verdict = "REFUSED"
+		}
+		fmt.Fprintf(w, "\nset %s: %s — %d of %d images missing, %s compressed\n  %s: %s\n", s.Set, verdict, s.Missing, s.Images,
+			diskcheck.Human(s.Bytes), s.Verdict, s.Message)
+		for _, ip := range s.ImagesPlan {
+			switch {
+			case ip.Error != "":
+				fmt.Fprintf(w, "  ✗ %s\n      %s\n", ip.Image, oneLine(ip.Error, 600))
+			default:
+				from := ip.Endpoint
+				if from == "" {
+					from = "?"
+				}
+				fmt.Fprintf(w, "  ✓ %s  %s  from %s\n", ip.Image, diskcheck.Human(ip.Bytes), from)
+			}
+		}
+	}
+}
+
+// nodeLabels are --labels, or the config's inline labels overlaid with its labels file.
+func nodeLabels(cfg conf.Config, flagValue string) (map[string]string, error) {
+	if flagValue != "" {
+		labels := map[string]string{}
+		for _, kv := range strings.Split(flagValue, ",") {
+			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+			labels[k] = v
+		}
+		return labels, conf.ValidateLabels(labels)
+	}
+	var file map[string]string
+	if cfg.Node.LabelsFile != "" {
+		if data, err := fsutil.ReadRegular(cfg.Node.LabelsFile, conf.MaxLabelsFileSize); err == nil {
+			l, err := conf.ParseLabelsFile(data)
+			if err != nil {
+				return nil, fmt.Errorf("labels file %s: %w", cfg.Node.LabelsFile, err)
+			}
+			file = l
+		}
+	}
+	return conf.MergeLabels(cfg.Node.Labels, file), nil
+}
