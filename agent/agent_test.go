@@ -454,3 +454,34 @@ func TestReloadFailureIsRetried(t *testing.T) {
 	}
 	_ = errors.New
 }
+
+// ENOSPC from the runtime stops every remaining pull at once: InsufficientDiskSpace.
+func TestNoSpaceStopsPulls(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PullConcurrency = 1
+	h.cfg.MaxBackoff = 5 * time.Second
+	var images []string
+	for i := 0; i < 6; i++ {
+		images = append(images, img(fmt.Sprintf("full%d", i), i))
+	}
+	h.available(images...)
+	h.rt.Registry[images[1]] = &cri.PullError{Message: "writing blob: storing blob to file \"/var/tmp/x\": write /var/tmp/x: no space left on device"}
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", images...))
+	n := h.waitFor("Failed InsufficientDiskSpace", func(n status.Node) bool {
+		s := n.Set("s")
+		return s != nil && s.Phase == status.Failed && s.Condition(status.ConditionFailed).Reason == status.ReasonInsufficientDiskSpace
+	})
+	s := n.Set("s")
+	if len(s.FailedImages) != 1 || s.FailedImages[0].Reason != status.ReasonInsufficientDiskSpace || !strings.Contains(s.FailedImages[0].Error, "no space left on device") {
+		t.Fatalf("%+v", s.FailedImages)
+	}
+	time.Sleep(300 * time.Millisecond)
+	pulled := 0
+	for _, i := range images[2:] {
+		pulled += h.rt.Pulls[i]
+	}
+	if pulled != 0 {
+		t.Fatalf("%d pulls after ENOSPC; they must stop at once", pulled)
+	}
+}

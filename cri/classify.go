@@ -51,6 +51,36 @@ func Classify(err error) Failure {
 	if strings.Contains(msg, "no space left on device") {
 		return NoSpace
 	}
+	// containers/image (and so CRI-O) reports a pull through mirrors as
+	// "(Mirrors also failed: [mirror: err]\n[mirror: err]): source: err". If any endpoint
+	// answered for good (the mirror of a disconnected cluster says "manifest unknown"
+	// while the source does not resolve), the image is unavailable until that changes.
+	if parts := endpointErrors(msg); parts != nil {
+		for _, p := range parts {
+			if classifyOne(p) == Unavailable {
+				return Unavailable
+			}
+		}
+		return Transient
+	}
+	return classifyOne(msg)
+}
+
+func endpointErrors(msg string) []string {
+	const marker = "(mirrors also failed: "
+	i := strings.Index(msg, marker)
+	if i < 0 {
+		return nil
+	}
+	rest := msg[i+len(marker):]
+	j := strings.LastIndex(rest, "): ")
+	if j < 0 {
+		return nil
+	}
+	return append(strings.Split(rest[:j], "\n"), rest[j+3:])
+}
+
+func classifyOne(msg string) Failure {
 	// A 5xx or a dropped connection can carry "not found" in a proxy's page; check
 	// transient markers first.
 	for _, t := range []string{"connection refused", "connection reset", "i/o timeout", "timeout", "tls handshake", "eof",

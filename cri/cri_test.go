@@ -20,6 +20,8 @@ func TestClassify(t *testing.T) {
 		"received unexpected HTTP status: 503 Service Unavailable":                                                                           Transient,
 		"writing blob: storing blob to file \"/var/tmp/x\": write /var/tmp/x: no space left on device":                                       NoSpace,
 		"something nobody has seen": Transient,
+		"(Mirrors also failed: [mirror.local/ocp/x@sha256:0: reading manifest sha256:0 in mirror.local/ocp/x: manifest unknown]): upstream.example.invalid/ocp/x@sha256:0: pinging container registry upstream.example.invalid: Get \"https://upstream.example.invalid/v2/\": dial tcp: lookup upstream.example.invalid: no such host": Unavailable,
+		"(Mirrors also failed: [mirror.local/ocp/x@sha256:0: pinging container registry mirror.local: connection refused]): upstream.example.invalid/ocp/x@sha256:0: dial tcp: lookup upstream.example.invalid: no such host":                                                                                                          Transient,
 	}
 	for msg, want := range cases {
 		if got := Classify(&PullError{Message: msg}); got != want {

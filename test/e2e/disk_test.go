@@ -118,3 +118,52 @@ func TestDiskCheckOnASmallImageFilesystem(t *testing.T) {
 	}
 	w.requireAbsentAndUnpinned(second...)
 }
+
+// A disconnected cluster: the set names images at a source that does not exist; only
+// its digest mirror answers. The disk check sizes them through the mirror (the same
+// registries.conf as CRI-O), CRI-O pulls them through it, and the pins match the names
+// CRI-O records (the source's).
+func TestDisconnectedClusterThroughMirror(t *testing.T) {
+	w := baseWorld(t)
+	c, err := env.NewCRIO(w.crio.Dir, env.CRIOOptions{Insecure: []string{w.reg.Host}, Mirrors: map[string]string{"upstream.example.invalid/ocp": w.reg.Host + "/ocp"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.crio = c
+	t.Cleanup(c.Cleanup)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.dialCRI()
+	w.writeConfig(worldOptions{})
+	var refs []string
+	for i := 0; i < 3; i++ {
+		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("ocp/component-%d", i), 1, 256<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, "upstream.example.invalid/ocp/"+fmt.Sprintf("component-%d", i)+"@"+img.Digest)
+	}
+	gone := "upstream.example.invalid/ocp/gone@sha256:" + strings.Repeat("0", 64)
+	w.startDaemon()
+	w.writeSet("release.yaml", alphaSet("release", append(refs, gone)...))
+	n := w.waitFor("Failed on the unavailable image only", 60*time.Second, func(n status.Node) bool {
+		s := n.Set("release")
+		return s != nil && s.Phase == status.Failed && s.ImagesReady == 3
+	})
+	s := n.Set("release")
+	if c := s.Condition(status.ConditionFailed); c.Reason != status.ReasonImageUnavailable {
+		t.Fatalf("%+v", c)
+	}
+	if len(s.FailedImages) != 1 || s.FailedImages[0].Image != gone ||
+		!strings.Contains(s.FailedImages[0].Error, w.reg.Host+"/ocp/gone") || !strings.Contains(s.FailedImages[0].Error, "upstream.example.invalid/ocp/gone") {
+		t.Fatalf("the unavailable image must list every endpoint tried: %+v", s.FailedImages)
+	}
+	if s.BytesTotal == 0 || s.Condition(status.ConditionDiskChecked).Status != status.True {
+		t.Fatalf("sized through the mirror: bytes %d, %+v", s.BytesTotal, s.Condition(status.ConditionDiskChecked))
+	}
+	w.requirePinned(refs...)
+	if img := w.image(gone); img.Present {
+		t.Fatal("the unavailable image was pulled")
+	}
+}
