@@ -143,6 +143,7 @@ type Agent struct {
 	verdicts     map[string]diskcheck.Verdict
 	diskErr      error
 	diskRetry    retry
+	recheck      retry // present but not yet reported pinned
 	lastDiskReqs []diskcheck.SetRequest
 	imageFS      status.ImageFilesystem
 	last         status.Node
@@ -288,12 +289,15 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.deps.Observer.Reconciled(a.deps.Clock.Now())
 }
 
-// nextWake is the earliest time something is due: a pull retry, a reconcile retry, an
-// unpin. ok is false when nothing is.
+// nextWake is the earliest future time something is due: a pull retry, a reconcile
+// retry, an unpin. ok is false when nothing is. Times already past were handled by the
+// pass that just ran (or wait for an event, like a free pull worker): waking for them
+// would spin.
 func (a *Agent) nextWake() (time.Time, bool) {
 	var at time.Time
+	now := a.deps.Clock.Now()
 	consider := func(t time.Time) {
-		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+		if t.After(now) && (at.IsZero() || t.Before(at)) {
 			at = t
 		}
 	}
@@ -306,6 +310,7 @@ func (a *Agent) nextWake() (time.Time, bool) {
 	consider(a.pinRetry.next)
 	consider(a.noSpaceAt)
 	consider(a.diskRetry.next)
+	consider(a.recheck.next)
 	for _, released := range a.data.Pins {
 		if !released.IsZero() {
 			consider(released.Add(a.cfg.UnpinDelay))

@@ -38,9 +38,10 @@ type harness struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 
-	mu     sync.Mutex
-	latest status.Node
-	seq    int
+	mu       sync.Mutex
+	latest   status.Node
+	seq      int
+	observer Observer
 }
 
 func newHarness(t *testing.T) *harness {
@@ -83,7 +84,8 @@ func (h *harness) start() {
 			h.seq++
 			h.mu.Unlock()
 		},
-		Log: log,
+		Log:      log,
+		Observer: h.observer,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -169,7 +171,7 @@ func phase(name string, p status.Phase) func(status.Node) bool {
 
 func (h *harness) available(images ...string) {
 	for _, i := range images {
-		h.rt.Registry[i] = nil
+		h.rt.SetRegistry(i, nil)
 	}
 }
 
@@ -197,11 +199,11 @@ func TestSetBecomesReadyPinnedAndPulled(t *testing.T) {
 		t.Fatalf("node %+v", n.Node)
 	}
 	// Nothing changes: no further reload, no further pull.
-	reloads := h.rt.Reloads
+	reloads := h.rt.ReloadCount()
 	h.trigger()
 	time.Sleep(100 * time.Millisecond)
-	if h.rt.Reloads != reloads || h.rt.Pulls[a] != 1 {
-		t.Fatalf("idle reconcile reloaded (%d→%d) or pulled again (%d)", reloads, h.rt.Reloads, h.rt.Pulls[a])
+	if h.rt.ReloadCount() != reloads || h.rt.PullCount(a) != 1 {
+		t.Fatalf("idle reconcile reloaded (%d→%d) or pulled again (%d)", reloads, h.rt.ReloadCount(), h.rt.PullCount(a))
 	}
 }
 
@@ -311,8 +313,8 @@ func TestBadFilesLoseNothing(t *testing.T) {
 	if len(n.FileErrors) != 3 {
 		t.Fatalf("%+v", n.FileErrors)
 	}
-	if h.rt.Pulls[a] != 1 {
-		t.Fatalf("restart pulled a present image again: %d", h.rt.Pulls[a])
+	if h.rt.PullCount(a) != 1 {
+		t.Fatalf("restart pulled a present image again: %d", h.rt.PullCount(a))
 	}
 
 	// The sets directory disappearing is a fault, not an unpin.
@@ -347,13 +349,13 @@ func TestPullFailuresAndRecovery(t *testing.T) {
 		t.Fatal("the set's other images must still be pulled and pinned")
 	}
 	// The transient error clears: only the unavailable image remains → Failed.
-	h.rt.Registry[flaky] = nil
+	h.rt.SetRegistry(flaky, nil)
 	h.waitFor("Failed ImageUnavailable", func(n status.Node) bool {
 		s := n.Set("s")
 		return s != nil && s.Phase == status.Failed && s.Condition(status.ConditionFailed).Reason == status.ReasonImageUnavailable
 	})
 	// The image appears in the registry: the set leaves Failed by itself.
-	h.available(missing)
+	h.rt.SetRegistry(missing, nil)
 	h.waitFor("Ready", phase("s", status.Ready))
 }
 
@@ -384,7 +386,7 @@ func TestRuntimeOutageAndStorageWipe(t *testing.T) {
 	os.WriteFile(h.cfg.RuntimeSocket+".new", nil, 0o600)
 	os.Rename(h.cfg.RuntimeSocket+".new", h.cfg.RuntimeSocket)
 	h.trigger()
-	h.waitFor("Ready again", func(n status.Node) bool { return h.rt.Pulls[a] == 2 && phase("s", status.Ready)(n) })
+	h.waitFor("Ready again", func(n status.Node) bool { return h.rt.PullCount(a) == 2 && phase("s", status.Ready)(n) })
 }
 
 func TestPullConcurrencyAndCredentials(t *testing.T) {
@@ -401,11 +403,11 @@ func TestPullConcurrencyAndCredentials(t *testing.T) {
 	h.start()
 	h.writeFile("s.yaml", setDoc("s", images...))
 	h.waitFor("Ready", phase("s", status.Ready))
-	if h.rt.MaxConcurrent != 3 {
-		t.Fatalf("max concurrent pulls %d, want 3", h.rt.MaxConcurrent)
+	if h.rt.MaxParallel() != 3 {
+		t.Fatalf("max concurrent pulls %d, want 3", h.rt.MaxParallel())
 	}
-	if h.rt.Auths[images[1]] != "puller" || h.rt.Auths[images[2]] != "" {
-		t.Fatalf("auths %v", h.rt.Auths)
+	if h.rt.AuthUser(images[1]) != "puller" || h.rt.AuthUser(images[2]) != "" {
+		t.Fatalf("auths %q %q", h.rt.AuthUser(images[1]), h.rt.AuthUser(images[2]))
 	}
 }
 
@@ -436,7 +438,7 @@ func TestRuntimeTooOld(t *testing.T) {
 	if c := n.Set("s").Condition(status.ConditionFailed); c.Reason != status.ReasonRuntimeTooOld || !strings.Contains(c.Message, "restart CRI-O") {
 		t.Fatalf("%+v", c)
 	}
-	if h.rt.Reloads != 0 {
+	if h.rt.ReloadCount() != 0 {
 		t.Fatal("reloading a CRI-O that does not apply pins on reload is pointless")
 	}
 	h.waitFor("pulled anyway", func(status.Node) bool { return h.rt.Present(a) })
@@ -449,7 +451,7 @@ func TestReloadFailureIsRetried(t *testing.T) {
 	h.start()
 	h.writeFile("s.yaml", setDoc("s", a))
 	h.waitFor("Ready", phase("s", status.Ready))
-	if h.rt.Reloads == 0 {
+	if h.rt.ReloadCount() == 0 {
 		t.Fatal("no reload")
 	}
 	_ = errors.New
@@ -479,9 +481,50 @@ func TestNoSpaceStopsPulls(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	pulled := 0
 	for _, i := range images[2:] {
-		pulled += h.rt.Pulls[i]
+		pulled += h.rt.PullCount(i)
 	}
 	if pulled != 0 {
 		t.Fatalf("%d pulls after ENOSPC; they must stop at once", pulled)
+	}
+}
+
+type countingObserver struct {
+	noObserver
+	mu         sync.Mutex
+	reconciles int
+}
+
+func (c *countingObserver) Reconciled(time.Time) {
+	c.mu.Lock()
+	c.reconciles++
+	c.mu.Unlock()
+}
+
+func (c *countingObserver) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reconciles
+}
+
+// After a failure that has cleared (ENOSPC once, then the pull works), an idle loop
+// must not spin on retry times already past.
+func TestIdleAfterFailuresDoesNotSpin(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.MaxBackoff = 50 * time.Millisecond
+	good, full := img("good", 1), img("full", 2)
+	h.available(good, full)
+	h.rt.Registry[full] = &cri.PullError{Message: "no space left on device"}
+	obs := &countingObserver{}
+	h.observer = obs
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", good, full))
+	h.waitFor("failed", phase("s", status.Failed))
+	h.rt.SetRegistry(full, nil)
+	h.waitFor("Ready", phase("s", status.Ready))
+	time.Sleep(200 * time.Millisecond)
+	before := obs.count()
+	time.Sleep(time.Second)
+	if n := obs.count() - before; n > 2 {
+		t.Fatalf("%d reconciles in an idle second: the loop spins", n)
 	}
 }

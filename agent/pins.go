@@ -160,14 +160,16 @@ func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
 // probePinned checks that CRI-O's image service uses the new patterns too: on SIGHUP
 // CRI-O updates the config GET /config shows before it recompiles the patterns that
 // ImageStatus reports "pinned" from (server.go startReloadWatcher). It swaps the whole
-// list at once, so one present image that the patterns match is enough.
+// list at once, so one present image that this change pins is enough; an image that
+// was pinned before proves nothing.
 func (a *Agent) probePinned(ctx context.Context) bool {
 	if !a.support.PinnedField {
 		return true
 	}
 	var probe string
 	for ref, img := range a.images {
-		if img.wanted && img.present && crio.Matches(a.effective, ref) && (probe == "" || ref < probe) {
+		newlyPinned := crio.Matches(a.effective, ref) && !crio.Matches(a.confirmed, ref)
+		if img.wanted && img.present && newlyPinned && (probe == "" || ref < probe) {
 			probe = ref
 		}
 	}

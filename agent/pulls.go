@@ -7,6 +7,7 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
 )
 
 // imageState is what the agent knows of one wanted image, shared by every set that
@@ -78,6 +79,14 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
 				a.log.WithField("image", ref).Warn("image is gone from the runtime's storage; pulling it again")
 			}
 			img.checked, img.present, img.pinned = true, st.Present, st.Pinned
+			if st.Present && !st.Pinned && a.confirmedValid && a.support.PinnedField && crio.Matches(a.effective, ref) {
+				// CRI-O's confirmed patterns match it, yet it says unpinned: its image
+				// service may not have caught up yet. Ask again, with backoff.
+				img.checked = false
+				if a.recheck.due(a.deps.Clock.Now()) {
+					a.recheck.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
+				}
+			}
 			if st.Present {
 				img.lastErr = nil
 				img.retry.reset()

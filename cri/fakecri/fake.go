@@ -57,6 +57,41 @@ func (r *Runtime) SetDown(down bool) {
 	}
 }
 
+// SetRegistry sets what a pull of ref returns (nil: it works), safely while pulls run.
+func (r *Runtime) SetRegistry(ref string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Registry[ref] = err
+}
+
+// PullCount is how many times ref was pulled.
+func (r *Runtime) PullCount(ref string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Pulls[ref]
+}
+
+// AuthUser is the username the last pull of ref was given ("" for none).
+func (r *Runtime) AuthUser(ref string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Auths[ref]
+}
+
+// MaxParallel is the most pulls seen at once.
+func (r *Runtime) MaxParallel() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.MaxConcurrent
+}
+
+// ReloadCount is how many reloads there were.
+func (r *Runtime) ReloadCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.Reloads
+}
+
 // Remove deletes an image from storage (a wipe).
 func (r *Runtime) Remove(ref string) {
 	r.mu.Lock()
