@@ -39,7 +39,11 @@ var (
 	latency  = flag.Int("latency-ms", 25, "slow link: added latency per direction")
 	rateKBps = flag.Int("rate-kbps", 4000, "slow link: bandwidth per connection, KB/s")
 	binDir   = flag.String("bin", "bin", "directory with imagepind")
+	sections = flag.String("sections", "preload,latency,disk", "what to measure: preload, latency (also idle), disk")
+	costN    = flag.Int("cost-images", 500, "images for the disk check cost")
 )
+
+func want(section string) bool { return strings.Contains(","+*sections+",", ","+section+",") }
 
 func main() {
 	flag.Parse()
@@ -93,6 +97,17 @@ func run(ctx context.Context) error {
 		*nImages, layers, float64(bytes)/(1<<20), float64(unique)/(1<<20))
 	fmt.Printf("Machine: %d CPUs. Each run: a fresh CRI-O 1.34.0 with empty storage. %d repetitions; medians.\n\n", numCPU(), *reps)
 
+	if want("disk") {
+		if err := b.diskCost(ctx, *costN); err != nil {
+			return err
+		}
+		if err := b.diskAccuracy(ctx); err != nil {
+			return err
+		}
+	}
+	if !want("preload") && !want("latency") {
+		return nil
+	}
 	stopProxy, err := b.startSlowLink()
 	if err != nil {
 		return err
@@ -100,6 +115,9 @@ func run(ctx context.Context) error {
 	defer stopProxy()
 
 	for _, slow := range []bool{false, true} {
+		if !want("preload") {
+			break
+		}
 		title := "registry on loopback"
 		if slow {
 			title = fmt.Sprintf("registry behind a slow link (toxiproxy: +%d ms latency, %d KB/s per connection)", *latency, *rateKBps)
@@ -107,6 +125,9 @@ func run(ctx context.Context) error {
 		if err := b.preload(ctx, title, slow); err != nil {
 			return err
 		}
+	}
+	if !want("latency") {
+		return nil
 	}
 	return b.daemonLatencyAndIdle(ctx)
 }

@@ -123,7 +123,9 @@ enable_metrics = false
 	var reg strings.Builder
 	reg.WriteString("unqualified-search-registries = []\n")
 	for _, h := range opts.Insecure {
-		fmt.Fprintf(&reg, "\n[[registry]]\nlocation = %q\ninsecure = true\n", h)
+		if h != "" {
+			fmt.Fprintf(&reg, "\n[[registry]]\nlocation = %q\ninsecure = true\n", h)
+		}
 	}
 	for src, mirror := range opts.Mirrors {
 		fmt.Fprintf(&reg, "\n[[registry]]\nprefix = %q\nlocation = %q\n[[registry.mirror]]\nlocation = %q\ninsecure = true\npull-from-mirror = \"digest-only\"\n", src, src, mirror)

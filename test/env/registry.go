@@ -1,9 +1,13 @@
 package env
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -17,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
 // Registry is a docker-registry process on 127.0.0.1.
@@ -119,7 +124,12 @@ func (r *Registry) PushRandom(ctx context.Context, repo string, layers int, laye
 			return Image{}, err
 		}
 	}
-	// A unique config so that two images with the same layers still differ.
+	return r.write(ctx, repo, img)
+}
+
+// write gives img a unique config (two images with the same layers still differ: CRI-O
+// pins per image ID) and pushes it.
+func (r *Registry) write(ctx context.Context, repo string, img v1.Image) (Image, error) {
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	cf, err := img.ConfigFile()
@@ -165,4 +175,42 @@ func FreePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// PushCompressible pushes an image of `layers` layers, each a tar holding size bytes of
+// word-like text, so that gzip shrinks it about as much as real image content.
+func (r *Registry) PushCompressible(ctx context.Context, repo string, layers int, size int64) (Image, error) {
+	img := empty.Image
+	words := []string{"lib", "usr", "bin", "share", "config", "openshift", "kube", "container", "runtime", "image",
+		"node", "etcd", "api", "server", "controller", "manager", "proxy", "network", "storage", "operator"}
+	for i := 0; i < layers; i++ {
+		var text bytes.Buffer
+		var seed [8]byte
+		rand.Read(seed[:])
+		x := binary.LittleEndian.Uint64(seed[:]) | 1
+		for int64(text.Len()) < size {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			text.WriteString(words[x%uint64(len(words))])
+			text.WriteByte(" /.\n_-"[x>>60%6])
+			if x%97 == 0 {
+				fmt.Fprintf(&text, "%x", x)
+			}
+		}
+		var tarBuf bytes.Buffer
+		tw := tar.NewWriter(&tarBuf)
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("data-%d.txt", i), Mode: 0o644, Size: int64(text.Len())})
+		tw.Write(text.Bytes())
+		tw.Close()
+		data := tarBuf.Bytes()
+		l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+		if err != nil {
+			return Image{}, err
+		}
+		if img, err = mutate.AppendLayers(img, l); err != nil {
+			return Image{}, err
+		}
+	}
+	return r.write(ctx, repo, img)
 }

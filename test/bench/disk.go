@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/test/env"
+)
+
+// diskCost measures the disk check on many images: imagepin's check (cold, then from
+// its cache) side by side with a naive check that asks the registry for every layer.
+func (b *bench) diskCost(ctx context.Context, n int) error {
+	// Push n images of 3 layers: one of 4 shared bases + 2 unique small layers.
+	var bases []v1.Layer
+	for i := 0; i < 4; i++ {
+		l, err := env.RandomLayer(4 << 10)
+		if err != nil {
+			return err
+		}
+		bases = append(bases, l)
+	}
+	start := time.Now()
+	var refs []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	var pushErr error
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			img, err := b.reg.PushRandom(ctx, fmt.Sprintf("cost/app-%03d", i), 2, 1<<10, bases[i%len(bases)])
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				pushErr = err
+				return
+			}
+			refs = append(refs, img.Ref())
+		}(i)
+	}
+	wg.Wait()
+	if pushErr != nil {
+		return pushErr
+	}
+	fmt.Fprintf(os.Stderr, "  pushed %d images in %s\n", n, time.Since(start).Round(time.Millisecond))
+
+	// Every request to the registry goes through this counting proxy.
+	var requests atomic.Int64
+	target, _ := url.Parse("http://" + b.reg.Host)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		proxy.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	var viaProxy []string
+	for _, r := range refs {
+		viaProxy = append(viaProxy, strings.Replace(r, b.reg.Host, host, 1))
+	}
+	dir := filepath.Join(b.dir, "disk-cost")
+	os.MkdirAll(filepath.Join(dir, "registries.conf.d"), 0o755)
+	regConf := filepath.Join(dir, "registries.conf")
+	os.WriteFile(regConf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", host)), 0o644)
+	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
+		CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}, Concurrency: 8}, nil)
+	checker := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, resolver,
+		func(context.Context) (string, error) { return dir, nil })
+	sets := []diskcheck.SetRequest{{Name: "release", Missing: viaProxy}}
+
+	type row struct {
+		name     string
+		took     time.Duration
+		requests int64
+		layers   int
+		bytes    uint64
+	}
+	var rows []row
+	measure := func(name string, f func() (int, uint64, error)) error {
+		requests.Store(0)
+		start := time.Now()
+		layers, bytes, err := f()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		rows = append(rows, row{name, time.Since(start), requests.Load(), layers, bytes})
+		return nil
+	}
+	check := func() (int, uint64, error) {
+		res, err := checker.Check(ctx, sets)
+		if err != nil {
+			return 0, 0, err
+		}
+		v := res.Verdicts["release"]
+		if len(v.Unsized)+len(v.Unavailable) > 0 {
+			return 0, 0, fmt.Errorf("%d unsized, %d unavailable", len(v.Unsized), len(v.Unavailable))
+		}
+		var total uint64
+		for _, by := range v.Bytes {
+			total += by
+		}
+		return len(v.Bytes), total, nil
+	}
+	if err := measure("naive: ping + manifest + HEAD of every layer, per image (8 at once)", func() (int, uint64, error) { return naiveCheck(ctx, host, viaProxy) }); err != nil {
+		return err
+	}
+	if err := measure("imagepin check, cold (containers/image: ping + manifest per image, 8 at once)", check); err != nil {
+		return err
+	}
+	if err := measure("imagepin check again (manifests cached by digest)", check); err != nil {
+		return err
+	}
+	fmt.Printf("## Disk check cost: %d images, %d layer references (%d distinct), registry on loopback\n\n", n, 3*n, 2*n+len(bases))
+	fmt.Printf("Registry requests counted by a proxy in front of docker-registry.\n\n| check | time | registry requests | requests per image |\n|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Printf("| %s | %d ms | %d | %.2f |\n", r.name, r.took.Milliseconds(), r.requests, float64(r.requests)/float64(n))
+	}
+	fmt.Println()
+	return nil
+}
+
+// naiveCheck is what a script would do: for each image, ping, read the manifest, and
+// HEAD every layer blob for its size.
+func naiveCheck(ctx context.Context, host string, refs []string) (int, uint64, error) {
+	var total atomic.Uint64
+	var firstErr error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for _, ref := range refs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(ref string) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := func() error {
+				repoDigest := strings.TrimPrefix(ref, host+"/")
+				repo, digest, _ := strings.Cut(repoDigest, "@")
+				if resp, err := client.Get("http://" + host + "/v2/"); err != nil {
+					return err
+				} else {
+					resp.Body.Close()
+				}
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+host+"/v2/"+repo+"/manifests/"+digest, nil)
+				req.Header.Set("Accept", "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json")
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				var m struct {
+					Layers []struct{ Digest string } `json:"layers"`
+				}
+				err = json.NewDecoder(resp.Body).Decode(&m)
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				for _, l := range m.Layers {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodHead, "http://"+host+"/v2/"+repo+"/blobs/"+l.Digest, nil)
+					resp, err := client.Do(req)
+					if err != nil {
+						return err
+					}
+					resp.Body.Close()
+					total.Add(uint64(resp.ContentLength))
+				}
+				return nil
+			}()
+			if err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+			}
+		}(ref)
+	}
+	wg.Wait()
+	return len(refs), total.Load(), firstErr
+}
+
+// diskAccuracy pulls images through a fresh CRI-O and compares the check's estimate
+// with how much the image filesystem really grew.
+func (b *bench) diskAccuracy(ctx context.Context) error {
+	fmt.Printf("## Disk check accuracy: estimated need (2 × compressed layer bytes) vs real growth of CRI-O's storage\n\n| images | compressed | estimated need | storage grew (≈ compression ratio) | estimate ÷ growth |\n|---|---|---|---|---|\n")
+	for _, kind := range []string{"random (incompressible, as in the e2e tests)", "text-like"} {
+		var refs []string
+		for i := 0; i < 10; i++ {
+			var img env.Image
+			var err error
+			if strings.HasPrefix(kind, "random") {
+				img, err = b.reg.PushRandom(ctx, fmt.Sprintf("acc/random-%d", i), 2, 2<<20)
+			} else {
+				img, err = b.reg.PushCompressible(ctx, fmt.Sprintf("acc/text-%d", i), 2, 4<<20)
+			}
+			if err != nil {
+				return err
+			}
+			refs = append(refs, img.Ref())
+		}
+		c, err := b.freshCRIO(ctx, "crio-accuracy-"+kind[:4])
+		if err != nil {
+			return err
+		}
+		client, err := cri.Dial("unix://" + c.Socket)
+		if err != nil {
+			return err
+		}
+		resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: c.RegistriesConf(), RegistriesConfDir: c.RegistriesConfDir(),
+			CertsDir: c.CertsDir(), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+		checker := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 100}, resolver,
+			func(context.Context) (string, error) { return c.Root(), nil })
+		res, err := checker.Check(ctx, []diskcheck.SetRequest{{Name: "acc", Missing: refs}})
+		if err != nil {
+			return err
+		}
+		var compressed uint64
+		for _, by := range res.Verdicts["acc"].Bytes {
+			compressed += by
+		}
+		before, _ := diskcheck.Statfs(c.Root())
+		for _, r := range refs {
+			if _, err := client.PullImage(ctx, r, nil); err != nil {
+				return err
+			}
+		}
+		after, _ := diskcheck.Statfs(c.Root())
+		client.Close()
+		c.Cleanup()
+		grew := after.Used() - before.Used()
+		fmt.Printf("| 10 %s | %s | %s | %s (%.1f:1) | %.2f |\n", kind, diskcheck.Human(compressed), diskcheck.Human(2*compressed), diskcheck.Human(grew),
+			float64(grew)/float64(compressed), float64(2*compressed)/float64(grew))
+	}
+	fmt.Println()
+	return nil
+}
