@@ -10,7 +10,7 @@ E2E_TIMEOUT ?= 20m
 
 FUZZTIME ?= 10s
 
-.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench clean
+.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench proto clean
 
 all: build
 
@@ -60,3 +60,8 @@ demo: deps build
 
 clean:
 	rm -rf $(BIN)
+
+# Regenerate api/imagepinv1 from its .proto (protoc from Debian, plugins from the Go
+# module proxy); the generated code is committed.
+proto:
+	hack/proto.sh

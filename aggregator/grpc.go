@@ -1,0 +1,42 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+
+	v1 "github.com/imagepin/imagepin/api/imagepinv1"
+)
+
+// ReportService is the gRPC ingest: identity from the client certificate, the rest
+// from the store.
+type ReportService struct {
+	v1.UnimplementedReportsServer
+	Store *Store
+	Log   logrus.FieldLogger
+}
+
+// Report ingests one node report.
+func (r *ReportService) Report(ctx context.Context, req *v1.NodeReport) (*v1.ReportAck, error) {
+	node, err := NodeIdentity(ctx)
+	if err != nil {
+		r.Log.WithError(err).Warn("report refused: no node identity")
+		return nil, grpcstatus.Error(codes.Unauthenticated, err.Error())
+	}
+	accepted, err := r.Store.Ingest(node, req)
+	switch {
+	case errors.Is(err, ErrIdentity):
+		r.Log.WithField("node", node).WithField("claimed", req.GetNode()).Warn("report refused: a node reports only for itself")
+		return nil, grpcstatus.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, ErrTooMany):
+		r.Log.WithField("node", node).Warn(err.Error())
+		return nil, grpcstatus.Error(codes.ResourceExhausted, err.Error())
+	case err != nil:
+		r.Log.WithField("node", node).WithError(err).Warn("report refused")
+		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
+	}
+	return &v1.ReportAck{Accepted: accepted}, nil
+}

@@ -1,0 +1,111 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ReadHandler serves the read side: /v1/sets, /v1/sets/{name}, /v1/nodes,
+// /v1/nodes/{name}, /metrics, /healthz. It only reads.
+func ReadHandler(store *Store) http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(&collector{store: store})
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/sets", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, store.Sets()) })
+	mux.HandleFunc("GET /v1/sets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		v, ok := store.Set(r.PathValue("name"))
+		if !ok {
+			http.Error(w, "no node reports set "+r.PathValue("name"), http.StatusNotFound)
+			return
+		}
+		writeJSON(w, v)
+	})
+	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, store.Nodes()) })
+	mux.HandleFunc("GET /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {
+		n, v, ok := store.Node(r.PathValue("name"))
+		if !ok {
+			http.Error(w, "unknown node "+r.PathValue("name"), http.StatusNotFound)
+			return
+		}
+		writeJSON(w, struct {
+			NodeView
+			Report any `json:"report,omitempty"`
+		}{v, reportOrNil(n.Node.Name != "", n)})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	return mux
+}
+
+func reportOrNil(ok bool, v any) any {
+	if !ok {
+		return nil
+	}
+	return v
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// collector computes the metrics from a rollup at scrape time: no second copy of state.
+type collector struct{ store *Store }
+
+var (
+	descSetNodes = prometheus.NewDesc("imagepin_aggregator_set_nodes", "Nodes targeted by a set, by state (ready, failed, progressing, unknown).",
+		[]string{"set", "state"}, nil)
+	descSetReady       = prometheus.NewDesc("imagepin_aggregator_set_ready", "1 when every targeted node is Ready and none is Unknown.", []string{"set"}, nil)
+	descSetImagesReady = prometheus.NewDesc("imagepin_aggregator_set_images_ready", "Images ready, summed over targeted nodes.", []string{"set"}, nil)
+	descSetBytesReady  = prometheus.NewDesc("imagepin_aggregator_set_bytes_ready", "Compressed bytes ready, summed over targeted nodes.", []string{"set"}, nil)
+	descNodeAge        = prometheus.NewDesc("imagepin_aggregator_node_report_age_seconds", "Seconds since the node's last report.", []string{"node"}, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSetNodes, descSetReady, descSetImagesReady, descSetBytesReady, descNodeAge} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.store.Sets() {
+		for state, n := range map[string]int{"ready": s.ReadyNodes, "failed": s.FailedNodes, "progressing": s.ProgressingNodes, "unknown": s.UnknownNodes} {
+			ch <- prometheus.MustNewConstMetric(descSetNodes, prometheus.GaugeValue, float64(n), s.Name, state)
+		}
+		ready := 0.0
+		if s.Ready {
+			ready = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descSetReady, prometheus.GaugeValue, ready, s.Name)
+		ch <- prometheus.MustNewConstMetric(descSetImagesReady, prometheus.GaugeValue, float64(s.ImagesReady), s.Name)
+		ch <- prometheus.MustNewConstMetric(descSetBytesReady, prometheus.GaugeValue, float64(s.BytesReady), s.Name)
+	}
+	for _, n := range c.store.Nodes() {
+		if n.NeverReported {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descNodeAge, prometheus.GaugeValue, n.AgeSeconds, n.Name)
+	}
+}
+
+// ReadExpectedNodes parses an expected-nodes file: one node name a line, # comments.
+func ReadExpectedNodes(data []byte) []string {
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if i := strings.IndexByte(line, '#'); i >= 0 {
+			line = strings.TrimSpace(line[:i])
+		}
+		if line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+

@@ -1,0 +1,206 @@
+package aggregator
+
+import (
+	"sort"
+	"time"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+// UnknownAfter is how many heartbeats a node may miss before it is Unknown.
+const UnknownAfter = 3
+
+// SetView is one set across the cluster.
+type SetView struct {
+	Name string `json:"name"`
+	// Ready is true only when every targeted node is Ready and none is Unknown.
+	Ready            bool      `json:"ready"`
+	Targeted         int       `json:"targeted"`
+	ReadyNodes       int       `json:"readyNodes"`
+	FailedNodes      int       `json:"failedNodes"`
+	ProgressingNodes int       `json:"progressingNodes"`
+	UnknownNodes     int       `json:"unknownNodes"`
+	ImagesTotal      int       `json:"imagesTotal"`
+	ImagesReady      int       `json:"imagesReady"`
+	BytesTotal       uint64    `json:"bytesTotal"`
+	BytesReady       uint64    `json:"bytesReady"`
+	ETASeconds       *float64  `json:"etaSeconds,omitempty"`
+	Nodes            []SetNode `json:"nodes"`
+}
+
+// SetNode is one node's state for a set.
+type SetNode struct {
+	Node         string               `json:"node"`
+	Phase        string               `json:"phase"` // a status phase, or "Unknown"
+	Reason       string               `json:"reason,omitempty"`
+	Message      string               `json:"message,omitempty"`
+	ImagesTotal  int                  `json:"imagesTotal"`
+	ImagesReady  int                  `json:"imagesReady"`
+	BytesTotal   uint64               `json:"bytesTotal"`
+	BytesReady   uint64               `json:"bytesReady"`
+	FailedImages []status.FailedImage `json:"failedImages,omitempty"`
+	LastReport   *time.Time           `json:"lastReport,omitempty"`
+	ETASeconds   *float64             `json:"etaSeconds,omitempty"`
+}
+
+// NodeView is one node as the aggregator sees it.
+type NodeView struct {
+	Name          string     `json:"name"`
+	Unknown       bool       `json:"unknown"`
+	NeverReported bool       `json:"neverReported,omitempty"`
+	LastReport    *time.Time `json:"lastReport,omitempty"`
+	AgeSeconds    float64    `json:"ageSeconds"`
+	Heartbeat     string     `json:"heartbeat,omitempty"`
+	BootID        string     `json:"bootId,omitempty"`
+	Sets          int        `json:"sets"`
+	SetsReady     int        `json:"setsReady"`
+	Faults        []string   `json:"faults,omitempty"`
+}
+
+// PhaseUnknown marks a node that went silent (or never reported).
+const PhaseUnknown = "Unknown"
+
+func (e *nodeEntry) unknown(now time.Time) bool {
+	return now.Sub(e.received) > time.Duration(UnknownAfter)*e.heartbeat
+}
+
+// Sets rolls every node's newest report up per set, sorted by name.
+func (s *Store) Sets() []SetView {
+	now := s.now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	views := map[string]*SetView{}
+	for _, e := range s.nodes {
+		unknown := e.unknown(now)
+		received := e.received
+		for _, set := range e.status.Sets {
+			v := views[set.Name]
+			if v == nil {
+				v = &SetView{Name: set.Name}
+				views[set.Name] = v
+			}
+			n := SetNode{Node: e.name, Phase: string(set.Phase), ImagesTotal: set.ImagesTotal, ImagesReady: set.ImagesReady,
+				BytesTotal: set.BytesTotal, BytesReady: set.BytesReady, FailedImages: set.FailedImages, LastReport: &received}
+			if c := set.Condition(status.ConditionReady); c != nil {
+				n.Reason, n.Message = c.Reason, c.Message
+			}
+			v.Targeted++
+			switch {
+			case unknown:
+				n.Phase = PhaseUnknown
+				n.Reason, n.Message = "NodeSilent", "no report for "+now.Sub(received).Round(time.Second).String()+" (heartbeat "+e.heartbeat.String()+")"
+				v.UnknownNodes++
+			case set.Phase == status.Ready:
+				v.ReadyNodes++
+			case set.Phase == status.Failed:
+				v.FailedNodes++
+			default:
+				v.ProgressingNodes++
+				n.ETASeconds = eta(e.progress[set.Name], set, now)
+			}
+			v.ImagesTotal += set.ImagesTotal
+			v.ImagesReady += set.ImagesReady
+			v.BytesTotal += set.BytesTotal
+			v.BytesReady += set.BytesReady
+			v.Nodes = append(v.Nodes, n)
+		}
+	}
+	// Expected nodes that never reported: nobody knows which sets they need, so they
+	// hold every set back.
+	var silent []string
+	for n := range s.expected {
+		if _, ok := s.nodes[n]; !ok {
+			silent = append(silent, n)
+		}
+	}
+	sort.Strings(silent)
+	out := make([]SetView, 0, len(views))
+	for _, v := range views {
+		for _, n := range silent {
+			v.Targeted++
+			v.UnknownNodes++
+			v.Nodes = append(v.Nodes, SetNode{Node: n, Phase: PhaseUnknown, Reason: "NeverReported", Message: "an expected node has never reported"})
+		}
+		v.Ready = v.Targeted > 0 && v.ReadyNodes == v.Targeted
+		for _, n := range v.Nodes {
+			if n.ETASeconds != nil && (v.ETASeconds == nil || *n.ETASeconds > *v.ETASeconds) {
+				eta := *n.ETASeconds
+				v.ETASeconds = &eta
+			}
+		}
+		sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Node < v.Nodes[j].Node })
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Set is one set's view, and whether any node reports it.
+func (s *Store) Set(name string) (SetView, bool) {
+	for _, v := range s.Sets() {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return SetView{}, false
+}
+
+// eta extrapolates a node's progress on a set from the first sample of this set version:
+// bytes when known, else images. nil when there is no progress to go by.
+func eta(first progressSample, set status.Set, now time.Time) *float64 {
+	elapsed := now.Sub(first.at).Seconds()
+	if first.at.IsZero() || elapsed <= 0 {
+		return nil
+	}
+	var done, remaining float64
+	if set.BytesTotal > 0 {
+		done, remaining = float64(set.BytesReady)-float64(first.bytes), float64(set.BytesTotal-set.BytesReady)
+	} else {
+		done, remaining = float64(set.ImagesReady-first.images), float64(set.ImagesTotal-set.ImagesReady)
+	}
+	if done <= 0 {
+		return nil
+	}
+	v := remaining / (done / elapsed)
+	return &v
+}
+
+// Nodes lists every known or expected node.
+func (s *Store) Nodes() []NodeView {
+	now := s.now()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []NodeView
+	for _, name := range s.nodeNames() {
+		e := s.nodes[name]
+		if e == nil {
+			out = append(out, NodeView{Name: name, Unknown: true, NeverReported: true})
+			continue
+		}
+		received := e.received
+		v := NodeView{Name: name, Unknown: e.unknown(now), LastReport: &received, AgeSeconds: now.Sub(received).Seconds(),
+			Heartbeat: e.heartbeat.String(), BootID: e.bootID, Sets: len(e.status.Sets), Faults: e.status.Faults}
+		for _, set := range e.status.Sets {
+			if set.Phase == status.Ready {
+				v.SetsReady++
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// Node returns a node's newest report, as the node sent it.
+func (s *Store) Node(name string) (status.Node, NodeView, bool) {
+	for _, v := range s.Nodes() {
+		if v.Name == name {
+			s.mu.RLock()
+			defer s.mu.RUnlock()
+			if e := s.nodes[name]; e != nil {
+				return e.status, v, true
+			}
+			return status.Node{}, v, true
+		}
+	}
+	return status.Node{}, NodeView{}, false
+}

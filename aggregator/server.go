@@ -1,0 +1,88 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	v1 "github.com/imagepin/imagepin/api/imagepinv1"
+)
+
+// MaxReportBytes bounds one report on the wire.
+const MaxReportBytes = 8 << 20
+
+// ServerTLS is the gRPC listener's mTLS: its serving certificate (re-read on every
+// handshake, so a rotated certificate is picked up) and the CA that signs the nodes'
+// client certificates (the cluster's kubelet client CA).
+func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(clientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("client CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("client CA %s: no PEM certificate", clientCAFile)
+	}
+	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs:  pool,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(certFile, keyFile)
+			return &c, err
+		},
+	}, nil
+}
+
+// ServeGRPC serves the ingest on l until ctx ends, then stops gracefully.
+func ServeGRPC(ctx context.Context, l net.Listener, tlsConfig *tls.Config, store *Store, log logrus.FieldLogger) error {
+	srv := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsConfig)),
+		grpc.MaxRecvMsgSize(MaxReportBytes),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	v1.RegisterReportsServer(srv, &ReportService{Store: store, Log: log})
+	go func() {
+		<-ctx.Done()
+		stopped := make(chan struct{})
+		go func() { srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			srv.Stop()
+		}
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// ServeHTTP serves the read side on l until ctx ends.
+func ServeHTTP(ctx context.Context, l net.Listener, store *Store) error {
+	srv := &http.Server{Handler: ReadHandler(store), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+package report
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	v1 "github.com/imagepin/imagepin/api/imagepinv1"
+	"github.com/imagepin/imagepin/status"
+)
+
+// Config is [report].
+type Config struct {
+	// Aggregator is host:port of its gRPC listener.
+	Aggregator string
+	Heartbeat  time.Duration
+	// CertFile holds the client certificate and key (one PEM, as the kubelet's
+	// kubelet-client-current.pem); re-read at every handshake, so rotation is followed.
+	CertFile string
+	// CAFile is the CA of the aggregator's serving certificate ("" = system roots).
+	CAFile string
+}
+
+// Reporter sends the latest status.
+type Reporter struct {
+	cfg Config
+	log logrus.FieldLogger
+
+	mu      sync.Mutex
+	latest  *status.Node
+	changed chan struct{}
+}
+
+// New returns a reporter; Run starts it.
+func New(cfg Config, log logrus.FieldLogger) *Reporter {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
+	return &Reporter{cfg: cfg, log: log, changed: make(chan struct{}, 1)}
+}
+
+// Update replaces the status to send; it never blocks.
+func (r *Reporter) Update(n status.Node) {
+	r.mu.Lock()
+	r.latest = &n
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Run sends on every change and every heartbeat until ctx ends. Failures are retried
+// with backoff, always with the latest status.
+func (r *Reporter) Run(ctx context.Context) error {
+	tlsConfig, err := r.tlsConfig()
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(r.cfg.Aggregator, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)))
+	if err != nil {
+		return fmt.Errorf("aggregator %s: %w", r.cfg.Aggregator, err)
+	}
+	defer conn.Close()
+	client := v1.NewReportsClient(conn)
+	bootID := readBootID()
+
+	heartbeat := time.NewTicker(r.cfg.Heartbeat)
+	defer heartbeat.Stop()
+	var retry <-chan time.Time
+	backoff := time.Second
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.changed:
+		case <-heartbeat.C:
+		case <-retry:
+		}
+		r.mu.Lock()
+		n := r.latest
+		r.mu.Unlock()
+		if n == nil {
+			continue
+		}
+		report := v1.FromStatus(*n, bootID, sequence(), r.cfg.Heartbeat)
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := client.Report(sctx, report)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !failing {
+				r.log.WithError(err).WithField("aggregator", r.cfg.Aggregator).Warn("report failed; retrying with the latest status")
+			}
+			failing = true
+			retry = time.After(backoff)
+			backoff = min(backoff*2, r.cfg.Heartbeat)
+			continue
+		}
+		if failing {
+			r.log.WithField("aggregator", r.cfg.Aggregator).Info("reporting again")
+		}
+		failing, retry, backoff = false, nil, time.Second
+	}
+}
+
+func (r *Reporter) tlsConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if r.cfg.CAFile != "" {
+		pemBytes, err := os.ReadFile(r.cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("report CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pemBytes) {
+			return nil, fmt.Errorf("report CA %s: no PEM certificate", r.cfg.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if _, err := tls.LoadX509KeyPair(r.cfg.CertFile, r.cfg.CertFile); err != nil {
+		return nil, fmt.Errorf("report client certificate %s: %w", r.cfg.CertFile, err)
+	}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(r.cfg.CertFile, r.cfg.CertFile)
+		if err != nil {
+			return nil, err
+		}
+		return &c, nil
+	}
+	return cfg, nil
+}
+
+// readBootID is the kernel's boot id: a new boot is a new sequence space.
+func readBootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return "unknown-boot"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// sequence grows within a boot, across restarts of imagepind too: CLOCK_BOOTTIME.
+func sequence() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return uint64(time.Now().UnixNano())
+	}
+	return uint64(ts.Nano())
+}
+
