@@ -265,11 +265,11 @@ func TestIdentityOrderingAndLimits(t *testing.T) {
 	for name, r := range map[string]*v1.NodeReport{
 		"too many sets": report1("w1", 20, set("a", status.Ready, 1, 1), set("b", status.Ready, 1, 1), set("c", status.Ready, 1, 1),
 			set("d", status.Ready, 1, 1), set("e", status.Ready, 1, 1), set("f", status.Ready, 1, 1)),
-		"bad phase":        report1("w1", 21, status.Set{Name: "s", Phase: "Done"}),
-		"bad set name":     report1("w1", 22, status.Set{Name: "../x", Phase: status.Ready}),
-		"more ready":       report1("w1", 23, status.Set{Name: "s", Phase: status.Ready, ImagesReady: 2, ImagesTotal: 1}),
-		"long message":     report1("w1", 24, status.Set{Name: "s", Phase: status.Ready, Conditions: []status.Condition{{Message: strings.Repeat("x", 2000)}}}),
-		"duplicate sets":   report1("w1", 25, set("s", status.Ready, 1, 1), set("s", status.Ready, 1, 1)),
+		"bad phase":      report1("w1", 21, status.Set{Name: "s", Phase: "Done"}),
+		"bad set name":   report1("w1", 22, status.Set{Name: "../x", Phase: status.Ready}),
+		"more ready":     report1("w1", 23, status.Set{Name: "s", Phase: status.Ready, ImagesReady: 2, ImagesTotal: 1}),
+		"long message":   report1("w1", 24, status.Set{Name: "s", Phase: status.Ready, Conditions: []status.Condition{{Message: strings.Repeat("x", 2000)}}}),
+		"duplicate sets": report1("w1", 25, set("s", status.Ready, 1, 1), set("s", status.Ready, 1, 1)),
 	} {
 		_, err := w1.Report(ctx, r)
 		if grpcstatus.Code(err) != codes.InvalidArgument {

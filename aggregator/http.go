@@ -108,4 +108,3 @@ func ReadExpectedNodes(data []byte) []string {
 	}
 	return out
 }
-

@@ -160,4 +160,3 @@ func sequence() uint64 {
 	}
 	return uint64(ts.Nano())
 }
-

@@ -19,6 +19,8 @@ const usage = `usage: imagepinctl COMMAND [flags] [args]
 commands:
   validate FILE...      check PinnedImageSet files; one "FILE: error" line each; exit 1 if any fails
   status [-o json]      show this node's status (imagepind's status file)
+  status --aggregator URL [--watch]
+                        the cluster view: per set, nodes ready, failed, unknown, progress, ETA
   apply FILE...         pin and pull the sets once in the foreground against the CRI socket;
                         exit 0 when every set is Ready (refuses while imagepind runs)
   check FILE...         before an upgrade window: can this node hold and reach the sets' images?
@@ -45,7 +47,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "validate":
 		return validate(args[1:], stdout, stderr)
 	case "status":
-		return showStatus(args[1:], stdout, stderr)
+		return showStatus(ctx, args[1:], stdout, stderr)
 	case "apply":
 		return apply(ctx, args[1:], stdout, stderr)
 	case "check":

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,13 +14,19 @@ import (
 	"github.com/imagepin/imagepin/status"
 )
 
-func showStatus(args []string, stdout, stderr io.Writer) int {
+func showStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	configPath := fs.String("config", conf.DefaultConfigPath, "imagepind's config")
 	output := fs.String("o", "table", "output: table or json")
+	aggregatorURL := fs.String("aggregator", "", "the aggregator's read URL (http://host:9444): show the cluster view")
+	watch := fs.Bool("watch", false, "with --aggregator: redraw until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "with --watch: how often")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *aggregatorURL != "" {
+		return clusterStatus(ctx, *aggregatorURL, *watch, *interval, *output, stdout, stderr)
 	}
 	cfg, err := loadConfig(fs, *configPath)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/metrics"
+	"github.com/imagepin/imagepin/report"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
@@ -72,6 +73,11 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 
 	notifier := systemd.Notifier{}
 	m := metrics.New()
+	var reporter *report.Reporter
+	if cfg.Report.Aggregator != "" {
+		reporter = report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
+			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA}, log)
+	}
 	a, client, err := wire.Agent(cfg, store, wire.Options{
 		Version: version,
 		Publish: func(n status.Node) {
@@ -80,6 +86,9 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 			}
 			notifier.Status(n.Summary())
 			m.Sets(n)
+			if reporter != nil {
+				reporter.Update(n)
+			}
 		},
 		Log:      log,
 		Observer: m,
@@ -112,6 +121,15 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	g.Go(func() error { return a.Run(ctx, w.C()) })
 	if cfg.Metrics.Address != "" {
 		g.Go(func() error { return m.Serve(ctx, cfg.Metrics.Address) })
+	}
+	if reporter != nil {
+		// The aggregator being down never stops imagepind: the reporter retries alone.
+		g.Go(func() error {
+			if err := reporter.Run(ctx); err != nil {
+				log.WithError(err).Error("reporting to the aggregator is off")
+			}
+			return nil
+		})
 	}
 	err = g.Wait()
 	notifier.Stopping()

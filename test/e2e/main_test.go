@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
-	for _, cmd := range []string{"imagepind", "imagepinctl"} {
+	for _, cmd := range []string{"imagepind", "imagepinctl", "imagepin-aggregator"} {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, cmd), "github.com/imagepin/imagepin/cmd/"+cmd).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build %s: %v\n%s", cmd, err, out)
@@ -70,6 +70,8 @@ type worldOptions struct {
 	unpinDelay      string // default "2s"
 	pullConcurrency int
 	metrics         bool
+	// extra is appended to the config (a [report] section, say).
+	extra string
 }
 
 // baseWorld creates a world's directories, its registry and its CRI-O config; the
@@ -153,6 +155,7 @@ kubelet_config = ""
 		}
 		cfg += fmt.Sprintf("[metrics]\naddress = \"127.0.0.1:%d\"\n", port)
 	}
+	cfg += o.extra
 	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
 		w.t.Fatal(err)
 	}

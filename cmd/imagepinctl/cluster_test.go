@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/imagepin/imagepin/api/imagepinv1"
+	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/status"
+)
+
+func TestClusterStatus(t *testing.T) {
+	store := aggregator.NewStore(aggregator.DefaultLimits(), time.Now)
+	for node, s := range map[string]status.Set{
+		"w1": {Name: "upgrade", Phase: status.Ready, ImagesTotal: 4, ImagesReady: 4, BytesTotal: 400, BytesReady: 400},
+		"w2": {Name: "upgrade", Phase: status.Failed, ImagesTotal: 4, ImagesReady: 3, BytesTotal: 400, BytesReady: 300,
+			Conditions: []status.Condition{{Type: status.ConditionReady, Status: "False", Reason: status.ReasonImageUnavailable, Message: "1 of 4 images cannot be pulled"}}},
+	} {
+		r := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: node}, Sets: []status.Set{s}}, "b", 1, time.Minute)
+		if _, err := store.Ingest(node, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(aggregator.ReadHandler(store))
+	defer srv.Close()
+
+	code, out, _ := ctl(t, "status", "--aggregator", srv.URL)
+	if code != 1 {
+		t.Fatalf("a set not ready: exit %d", code)
+	}
+	for _, want := range []string{"upgrade  false  1/2", "7/8", "[##################..]  88%", "upgrade on w2: Failed ImageUnavailable: 1 of 4 images cannot be pulled"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+
+	// --watch redraws until interrupted.
+	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
+	defer cancel()
+	var buf, errBuf bytes.Buffer
+	if code := run(ctx, []string{"status", "--aggregator", srv.URL, "--watch", "--interval", "100ms"}, &buf, &errBuf); code != 0 {
+		t.Fatalf("watch exit %d: %s", code, errBuf.String())
+	}
+	if n := strings.Count(buf.String(), "\033[H\033[2J"); n < 2 {
+		t.Fatalf("watch drew %d times", n)
+	}
+	if code, _, errOut := ctl(t, "status", "--aggregator", "http://127.0.0.1:1"); code != 2 || !strings.Contains(errOut, "aggregator") {
+		t.Fatalf("unreachable aggregator: %d %s", code, errOut)
+	}
+}
