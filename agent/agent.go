@@ -13,6 +13,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
@@ -47,6 +48,11 @@ type noObserver struct{}
 func (noObserver) Pull(string, time.Duration) {}
 func (noObserver) Reload(string)              {}
 func (noObserver) Reconciled(time.Time)       {}
+
+// Releases expands spec.releaseImage.
+type Releases interface {
+	Expand(ctx context.Context, pullSpec string) (release.Release, error)
+}
 
 // Clock is injected so tests control time.
 type Clock interface {
@@ -93,6 +99,8 @@ type Deps struct {
 	Publish func(status.Node)
 	Clock   Clock
 	Log     logrus.FieldLogger
+	// Releases expands release images; nil: sets with spec.releaseImage fail.
+	Releases Releases
 	// Observer counts pulls and reloads (metrics); nil counts nothing.
 	Observer Observer
 	// Alive is called after every pass of the loop and every Heartbeat.
@@ -140,6 +148,8 @@ type Agent struct {
 	noSpaceAt  time.Time
 	noSpaceTry retry
 
+	releases     map[string]releaseState // by set name
+	releaseRetry retry
 	verdicts     map[string]diskcheck.Verdict
 	diskErr      error
 	diskRetry    retry
@@ -274,7 +284,7 @@ func (a *Agent) Reconcile(ctx context.Context) {
 		a.inputsDirty = false
 		a.loadInputs()
 	}
-	desired := a.desiredSets()
+	desired := a.expandReleases(ctx, a.desiredSets())
 	a.ensureRuntime(ctx)
 	a.refreshPresence(ctx, desired)
 	admitted := a.checkDisk(ctx, desired)
@@ -311,6 +321,7 @@ func (a *Agent) nextWake() (time.Time, bool) {
 	consider(a.noSpaceAt)
 	consider(a.diskRetry.next)
 	consider(a.recheck.next)
+	consider(a.releaseRetry.next)
 	for _, released := range a.data.Pins {
 		if !released.IsZero() {
 			consider(released.Add(a.cfg.UnpinDelay))

@@ -150,7 +150,7 @@ func withoutTime(n status.Node) status.Node {
 // setStatus derives one set's phase and conditions from the agent's state.
 func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	now := a.deps.Clock.Now()
-	st := status.Set{Name: s.Name, UID: s.UID, SpecHash: s.SpecHash, File: s.File, ImagesTotal: len(s.Images)}
+	st := status.Set{Name: s.Name, UID: s.UID, SpecHash: s.SpecHash, File: s.File, ImagesTotal: len(s.Images), Release: a.releaseStatus(s)}
 	if prev != nil && prev.UID == s.UID {
 		st.Conditions = append(st.Conditions, prev.Conditions...)
 	}
@@ -212,7 +212,10 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	phase, reason, msg := status.Pulling, status.ReasonPulling, ""
 	progressing := true
 	missing := st.ImagesTotal - st.ImagesReady
+	relPhase, relReason, relMsg, relProblem := a.releaseProblem(s)
 	switch {
+	case relProblem:
+		phase, reason, msg, progressing = relPhase, relReason, relMsg, relPhase != status.Failed
 	case checked && !verdict.Admitted && verdict.Condition.Reason == status.ReasonInsufficientDiskSpace:
 		phase, reason, msg, progressing = status.Failed, status.ReasonInsufficientDiskSpace, verdict.Condition.Message, false
 	case !a.runtimeUp() && (!checked || !verdict.Admitted):

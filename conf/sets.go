@@ -47,6 +47,10 @@ type Set struct {
 	// Images are digest references, in the document's order, without duplicates.
 	Images   []string
 	SpecHash string
+	// ReleaseImage is spec.releaseImage: an OpenShift release to expand on the node;
+	// OSImageStream picks its OS image stream ("" = the release's default).
+	ReleaseImage  string
+	OSImageStream string
 }
 
 // ParseResult is what one file holds.
@@ -72,8 +76,10 @@ type metadata struct {
 }
 
 type spec struct {
-	NodeSelector *LabelSelector    `json:"nodeSelector"`
-	PinnedImages []json.RawMessage `json:"pinnedImages"`
+	NodeSelector  *LabelSelector    `json:"nodeSelector"`
+	PinnedImages  []json.RawMessage `json:"pinnedImages"`
+	ReleaseImage  string            `json:"releaseImage"`
+	OSImageStream string            `json:"osImageStream"`
 }
 
 // ParseSetFile parses and validates one file of the sets directory. name is the file's
@@ -251,8 +257,23 @@ func parseDocument(raw []byte) (Set, string, error) {
 		}
 	}
 
-	if len(sp.PinnedImages) == 0 {
-		return s, "", errors.New("spec.pinnedImages: no images")
+	if sp.ReleaseImage != "" {
+		if err := ValidateImage(sp.ReleaseImage); err != nil {
+			return s, "", fmt.Errorf("spec.releaseImage: %w", err)
+		}
+		s.ReleaseImage = sp.ReleaseImage
+	}
+	if sp.OSImageStream != "" {
+		if sp.ReleaseImage == "" {
+			return s, "", errors.New("spec.osImageStream: only with spec.releaseImage")
+		}
+		if msgs := validation.IsDNS1123Label(sp.OSImageStream); len(msgs) > 0 {
+			return s, "", fmt.Errorf("spec.osImageStream: %q: %s", sp.OSImageStream, strings.Join(msgs, "; "))
+		}
+		s.OSImageStream = sp.OSImageStream
+	}
+	if len(sp.PinnedImages) == 0 && s.ReleaseImage == "" {
+		return s, "", errors.New("spec.pinnedImages: no images (and no spec.releaseImage)")
 	}
 	if len(sp.PinnedImages) > MaxImagesPerSet {
 		return s, "", fmt.Errorf("spec.pinnedImages: %d images, at most %d", len(sp.PinnedImages), MaxImagesPerSet)
@@ -284,7 +305,7 @@ func parseDocument(raw []byte) (Set, string, error) {
 		}
 		return s, "", errors.Join(errs...)
 	}
-	s.SpecHash = specHash(s.Selector.String(), s.Images)
+	s.SpecHash = specHash(s.Selector.String(), s.Images, s.ReleaseImage, s.OSImageStream)
 	return s, warning, nil
 }
 
@@ -348,9 +369,12 @@ func DerivedUID(name string) string {
 	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
 }
 
-func specHash(selector string, images []string) string {
+func specHash(selector string, images []string, release, stream string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "selector=%s\n", selector)
+	if release != "" {
+		fmt.Fprintf(h, "release=%s\nstream=%s\n", release, stream)
+	}
 	for _, img := range images {
 		fmt.Fprintf(h, "image=%s\n", img)
 	}

@@ -144,7 +144,7 @@ func TestParseErrorsNameFileDocumentField(t *testing.T) {
 		"bad name":      {head + "metadata: {name: ../etc}\nspec: {pinnedImages: [\"quay.io/x/a@" + d1 + "\"]}", `metadata.name: "../etc" is not a DNS-1123 subdomain`},
 		"missing name":  {head + "spec: {pinnedImages: [\"quay.io/x/a@" + d1 + "\"]}", `document 1: metadata.name: missing`},
 		"unknown field": {head + "metadata: {name: s}\nspec: {pinnedImage: [\"quay.io/x/a@" + d1 + "\"]}", `spec: json: unknown field "pinnedImage"`},
-		"no images":     {head + "metadata: {name: s}\nspec: {pinnedImages: []}", `spec.pinnedImages: no images`},
+		"no images":     {head + "metadata: {name: s}\nspec: {pinnedImages: []}", `spec.pinnedImages: no images (and no spec.releaseImage)`},
 		"kind":          {"apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: ConfigMap\nmetadata: {name: s}\nspec: {}", `kind: "ConfigMap" is not PinnedImageSet`},
 		"bad operator": {head + "metadata: {name: s}\nspec: {nodeSelector: {matchExpressions: [{key: a, operator: Gt, values: [\"1\"]}]}, pinnedImages: [\"quay.io/x/a@" + d1 + "\"]}",
 			`spec.nodeSelector: matchExpressions[0].operator: "Gt" is not In, NotIn, Exists or DoesNotExist`},

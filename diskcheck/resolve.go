@@ -110,7 +110,9 @@ func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
 	return &Resolver{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), cache: map[string]Image{}}
 }
 
-func (r *Resolver) systemContext(image string) *types.SystemContext {
+// SystemContext is how containers/image reaches image: the node's registries.conf,
+// certs.d, platform, and the credentials the kubelet would hand CRI-O for it.
+func (r *Resolver) SystemContext(image string) *types.SystemContext {
 	sys := &types.SystemContext{
 		SystemRegistriesConfPath:    r.cfg.RegistriesConf,
 		SystemRegistriesConfDirPath: r.cfg.RegistriesConfDir,
@@ -162,7 +164,7 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	sys := r.systemContext(image)
+	sys := r.SystemContext(image)
 	// NewImageSource tries the mirrors in registries.conf order, then the source, as
 	// CRI-O does; its error names every endpoint tried.
 	src, err := ref.NewImageSource(ctx, sys)

@@ -100,6 +100,18 @@ type Set struct {
 	BytesReady   uint64        `json:"bytesReady"`
 	Conditions   []Condition   `json:"conditions"`
 	FailedImages []FailedImage `json:"failedImages,omitempty"`
+	// Release is set for a set with spec.releaseImage.
+	Release *Release `json:"release,omitempty"`
+}
+
+// Release is what a set's release image expanded to on this node.
+type Release struct {
+	Image   string `json:"image"`
+	Version string `json:"version"`
+	// Images is how many images it expanded to on this node (its role and OS stream).
+	Images int `json:"images"`
+	// Error says why it could not be expanded (yet).
+	Error string `json:"error,omitempty"`
 }
 
 // Condition follows the Kubernetes condition shape.

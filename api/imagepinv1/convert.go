@@ -38,6 +38,9 @@ func FromStatus(n status.Node, bootID string, sequence uint64, heartbeat time.Du
 			Name: s.Name, Uid: s.UID, SpecHash: s.SpecHash, File: s.File, Phase: string(s.Phase),
 			ImagesTotal: uint32(s.ImagesTotal), ImagesReady: uint32(s.ImagesReady), BytesTotal: s.BytesTotal, BytesReady: s.BytesReady,
 		}
+		if s.Release != nil {
+			ps.ReleaseImage, ps.ReleaseVersion, ps.ReleaseImages, ps.ReleaseError = s.Release.Image, s.Release.Version, uint32(s.Release.Images), s.Release.Error
+		}
 		for _, c := range s.Conditions {
 			ps.Conditions = append(ps.Conditions, &Condition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message,
 				LastTransitionUnixNano: unixNano(c.LastTransitionTime)})
@@ -66,6 +69,9 @@ func (r *NodeReport) ToStatus() status.Node {
 		s := status.Set{
 			Name: ps.GetName(), UID: ps.GetUid(), SpecHash: ps.GetSpecHash(), File: ps.GetFile(), Phase: status.Phase(ps.GetPhase()),
 			ImagesTotal: int(ps.GetImagesTotal()), ImagesReady: int(ps.GetImagesReady()), BytesTotal: ps.GetBytesTotal(), BytesReady: ps.GetBytesReady(),
+		}
+		if ps.GetReleaseImage() != "" {
+			s.Release = &status.Release{Image: ps.GetReleaseImage(), Version: ps.GetReleaseVersion(), Images: int(ps.GetReleaseImages()), Error: ps.GetReleaseError()}
 		}
 		for _, c := range ps.GetConditions() {
 			s.Conditions = append(s.Conditions, status.Condition{Type: c.GetType(), Status: c.GetStatus(), Reason: c.GetReason(),

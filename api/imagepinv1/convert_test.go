@@ -18,7 +18,8 @@ func TestRoundTrip(t *testing.T) {
 			ImageFilesystem: status.ImageFilesystem{Path: "/var/lib/containers/storage", CapacityBytes: 100, FreeBytes: 40}},
 		Sets: []status.Set{{Name: "s", UID: "u", SpecHash: "h", File: "s.yaml", Phase: status.Failed, ImagesTotal: 3, ImagesReady: 2, BytesTotal: 30, BytesReady: 20,
 			Conditions:   []status.Condition{{Type: "Ready", Status: "False", Reason: "ImageUnavailable", Message: "m", LastTransitionTime: at}},
-			FailedImages: []status.FailedImage{{Image: "i", Reason: "ImageUnavailable", Error: "manifest unknown"}}}},
+			FailedImages: []status.FailedImage{{Image: "i", Reason: "ImageUnavailable", Error: "manifest unknown"}},
+			Release:      &status.Release{Image: "r@sha256:1", Version: "4.18.3", Images: 180}}},
 		FileErrors: []status.FileError{{File: "x.yaml", Error: "bad"}},
 		Faults:     []string{"sets directory is missing"},
 	}

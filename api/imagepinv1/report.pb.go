@@ -232,20 +232,25 @@ func (x *NodeInfo) GetImageFsFreeBytes() uint64 {
 }
 
 type SetStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Uid           string                 `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
-	SpecHash      string                 `protobuf:"bytes,3,opt,name=spec_hash,json=specHash,proto3" json:"spec_hash,omitempty"`
-	File          string                 `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
-	Phase         string                 `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
-	ImagesTotal   uint32                 `protobuf:"varint,6,opt,name=images_total,json=imagesTotal,proto3" json:"images_total,omitempty"`
-	ImagesReady   uint32                 `protobuf:"varint,7,opt,name=images_ready,json=imagesReady,proto3" json:"images_ready,omitempty"`
-	BytesTotal    uint64                 `protobuf:"varint,8,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
-	BytesReady    uint64                 `protobuf:"varint,9,opt,name=bytes_ready,json=bytesReady,proto3" json:"bytes_ready,omitempty"`
-	Conditions    []*Condition           `protobuf:"bytes,10,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	FailedImages  []*FailedImage         `protobuf:"bytes,11,rep,name=failed_images,json=failedImages,proto3" json:"failed_images,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Name         string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Uid          string                 `protobuf:"bytes,2,opt,name=uid,proto3" json:"uid,omitempty"`
+	SpecHash     string                 `protobuf:"bytes,3,opt,name=spec_hash,json=specHash,proto3" json:"spec_hash,omitempty"`
+	File         string                 `protobuf:"bytes,4,opt,name=file,proto3" json:"file,omitempty"`
+	Phase        string                 `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	ImagesTotal  uint32                 `protobuf:"varint,6,opt,name=images_total,json=imagesTotal,proto3" json:"images_total,omitempty"`
+	ImagesReady  uint32                 `protobuf:"varint,7,opt,name=images_ready,json=imagesReady,proto3" json:"images_ready,omitempty"`
+	BytesTotal   uint64                 `protobuf:"varint,8,opt,name=bytes_total,json=bytesTotal,proto3" json:"bytes_total,omitempty"`
+	BytesReady   uint64                 `protobuf:"varint,9,opt,name=bytes_ready,json=bytesReady,proto3" json:"bytes_ready,omitempty"`
+	Conditions   []*Condition           `protobuf:"bytes,10,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	FailedImages []*FailedImage         `protobuf:"bytes,11,rep,name=failed_images,json=failedImages,proto3" json:"failed_images,omitempty"`
+	// The release a set's spec.releaseImage expanded to on the node.
+	ReleaseImage   string `protobuf:"bytes,12,opt,name=release_image,json=releaseImage,proto3" json:"release_image,omitempty"`
+	ReleaseVersion string `protobuf:"bytes,13,opt,name=release_version,json=releaseVersion,proto3" json:"release_version,omitempty"`
+	ReleaseImages  uint32 `protobuf:"varint,14,opt,name=release_images,json=releaseImages,proto3" json:"release_images,omitempty"`
+	ReleaseError   string `protobuf:"bytes,15,opt,name=release_error,json=releaseError,proto3" json:"release_error,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetStatus) Reset() {
@@ -353,6 +358,34 @@ func (x *SetStatus) GetFailedImages() []*FailedImage {
 		return x.FailedImages
 	}
 	return nil
+}
+
+func (x *SetStatus) GetReleaseImage() string {
+	if x != nil {
+		return x.ReleaseImage
+	}
+	return ""
+}
+
+func (x *SetStatus) GetReleaseVersion() string {
+	if x != nil {
+		return x.ReleaseVersion
+	}
+	return ""
+}
+
+func (x *SetStatus) GetReleaseImages() uint32 {
+	if x != nil {
+		return x.ReleaseImages
+	}
+	return 0
+}
+
+func (x *SetStatus) GetReleaseError() string {
+	if x != nil {
+		return x.ReleaseError
+	}
+	return ""
 }
 
 type Condition struct {
@@ -612,7 +645,7 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x04 \x01(\tR\x0eruntimeVersion\x12\"\n" +
 	"\rimage_fs_path\x18\x05 \x01(\tR\vimageFsPath\x125\n" +
 	"\x17image_fs_capacity_bytes\x18\x06 \x01(\x04R\x14imageFsCapacityBytes\x12-\n" +
-	"\x13image_fs_free_bytes\x18\a \x01(\x04R\x10imageFsFreeBytes\"\xf7\x02\n" +
+	"\x13image_fs_free_bytes\x18\a \x01(\x04R\x10imageFsFreeBytes\"\x91\x04\n" +
 	"\tSetStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1b\n" +
@@ -629,7 +662,11 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"conditions\x18\n" +
 	" \x03(\v2\x16.imagepin.v1.ConditionR\n" +
 	"conditions\x12=\n" +
-	"\rfailed_images\x18\v \x03(\v2\x18.imagepin.v1.FailedImageR\ffailedImages\"\xa4\x01\n" +
+	"\rfailed_images\x18\v \x03(\v2\x18.imagepin.v1.FailedImageR\ffailedImages\x12#\n" +
+	"\rrelease_image\x18\f \x01(\tR\freleaseImage\x12'\n" +
+	"\x0frelease_version\x18\r \x01(\tR\x0ereleaseVersion\x12%\n" +
+	"\x0erelease_images\x18\x0e \x01(\rR\rreleaseImages\x12#\n" +
+	"\rrelease_error\x18\x0f \x01(\tR\freleaseError\"\xa4\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +

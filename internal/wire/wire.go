@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
@@ -52,6 +54,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		setsDir = opts.SetsDir
 	}
 	socket := cfg.CRISocket()
+	resolver := Resolver(cfg)
 	a := agent.New(agent.Config{
 		NodeName:        nodeName,
 		Architecture:    goruntime.GOARCH,
@@ -70,7 +73,8 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir},
 		Live:     crio.NewLiveConfig(socket),
 		Reloader: Reloader(cfg, opts.Log),
-		Disk:     DiskCheck(cfg, client, nodeName),
+		Disk:     DiskCheck(cfg, resolver, client, nodeName),
+		Releases: &release.Cached{Dir: filepath.Join(cfg.StateDir, "releases"), Source: release.DockerSource(resolver.SystemContext)},
 		State:    store,
 		Publish:  opts.Publish,
 		Log:      opts.Log,
@@ -80,17 +84,21 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	return a, client, nil
 }
 
-// DiskCheck is the registry-backed disk check of [disk], sizing images with the
-// credentials the kubelet would hand CRI-O for them.
-func DiskCheck(cfg conf.Config, client *cri.Client, nodeName string) *diskcheck.Registry {
+// Resolver reaches registries as CRI-O does ([disk] registries.conf, certs.d) with the
+// credentials the kubelet would hand CRI-O for each image (the pull secret).
+func Resolver(cfg conf.Config) *diskcheck.Resolver {
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
+	return diskcheck.NewResolver(diskcheck.ResolverConfig{
 		RegistriesConf:    cfg.Disk.RegistriesConf,
 		RegistriesConfDir: cfg.Disk.RegistriesConfDir,
 		CertsDir:          cfg.Disk.CertsDir,
 		Platform:          diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
 		Concurrency:       cfg.EffectivePullConcurrency(),
 	}, keyring.Lookup)
+}
+
+// DiskCheck is the registry-backed disk check of [disk].
+func DiskCheck(cfg conf.Config, resolver *diskcheck.Resolver, client *cri.Client, nodeName string) *diskcheck.Registry {
 	return diskcheck.New(diskcheck.Config{
 		NodeName:               nodeName,
 		Multiplier:             cfg.Disk.LayerSizeMultiplier,
