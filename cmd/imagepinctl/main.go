@@ -25,6 +25,8 @@ commands:
                         exit 0 when every set is Ready (refuses while imagepind runs)
   check FILE...         before an upgrade window: can this node hold and reach the sets' images?
                         [--platform os/arch[/variant]] [--labels k=v,...] [-o json]; exit 1 if not
+  release PULLSPEC      PinnedImageSet documents (v1) for an OpenShift release, per pool:
+                        [--pool worker --pool master] [--os-stream NAME] [--name PREFIX] [-o yaml|json]
   version               print the version
 
 every command takes --config FILE (imagepind's config, default /etc/imagepin/imagepind.toml)
@@ -52,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return apply(ctx, args[1:], stdout, stderr)
 	case "check":
 		return check(ctx, args[1:], stdout, stderr)
+	case "release":
+		return releaseSets(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, version)
 		return 0
