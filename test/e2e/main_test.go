@@ -360,3 +360,10 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() boo
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func (w *world) writeLabels(content string) {
+	w.t.Helper()
+	if err := os.WriteFile(w.labels, []byte(content), 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+}
