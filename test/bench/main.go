@@ -39,7 +39,7 @@ var (
 	latency  = flag.Int("latency-ms", 25, "slow link: added latency per direction")
 	rateKBps = flag.Int("rate-kbps", 4000, "slow link: bandwidth per connection, KB/s")
 	binDir   = flag.String("bin", "bin", "directory with imagepind")
-	sections = flag.String("sections", "preload,latency,disk", "what to measure: preload, latency (also idle), disk")
+	sections = flag.String("sections", "preload,latency,disk,release", "what to measure: preload, latency (also idle), disk, release")
 	costN    = flag.Int("cost-images", 500, "images for the disk check cost")
 )
 
@@ -102,6 +102,11 @@ func run(ctx context.Context) error {
 			return err
 		}
 		if err := b.diskAccuracy(ctx); err != nil {
+			return err
+		}
+	}
+	if want("release") {
+		if err := b.releaseCost(ctx, 190); err != nil {
 			return err
 		}
 	}

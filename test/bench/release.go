@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/release"
+	"github.com/imagepin/imagepin/release/releasetest"
+)
+
+// releaseCost measures expanding a release of n components: cold (from the registry)
+// and from state (a new process with the same state directory), single-arch and multi.
+func (b *bench) releaseCost(ctx context.Context, n int) error {
+	var requests atomic.Int64
+	target, _ := url.Parse("http://" + b.reg.Host)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		proxy.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	dir := filepath.Join(b.dir, "release-cost")
+	os.MkdirAll(filepath.Join(dir, "registries.conf.d"), 0o755)
+	regConf := filepath.Join(dir, "registries.conf")
+	os.WriteFile(regConf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", host)), 0o644)
+	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
+		CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+	fmt.Printf("## Release expansion: %d components + 4 OS images, registry on loopback\n\nRegistry requests counted by a proxy.\n\n| payload | expansion | time | registry requests |\n|---|---|---|---|\n", n)
+	for _, multi := range []bool{false, true} {
+		kind := "single-arch"
+		if multi {
+			kind = "multi (manifest lists)"
+		}
+		start := time.Now()
+		p, err := releasetest.Push(ctx, releasetest.Options{PushHost: b.reg.Host, RefHost: host, Repo: fmt.Sprintf("ocp/release-%v", multi),
+			Version: "4.20.1", Components: n, Multi: multi})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "  pushed a %s release of %d components in %s\n", kind, n, time.Since(start).Round(time.Millisecond))
+		state := filepath.Join(dir, fmt.Sprintf("state-%v", multi))
+		for _, how := range []string{"cold", "from state (new process, same state_dir)"} {
+			requests.Store(0)
+			start := time.Now()
+			rel, err := (&release.Cached{Dir: state, Source: release.DockerSource(resolver.SystemContext)}).Expand(ctx, p.Release)
+			if err != nil {
+				return err
+			}
+			if len(rel.Components) != n {
+				return fmt.Errorf("expanded %d components", len(rel.Components))
+			}
+			fmt.Printf("| %s | %s | %d ms | %d |\n", kind, how, time.Since(start).Milliseconds(), requests.Load())
+		}
+	}
+	fmt.Println()
+	return nil
+}
