@@ -19,6 +19,7 @@ import (
 	"github.com/imagepin/imagepin/cri/fakecri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
@@ -42,6 +43,7 @@ type harness struct {
 	latest   status.Node
 	seq      int
 	observer Observer
+	releases Releases
 }
 
 func newHarness(t *testing.T) *harness {
@@ -86,6 +88,7 @@ func (h *harness) start() {
 		},
 		Log:      log,
 		Observer: h.observer,
+		Releases: h.releases,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -526,5 +529,64 @@ func TestIdleAfterFailuresDoesNotSpin(t *testing.T) {
 	time.Sleep(time.Second)
 	if n := obs.count() - before; n > 2 {
 		t.Fatalf("%d reconciles in an idle second: the loop spins", n)
+	}
+}
+
+type fakeReleases struct {
+	mu  sync.Mutex
+	rel release.Release
+	err error
+}
+
+func (f *fakeReleases) set(rel release.Release, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rel, f.err = rel, err
+}
+
+func (f *fakeReleases) Expand(context.Context, string) (release.Release, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rel, f.err
+}
+
+func TestReleaseSets(t *testing.T) {
+	h := newHarness(t)
+	relImg, comp, os9, os10 := img("ocp/release", 100), img("ocp/comp", 101), img("ocp/os9", 102), img("ocp/os10", 103)
+	h.available(relImg, comp, os9, os10)
+	rel := release.Release{Image: relImg, Version: "4.20.1", Components: map[string]string{"c": comp},
+		Streams: map[string]map[string]string{"rhel-9": {"rhel-coreos": os9}, "rhel-10": {"rhel-coreos-10": os10}}, DefaultStream: "rhel-9"}
+	fr := &fakeReleases{err: fmt.Errorf("pinging container registry: %w", errors.New("connection refused"))}
+	h.releases = fr
+	h.start()
+	doc := "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: up}\nspec: {releaseImage: \"" + relImg + "\"}\n"
+	h.writeFile("up.yaml", doc)
+	// Unreachable at first: retried, not failed.
+	n := h.waitFor("retrying", func(n status.Node) bool {
+		s := n.Set("up")
+		return s != nil && s.Phase == status.Pending && s.Release != nil && strings.Contains(s.Release.Error, "connection refused")
+	})
+	_ = n
+	fr.set(rel, nil)
+	n = h.waitFor("Ready", phase("up", status.Ready))
+	if s := n.Set("up"); s.ImagesTotal != 2 || s.Release.Images != 2 || s.Release.Version != "4.20.1" || s.Release.Error != "" {
+		t.Fatalf("worker: %+v %+v", s, s.Release)
+	}
+	if !slices.Contains(h.rt.Pinned(), comp) || !slices.Contains(h.rt.Pinned(), os9) || slices.Contains(h.rt.Pinned(), relImg) {
+		t.Fatalf("pins %v", h.rt.Pinned())
+	}
+	// The registry goes away: the last good expansion stays pinned and Ready.
+	fr.set(release.Release{}, errors.New("connection refused"))
+	h.writeFile("up.yaml", doc+"# touched\n")
+	time.Sleep(2 * h.cfg.UnpinDelay)
+	if !slices.Contains(h.rt.Pinned(), comp) {
+		t.Fatal("an unreachable release unpinned its images")
+	}
+	// Not a release: Failed, InvalidSpec.
+	fr.set(release.Release{}, fmt.Errorf("%w: no image-references", release.ErrNotRelease))
+	h.writeFile("up.yaml", strings.Replace(doc, relImg, img("ocp/other", 104), 1))
+	n = h.waitFor("invalid", phase("up", status.Failed))
+	if c := n.Set("up").Condition(status.ConditionFailed); c.Reason != status.ReasonInvalidSpec || !strings.Contains(c.Message, "no image-references") {
+		t.Fatalf("%+v", c)
 	}
 }

@@ -240,3 +240,28 @@ func TestReadSetsDirConfigMapLayout(t *testing.T) {
 		t.Fatalf("missing dir: %v", err)
 	}
 }
+
+func TestReleaseImageFields(t *testing.T) {
+	head := "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: r}\n"
+	res, err := ParseSetFile("r.yaml", []byte(head+"spec: {releaseImage: \"quay.io/openshift-release-dev/ocp-release@"+d1+"\", osImageStream: rhel-10}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Sets[0]
+	if s.ReleaseImage == "" || s.OSImageStream != "rhel-10" || len(s.Images) != 0 {
+		t.Fatalf("%+v", s)
+	}
+	other, _ := ParseSetFile("r.yaml", []byte(head+"spec: {releaseImage: \"quay.io/openshift-release-dev/ocp-release@"+d1+"\"}"))
+	if other.Sets[0].SpecHash == s.SpecHash {
+		t.Fatal("the stream must change the spec hash")
+	}
+	for text, want := range map[string]string{
+		head + "spec: {releaseImage: \"quay.io/ocp/release:4.20\"}":                                   "spec.releaseImage: \"quay.io/ocp/release:4.20\" is not by digest",
+		head + "spec: {osImageStream: rhel-10, pinnedImages: [\"quay.io/x/a@" + d1 + "\"]}":           "spec.osImageStream: only with spec.releaseImage",
+		head + "spec: {releaseImage: \"quay.io/ocp/release@" + d1 + "\", osImageStream: \"RHEL 10\"}": "spec.osImageStream: \"RHEL 10\"",
+	} {
+		if _, err := ParseSetFile("r.yaml", []byte(text)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v", text, err)
+		}
+	}
+}
