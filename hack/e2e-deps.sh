@@ -16,7 +16,7 @@ mkdir -p "$BIN"
 log() { echo "e2e-deps: $*" >&2; }
 
 need_pkgs=()
-for p in docker-registry skopeo conmon runc containernetworking-plugins iproute2 dbus systemd; do
+for p in docker-registry skopeo conmon runc containernetworking-plugins iproute2 dbus systemd chromium; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
