@@ -10,6 +10,7 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sirupsen/logrus v1.10.2
+	go.etcd.io/bbolt v1.5.0
 	go.podman.io/image/v5 v5.42.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0

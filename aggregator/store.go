@@ -64,6 +64,8 @@ type Store struct {
 	mu       sync.RWMutex
 	nodes    map[string]*nodeEntry
 	expected map[string]bool
+	// dirty are the nodes whose report changed since the last takeDirty (persistence).
+	dirty map[string]bool
 }
 
 // NewStore returns an empty store; now is the clock (time.Now in production).
@@ -109,6 +111,10 @@ func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
 		e.heartbeat = DefaultHeartbeat
 	}
 	e.status = r.ToStatus()
+	if s.dirty == nil {
+		s.dirty = map[string]bool{}
+	}
+	s.dirty[node] = true
 	// ETA samples: the first time a set version is seen not Ready.
 	seen := map[string]bool{}
 	for _, set := range e.status.Sets {
@@ -179,6 +185,20 @@ func (s *Store) validate(r *v1.NodeReport) error {
 		return bad("too many file errors or faults")
 	}
 	return nil
+}
+
+// takeDirty returns the reports of the nodes that changed since the last call.
+func (s *Store) takeDirty() map[string]*v1.NodeReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*v1.NodeReport, len(s.dirty))
+	for node := range s.dirty {
+		if e := s.nodes[node]; e != nil {
+			out[node] = v1.FromStatus(e.status, e.bootID, e.sequence, e.heartbeat)
+		}
+	}
+	s.dirty = nil
+	return out
 }
 
 // nodeNames lists the nodes the store knows and expects, sorted.

@@ -26,6 +26,8 @@ type options struct {
 	grpcAddress, httpAddress  string
 	tlsCert, tlsKey, clientCA string
 	expectedNodes             string
+	stateFile                 string
+	flushInterval             time.Duration
 	maxNodes, maxSets         int
 }
 
@@ -37,6 +39,8 @@ func main() {
 	flag.StringVar(&o.tlsKey, "tls-key", "/etc/imagepin-aggregator/tls/tls.key", "its key")
 	flag.StringVar(&o.clientCA, "client-ca", "/etc/imagepin-aggregator/kubelet-client-ca/ca.crt", "CA of the nodes' client certificates (the kubelet client CA)")
 	flag.StringVar(&o.expectedNodes, "expected-nodes", "", "optional file of node names, one a line: nodes that never reported count as Unknown")
+	flag.StringVar(&o.stateFile, "state-file", "", "optional bbolt file keeping the last reports across restarts (heartbeats stay the truth)")
+	flag.DurationVar(&o.flushInterval, "flush-interval", 5*time.Second, "how often changed reports are written to --state-file")
 	flag.IntVar(&o.maxNodes, "max-nodes", aggregator.DefaultLimits().MaxNodes, "nodes the aggregator keeps at most")
 	flag.IntVar(&o.maxSets, "max-sets-per-report", aggregator.DefaultLimits().MaxSetsPerReport, "sets one report may carry")
 	logLevel := flag.String("log-level", "info", "log level")
@@ -71,6 +75,19 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		store.SetExpected(nodes)
 		log.WithField("nodes", len(nodes)).Info("expected nodes")
 	}
+	var persister *aggregator.Persister
+	if o.stateFile != "" {
+		p, err := aggregator.OpenPersister(o.stateFile, store, o.flushInterval, log)
+		if err != nil {
+			return err
+		}
+		n, err := p.Load()
+		if err != nil {
+			log.WithError(err).Warn("state file partly read")
+		}
+		log.WithField("nodes", n).Info("reports restored from the state file")
+		persister = p
+	}
 	tlsConfig, err := aggregator.ServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
 	if err != nil {
 		return err
@@ -88,6 +105,9 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return aggregator.ServeGRPC(ctx, gl, tlsConfig, store, log) })
 	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, store) })
+	if persister != nil {
+		g.Go(func() error { return persister.Run(ctx) })
+	}
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

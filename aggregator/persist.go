@@ -1,0 +1,105 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	v1 "github.com/imagepin/imagepin/api/imagepinv1"
+)
+
+var reportsBucket = []byte("reports")
+
+// Persister keeps the last report of every node in a bbolt file so that the page is not
+// empty right after a restart. Heartbeats stay the truth: restored reports count from
+// the restart, and a node that stays silent goes Unknown as usual. Writes are batched:
+// the nodes that changed are flushed in one transaction every interval, not one fsync
+// per report.
+type Persister struct {
+	db       *bolt.DB
+	store    *Store
+	interval time.Duration
+	log      logrus.FieldLogger
+}
+
+// OpenPersister opens (or creates) the file.
+func OpenPersister(path string, store *Store, interval time.Duration, log logrus.FieldLogger) (*Persister, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("state file %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(reportsBucket)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Persister{db: db, store: store, interval: interval, log: log}, nil
+}
+
+// Load restores every stored report into the store; a report that no longer parses or
+// validates is skipped.
+func (p *Persister) Load() (int, error) {
+	n := 0
+	err := p.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(reportsBucket).ForEach(func(k, v []byte) error {
+			var r v1.NodeReport
+			if err := proto.Unmarshal(v, &r); err != nil {
+				p.log.WithField("node", string(k)).WithError(err).Warn("stored report skipped")
+				return nil
+			}
+			if _, err := p.store.Ingest(string(k), &r); err != nil {
+				p.log.WithField("node", string(k)).WithError(err).Warn("stored report skipped")
+				return nil
+			}
+			n++
+			return nil
+		})
+	})
+	p.store.takeDirty() // what was just loaded is stored already
+	return n, err
+}
+
+// Run flushes every interval until ctx ends, then flushes once more and closes.
+func (p *Persister) Run(ctx context.Context) error {
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			err := p.Flush()
+			p.db.Close()
+			return err
+		case <-t.C:
+			if err := p.Flush(); err != nil {
+				p.log.WithError(err).Error("persist reports")
+			}
+		}
+	}
+}
+
+// Flush writes the reports that changed since the last flush, in one transaction.
+func (p *Persister) Flush() error {
+	dirty := p.store.takeDirty()
+	if len(dirty) == 0 {
+		return nil
+	}
+	return p.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(reportsBucket)
+		for node, r := range dirty {
+			data, err := proto.Marshal(r)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(node), data); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
