@@ -65,3 +65,8 @@ clean:
 # module proxy); the generated code is committed.
 proto:
 	hack/proto.sh
+
+# The aggregator at scale: 5,000 nodes with their own certificates (AGGBENCH_FLAGS to vary).
+AGGBENCH_FLAGS ?=
+bench-aggregator: build
+	$(GO) run ./test/aggbench -bin $(BIN) $(AGGBENCH_FLAGS)

@@ -182,6 +182,13 @@ func TestReadinessTransitions(t *testing.T) {
 	w4.send(set("upgrade", status.Pulling, 1, 3))
 	v = c.waitSet("upgrade", "a new node", func(v SetView) bool { return !v.Ready && v.Targeted == 4 && v.ProgressingNodes == 1 })
 
+	// By default only the nodes that need attention are listed; ?nodes=all lists all.
+	var all SetView
+	c.get("/v1/sets/upgrade?nodes=all", &all)
+	if len(v.Nodes) != 1 || v.Nodes[0].Node != "w4" || len(all.Nodes) != 4 || v.ReadyNodes != 3 || all.ReadyNodes != 3 {
+		t.Fatalf("default lists %d nodes, all %d", len(v.Nodes), len(all.Nodes))
+	}
+
 	// Metrics and health on the read listener.
 	resp, err := http.Get(c.httpURL + "/metrics")
 	if err != nil {
@@ -261,7 +268,7 @@ func TestIdentityOrderingAndLimits(t *testing.T) {
 	}
 
 	// Bad reports: a clear error, nothing changed.
-	before, _ := c.store.Set("s")
+	before, _ := c.store.Set("s", true)
 	for name, r := range map[string]*v1.NodeReport{
 		"too many sets": report1("w1", 20, set("a", status.Ready, 1, 1), set("b", status.Ready, 1, 1), set("c", status.Ready, 1, 1),
 			set("d", status.Ready, 1, 1), set("e", status.Ready, 1, 1), set("f", status.Ready, 1, 1)),
@@ -276,7 +283,7 @@ func TestIdentityOrderingAndLimits(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if after, _ := c.store.Set("s"); fmt.Sprint(after) != fmt.Sprint(before) {
+	if after, _ := c.store.Set("s", true); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("a bad report changed the store:\n%+v\n%+v", before, after)
 	}
 	// Oversized on the wire.
@@ -322,7 +329,7 @@ func TestExpectedNodesAndETA(t *testing.T) {
 	if _, err := s.Ingest("w1", report1("w1", 2, p)); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := s.Set("s")
+	v, _ := s.Set("s", true)
 	// 100 bytes in 10 s, 900 to go: 90 s.
 	if v.ETASeconds == nil || *v.ETASeconds != 90 {
 		t.Fatalf("eta %v", v.ETASeconds)

@@ -16,9 +16,17 @@ func ReadHandler(store *Store) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{store: store})
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/sets", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, store.Sets()) })
+	// ?nodes=all lists every node; by default only those that are not Ready (the counts
+	// always cover all), which keeps answers small at thousands of nodes.
+	mux.HandleFunc("GET /v1/sets", func(w http.ResponseWriter, r *http.Request) {
+		if allNodes(r) {
+			writeJSON(w, store.Sets())
+			return
+		}
+		writeJSON(w, store.SetsSummary())
+	})
 	mux.HandleFunc("GET /v1/sets/{name}", func(w http.ResponseWriter, r *http.Request) {
-		v, ok := store.Set(r.PathValue("name"))
+		v, ok := store.Set(r.PathValue("name"), allNodes(r))
 		if !ok {
 			http.Error(w, "no node reports set "+r.PathValue("name"), http.StatusNotFound)
 			return
@@ -42,6 +50,8 @@ func ReadHandler(store *Store) http.Handler {
 	mux.Handle("GET /{$}", statusPage(store, 10*time.Second))
 	return mux
 }
+
+func allNodes(r *http.Request) bool { return r.URL.Query().Get("nodes") == "all" }
 
 func reportOrNil(ok bool, v any) any {
 	if !ok {
@@ -76,7 +86,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.store.Sets() {
+	for _, s := range c.store.SetsSummary() {
 		for state, n := range map[string]int{"ready": s.ReadyNodes, "failed": s.FailedNodes, "progressing": s.ProgressingNodes, "unknown": s.UnknownNodes} {
 			ch <- prometheus.MustNewConstMetric(descSetNodes, prometheus.GaugeValue, float64(n), s.Name, state)
 		}

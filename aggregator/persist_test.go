@@ -57,7 +57,7 @@ func TestPersistenceRestoresThePage(t *testing.T) {
 		t.Fatal("an older report replaced a restored one")
 	}
 	now = now.Add(4 * time.Minute)
-	if v, _ := s2.Set("s"); v.UnknownNodes != 2 {
+	if v, _ := s2.Set("s", true); v.UnknownNodes != 2 {
 		t.Fatalf("restored nodes must go Unknown when silent: %+v", v)
 	}
 	// Nothing to flush: no write.

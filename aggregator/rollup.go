@@ -64,8 +64,16 @@ func (e *nodeEntry) unknown(now time.Time) bool {
 	return now.Sub(e.received) > time.Duration(UnknownAfter)*e.heartbeat
 }
 
-// Sets rolls every node's newest report up per set, sorted by name.
-func (s *Store) Sets() []SetView {
+// Sets rolls every node's newest report up per set, sorted by name, listing every node.
+func (s *Store) Sets() []SetView { return s.rollup("", true) }
+
+// SetsSummary is Sets listing only the nodes that are not Ready (the counts cover all):
+// at thousands of nodes, the ones that need attention.
+func (s *Store) SetsSummary() []SetView { return s.rollup("", false) }
+
+// rollup builds the views of every set, or of the named one only; allNodes lists Ready
+// nodes too.
+func (s *Store) rollup(only string, allNodes bool) []SetView {
 	now := s.now()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -74,34 +82,42 @@ func (s *Store) Sets() []SetView {
 		unknown := e.unknown(now)
 		received := e.received
 		for _, set := range e.status.Sets {
+			if only != "" && set.Name != only {
+				continue
+			}
 			v := views[set.Name]
 			if v == nil {
 				v = &SetView{Name: set.Name}
 				views[set.Name] = v
+			}
+			v.Targeted++
+			v.ImagesTotal += set.ImagesTotal
+			v.ImagesReady += set.ImagesReady
+			v.BytesTotal += set.BytesTotal
+			v.BytesReady += set.BytesReady
+			if !unknown && set.Phase == status.Ready {
+				v.ReadyNodes++
+				if !allNodes {
+					continue
+				}
 			}
 			n := SetNode{Node: e.name, Phase: string(set.Phase), ImagesTotal: set.ImagesTotal, ImagesReady: set.ImagesReady,
 				BytesTotal: set.BytesTotal, BytesReady: set.BytesReady, FailedImages: set.FailedImages, LastReport: &received}
 			if c := set.Condition(status.ConditionReady); c != nil {
 				n.Reason, n.Message = c.Reason, c.Message
 			}
-			v.Targeted++
 			switch {
 			case unknown:
 				n.Phase = PhaseUnknown
 				n.Reason, n.Message = "NodeSilent", "no report for "+now.Sub(received).Round(time.Second).String()+" (heartbeat "+e.heartbeat.String()+")"
 				v.UnknownNodes++
 			case set.Phase == status.Ready:
-				v.ReadyNodes++
 			case set.Phase == status.Failed:
 				v.FailedNodes++
 			default:
 				v.ProgressingNodes++
 				n.ETASeconds = eta(e.progress[set.Name], set, now)
 			}
-			v.ImagesTotal += set.ImagesTotal
-			v.ImagesReady += set.ImagesReady
-			v.BytesTotal += set.BytesTotal
-			v.BytesReady += set.BytesReady
 			v.Nodes = append(v.Nodes, n)
 		}
 	}
@@ -135,14 +151,17 @@ func (s *Store) Sets() []SetView {
 	return out
 }
 
-// Set is one set's view, and whether any node reports it.
-func (s *Store) Set(name string) (SetView, bool) {
-	for _, v := range s.Sets() {
-		if v.Name == name {
-			return v, true
-		}
+// Set is one set's view, and whether any node reports it. It rolls up that set only;
+// allNodes lists Ready nodes too.
+func (s *Store) Set(name string, allNodes bool) (SetView, bool) {
+	if name == "" {
+		return SetView{}, false
 	}
-	return SetView{}, false
+	views := s.rollup(name, allNodes)
+	if len(views) == 0 {
+		return SetView{}, false
+	}
+	return views[0], true
 }
 
 // eta extrapolates a node's progress on a set from the first sample of this set version:

@@ -92,6 +92,7 @@ func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
 	if err := s.validate(r); err != nil {
 		return false, err
 	}
+	converted := r.ToStatus() // outside the lock: readers and other nodes wait less
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,7 +111,7 @@ func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
 	if e.heartbeat <= 0 {
 		e.heartbeat = DefaultHeartbeat
 	}
-	e.status = r.ToStatus()
+	e.status = converted
 	if s.dirty == nil {
 		s.dirty = map[string]bool{}
 	}
