@@ -77,7 +77,7 @@ func (a *aggregatorProc) stop() {
 }
 
 func (a *aggregatorProc) set(name string) (aggregator.SetView, bool) {
-	resp, err := http.Get(a.httpURL + "/v1/sets/" + name)
+	resp, err := http.Get(a.httpURL + "/v1/sets/" + name + "?nodes=all")
 	if err != nil {
 		return aggregator.SetView{}, false
 	}
@@ -108,7 +108,7 @@ func TestImagepindReportsToAggregator(t *testing.T) {
 	w.waitFor("a Ready", 60*time.Second, phaseIs("a", status.Ready))
 	waitUntil(t, "the aggregator sees a Ready on e2e-node", 20*time.Second, func() bool {
 		v, ok := agg.set("a")
-		return ok && v.Ready && v.Targeted == 1 && v.Nodes[0].Node == "e2e-node"
+		return ok && v.Ready && v.Targeted == 1 && len(v.Nodes) == 1 && v.Nodes[0].Node == "e2e-node"
 	})
 
 	// The aggregator goes away: imagepind carries on.
