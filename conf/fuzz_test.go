@@ -3,6 +3,7 @@ package conf
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imagepin/imagepin/crio"
 )
@@ -15,7 +16,16 @@ func FuzzParseSetFile(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"machineconfiguration.openshift.io/v1alpha1","kind":"PinnedImageSet","metadata":{"name":"c"},"spec":{"pinnedImages":["quay.io/x/c@` + d1 + `"]}}]}`))
 	f.Add([]byte("a: &a [x]\nb: [*a, *a]\n---\n- *b\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		res, err := ParseSetFile("f.yaml", data)
+		// Never a hang: a parse that takes seconds is a failure, with the input saved.
+		var res ParseResult
+		var err error
+		done := make(chan struct{})
+		go func() { res, err = ParseSetFile("f.yaml", data); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+			t.Fatalf("parse of %d bytes took over 2 s: %q", len(data), data[:min(len(data), 200)])
+		}
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "f.yaml: ") {
 				t.Fatalf("error does not name the file: %v", err)
