@@ -87,7 +87,9 @@ func (c *cluster) node(name string, heartbeat time.Duration) *node {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	r := report.New(report.Config{Aggregator: c.grpcAddr, Heartbeat: heartbeat, CertFile: cert, CAFile: c.serverCA.File}, c.log)
+	// Verify the server under its certificate's DNS name while dialing an IP, as nodes do
+	// through a NodePort.
+	r := report.New(report.Config{Aggregator: c.grpcAddr, Heartbeat: heartbeat, CertFile: cert, CAFile: c.serverCA.File, ServerName: "localhost"}, c.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &node{name: name, r: r, cancel: cancel, done: make(chan struct{})}
 	go func() { defer close(n.done); r.Run(ctx) }()

@@ -77,6 +77,9 @@ type ReportConfig struct {
 	Heartbeat  Duration `toml:"heartbeat"`
 	Cert       string   `toml:"cert"`
 	CA         string   `toml:"ca"`
+	// ServerName is the name to verify in the aggregator's certificate when it differs
+	// from the host in Aggregator (reached by a NodePort or an IP).
+	ServerName string `toml:"server_name"`
 }
 
 // MetricsConfig is the Prometheus listener.

@@ -29,6 +29,9 @@ type Config struct {
 	CertFile string
 	// CAFile is the CA of the aggregator's serving certificate ("" = system roots).
 	CAFile string
+	// ServerName is the name verified in the aggregator's certificate ("" = the host of
+	// Aggregator): nodes reach it by a NodePort but its certificate names the service.
+	ServerName string
 }
 
 // Reporter sends the latest status.
@@ -118,7 +121,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 }
 
 func (r *Reporter) tlsConfig() (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: r.cfg.ServerName}
 	if r.cfg.CAFile != "" {
 		pemBytes, err := os.ReadFile(r.cfg.CAFile)
 		if err != nil {

@@ -33,16 +33,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.grpcAddress, "grpc-address", ":9443", "report listener (gRPC, mTLS: node client certificates)")
-	flag.StringVar(&o.httpAddress, "http-address", ":9444", "read listener (HTTP: /v1/sets, /v1/nodes, /metrics, /healthz; no client certificates)")
-	flag.StringVar(&o.tlsCert, "tls-cert", "/etc/imagepin-aggregator/tls/tls.crt", "serving certificate of the report listener")
-	flag.StringVar(&o.tlsKey, "tls-key", "/etc/imagepin-aggregator/tls/tls.key", "its key")
-	flag.StringVar(&o.clientCA, "client-ca", "/etc/imagepin-aggregator/kubelet-client-ca/ca.crt", "CA of the nodes' client certificates (the kubelet client CA)")
-	flag.StringVar(&o.expectedNodes, "expected-nodes", "", "optional file of node names, one a line: nodes that never reported count as Unknown")
-	flag.StringVar(&o.stateFile, "state-file", "", "optional bbolt file keeping the last reports across restarts (heartbeats stay the truth)")
-	flag.DurationVar(&o.flushInterval, "flush-interval", 5*time.Second, "how often changed reports are written to --state-file")
-	flag.IntVar(&o.maxNodes, "max-nodes", aggregator.DefaultLimits().MaxNodes, "nodes the aggregator keeps at most")
-	flag.IntVar(&o.maxSets, "max-sets-per-report", aggregator.DefaultLimits().MaxSetsPerReport, "sets one report may carry")
+	defineFlags(flag.CommandLine, &o)
 	logLevel := flag.String("log-level", "info", "log level")
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
@@ -60,6 +51,20 @@ func main() {
 		log.WithError(err).Error("imagepin-aggregator stopped")
 		os.Exit(1)
 	}
+}
+
+// defineFlags registers the flags (also used by the test that checks the manifests).
+func defineFlags(fs *flag.FlagSet, o *options) {
+	fs.StringVar(&o.grpcAddress, "grpc-address", ":9443", "report listener (gRPC, mTLS: node client certificates)")
+	fs.StringVar(&o.httpAddress, "http-address", ":9444", "read listener (HTTP: /v1/sets, /v1/nodes, /metrics, /healthz; no client certificates)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "/etc/imagepin-aggregator/tls/tls.crt", "serving certificate of the report listener")
+	fs.StringVar(&o.tlsKey, "tls-key", "/etc/imagepin-aggregator/tls/tls.key", "its key")
+	fs.StringVar(&o.clientCA, "client-ca", "/etc/imagepin-aggregator/kubelet-client-ca/ca-bundle.crt", "CA of the nodes' client certificates (the kubelet client CA)")
+	fs.StringVar(&o.expectedNodes, "expected-nodes", "", "optional file of node names, one a line: nodes that never reported count as Unknown")
+	fs.StringVar(&o.stateFile, "state-file", "", "optional bbolt file keeping the last reports across restarts (heartbeats stay the truth)")
+	fs.DurationVar(&o.flushInterval, "flush-interval", 5*time.Second, "how often changed reports are written to --state-file")
+	fs.IntVar(&o.maxNodes, "max-nodes", aggregator.DefaultLimits().MaxNodes, "nodes the aggregator keeps at most")
+	fs.IntVar(&o.maxSets, "max-sets-per-report", aggregator.DefaultLimits().MaxSetsPerReport, "sets one report may carry")
 }
 
 func run(ctx context.Context, o options, log *logrus.Logger) error {

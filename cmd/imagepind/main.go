@@ -76,7 +76,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	var reporter *report.Reporter
 	if cfg.Report.Aggregator != "" {
 		reporter = report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
-			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA}, log)
+			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName}, log)
 	}
 	a, client, err := wire.Agent(cfg, store, wire.Options{
 		Version: version,

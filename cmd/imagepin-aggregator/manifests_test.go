@@ -1,0 +1,158 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/imagepin/imagepin/aggregator"
+)
+
+type manifest map[string]any
+
+func (m manifest) get(path ...string) any {
+	var cur any = map[string]any(m)
+	for _, p := range path {
+		mm, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = mm[p]
+	}
+	return cur
+}
+
+func load(t *testing.T, name string) manifest {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("../../packaging/aggregator", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m manifest
+	if err := yaml.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return m
+}
+
+// The aggregator's manifests parse and reference what the binary expects: its flags, the
+// files behind them, its ports, its health endpoint.
+func TestManifestsMatchTheBinary(t *testing.T) {
+	ns := load(t, "namespace.yaml")
+	dep := load(t, "deployment.yaml")
+	svc := load(t, "service.yaml")
+	if ns.get("kind") != "Namespace" || dep.get("kind") != "Deployment" || svc.get("kind") != "Service" {
+		t.Fatal("kinds")
+	}
+	name := ns.get("metadata", "name")
+	if dep.get("metadata", "namespace") != name || svc.get("metadata", "namespace") != name {
+		t.Fatal("namespaces differ")
+	}
+	c := dep.get("spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	if c["image"] != "IMAGE" {
+		t.Fatalf("the image placeholder make manifests replaces: %v", c["image"])
+	}
+	var args []string
+	for _, a := range c["args"].([]any) {
+		args = append(args, a.(string))
+	}
+	// The binary's own flag set accepts every argument.
+	var o options
+	fs := flag.NewFlagSet("imagepin-aggregator", flag.ContinueOnError)
+	defineFlags(fs, &o)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("deployment args: %v", err)
+	}
+	// Every file the flags name is under a mounted volume.
+	mounts := map[string]string{}
+	for _, m := range c["volumeMounts"].([]any) {
+		mm := m.(map[string]any)
+		mounts[mm["mountPath"].(string)] = mm["name"].(string)
+	}
+	for _, f := range []string{o.tlsCert, o.tlsKey, o.clientCA, o.stateFile} {
+		if _, ok := mounts[filepath.Dir(f)]; !ok {
+			t.Errorf("%s is not under a mounted volume", f)
+		}
+	}
+	volumes := map[string]map[string]any{}
+	for _, v := range dep.get("spec", "template", "spec", "volumes").([]any) {
+		vm := v.(map[string]any)
+		volumes[vm["name"].(string)] = vm
+	}
+	tlsVol := volumes[mounts[filepath.Dir(o.tlsCert)]]
+	secret, _ := tlsVol["secret"].(map[string]any)
+	if secret == nil || secret["secretName"] != svc.get("metadata", "annotations").(map[string]any)["service.beta.openshift.io/serving-cert-secret-name"] {
+		t.Fatalf("the TLS volume must be the service CA's serving-cert secret: %v", tlsVol)
+	}
+	if filepath.Base(o.tlsCert) != "tls.crt" || filepath.Base(o.tlsKey) != "tls.key" {
+		t.Fatal("the service CA writes tls.crt and tls.key")
+	}
+	if cm, _ := volumes[mounts[filepath.Dir(o.clientCA)]]["configMap"].(map[string]any); cm == nil || filepath.Base(o.clientCA) != "ca-bundle.crt" {
+		t.Fatalf("the kubelet client CA comes from a ConfigMap with ca-bundle.crt: %v", o.clientCA)
+	}
+	// Ports: the container's named ports are the listeners; the Service targets them.
+	ports := map[string]string{}
+	for _, p := range c["ports"].([]any) {
+		pm := p.(map[string]any)
+		ports[pm["name"].(string)] = yamlNum(pm["containerPort"])
+	}
+	for flagAddr, portName := range map[string]string{o.grpcAddress: "grpc-reports", o.httpAddress: "http-read"} {
+		_, port, _ := net.SplitHostPort(flagAddr)
+		if ports[portName] != port {
+			t.Errorf("%s: container port %s, flag %s", portName, ports[portName], flagAddr)
+		}
+	}
+	for _, p := range svc.get("spec", "ports").([]any) {
+		if tp := p.(map[string]any)["targetPort"].(string); ports[tp] == "" {
+			t.Errorf("the service targets %s, not a container port", tp)
+		}
+	}
+	sel := svc.get("spec", "selector").(map[string]any)
+	labels := dep.get("spec", "template", "metadata", "labels").(map[string]any)
+	for k, v := range sel {
+		if labels[k] != v {
+			t.Errorf("the service selector %s=%v does not match the pods", k, v)
+		}
+	}
+	// The probes ask the read listener for /healthz, which the binary serves.
+	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+		get := c[probe].(map[string]any)["httpGet"].(map[string]any)
+		if get["port"] != "http-read" {
+			t.Errorf("%s port %v", probe, get["port"])
+		}
+		srv := httptest.NewServer(aggregator.ReadHandler(aggregator.NewStore(aggregator.DefaultLimits(), time.Now)))
+		resp, err := http.Get(srv.URL + get["path"].(string))
+		srv.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Errorf("%s %v: %v", probe, get["path"], err)
+		}
+	}
+	// The container build's entrypoint and ports.
+	cf, err := os.ReadFile("../../packaging/aggregator/Containerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`ENTRYPOINT ["/usr/bin/imagepin-aggregator"]`, "EXPOSE 9443 9444", "./cmd/imagepin-aggregator", "CGO_ENABLED=0"} {
+		if !strings.Contains(string(cf), want) {
+			t.Errorf("Containerfile lacks %s", want)
+		}
+	}
+}
+
+// yamlNum is a YAML number as text (sigs.k8s.io/yaml decodes numbers as float64).
+func yamlNum(v any) string {
+	if n, ok := v.(float64); ok {
+		return strconv.FormatFloat(n, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
+}

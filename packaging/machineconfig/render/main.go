@@ -1,0 +1,69 @@
+// Command render is `make machineconfig`: one MachineConfig per pool from the config the
+// RPM ships, plus any PinnedImageSet files given with -sets (they land in the sets
+// directory of that pool's nodes).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/packaging/machineconfig"
+)
+
+func main() {
+	config := flag.String("config", "packaging/config/imagepind.toml", "imagepind.toml to install")
+	out := flag.String("out", "_output/machineconfig", "output directory")
+	pools := flag.String("pools", "worker,master", "pools")
+	setsDir := flag.String("sets", "", "optional directory of PinnedImageSet files to ship (validated)")
+	flag.Parse()
+	if err := run(*config, *out, *pools, *setsDir); err != nil {
+		fmt.Fprintln(os.Stderr, "render:", err)
+		os.Exit(1)
+	}
+}
+
+func run(configPath, out, pools, setsDir string) error {
+	cfg, err := os.ReadFile(configPath)
+	if err != nil {
+		return err
+	}
+	if _, err := conf.ParseConfig(string(cfg)); err != nil {
+		return fmt.Errorf("%s: %w", configPath, err)
+	}
+	sets := map[string][]byte{}
+	if setsDir != "" {
+		files, err := conf.ReadSetsDir(setsDir)
+		if err != nil {
+			return err
+		}
+		for _, f := range files {
+			if f.Err != nil {
+				return fmt.Errorf("%s: %w", f.Name, f.Err)
+			}
+			if _, err := conf.ParseSetFile(f.Name, f.Data); err != nil {
+				return err
+			}
+			sets[f.Name] = f.Data
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	for _, pool := range strings.Split(pools, ",") {
+		data, err := machineconfig.Render(machineconfig.Input{Pool: pool, Config: cfg, Sets: sets})
+		if err != nil {
+			return fmt.Errorf("%s: %w", pool, err)
+		}
+		p := filepath.Join(out, machineconfig.Name(pool)+".yaml")
+		if err := fsutil.WriteAtomic(p, "", data, 0o644); err != nil {
+			return err
+		}
+		fmt.Println(p)
+	}
+	return nil
+}
