@@ -13,7 +13,7 @@ E2E_TIMEOUT ?= 20m
 FUZZ_PARSE ?= 100000x
 FUZZ_RENDER ?= 100000x
 
-.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench proto clean
+.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench bench-aggregator proto rpm rpm-test machineconfig manifests clean
 
 all: build
 
@@ -49,7 +49,7 @@ deps:
 test-e2e: deps
 	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
 
-test: lint cross test-unit fuzz test-e2e
+test: lint cross test-unit fuzz rpm-test test-e2e
 
 # Benchmarks (not timed tests): writes the tables to stdout and $(BENCH_OUT).
 BENCH_OUT ?= bench-results.md
@@ -73,3 +73,24 @@ proto:
 AGGBENCH_FLAGS ?=
 bench-aggregator: build
 	$(GO) run ./test/aggbench -bin $(BIN) $(AGGBENCH_FLAGS)
+
+# RPMs for x86_64 and aarch64 (Debian's rpmbuild; the scriptlets are written out).
+rpm:
+	VERSION=$(VERSION) hack/rpm.sh
+
+# Files, modes, dependencies, static binaries, and the scriptlets run for install,
+# upgrade and erase.
+rpm-test: rpm
+	hack/rpm-test.sh
+
+# One MachineConfig per pool from the files the RPM ships (SETS=dir adds set files).
+SETS ?=
+machineconfig:
+	$(GO) run ./packaging/machineconfig/render -out _output/machineconfig $(if $(SETS),-sets $(SETS))
+
+# The aggregator's manifests with IMAGE set.
+IMAGE ?= quay.io/imagepin/imagepin-aggregator:$(VERSION)
+manifests:
+	mkdir -p _output/manifests
+	for f in namespace service deployment; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
+	ls _output/manifests/*.yaml
