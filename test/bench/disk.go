@@ -63,15 +63,8 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	fmt.Fprintf(os.Stderr, "  pushed %d images in %s\n", n, time.Since(start).Round(time.Millisecond))
 
 	// Every request to the registry goes through this counting proxy.
-	var requests atomic.Int64
-	target, _ := url.Parse("http://" + b.reg.Host)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		proxy.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "http://")
+	host, requests, stop := countingProxy(b.reg.Host)
+	defer stop()
 	var viaProxy []string
 	for _, r := range refs {
 		viaProxy = append(viaProxy, strings.Replace(r, b.reg.Host, host, 1))
@@ -135,6 +128,18 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// countingProxy is a reverse proxy to registry that counts requests.
+func countingProxy(registry string) (host string, requests *atomic.Int64, stop func()) {
+	requests = &atomic.Int64{}
+	target, _ := url.Parse("http://" + registry)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		proxy.ServeHTTP(w, r)
+	}))
+	return strings.TrimPrefix(srv.URL, "http://"), requests, srv.Close
 }
 
 // naiveCheck is what a script would do: for each image, ping, read the manifest, and

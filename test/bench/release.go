@@ -3,14 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/imagepin/imagepin/diskcheck"
@@ -21,15 +15,8 @@ import (
 // releaseCost measures expanding a release of n components: cold (from the registry)
 // and from state (a new process with the same state directory), single-arch and multi.
 func (b *bench) releaseCost(ctx context.Context, n int) error {
-	var requests atomic.Int64
-	target, _ := url.Parse("http://" + b.reg.Host)
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		proxy.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	host := strings.TrimPrefix(srv.URL, "http://")
+	host, requests, stop := countingProxy(b.reg.Host)
+	defer stop()
 	dir := filepath.Join(b.dir, "release-cost")
 	os.MkdirAll(filepath.Join(dir, "registries.conf.d"), 0o755)
 	regConf := filepath.Join(dir, "registries.conf")

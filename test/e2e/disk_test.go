@@ -19,20 +19,7 @@ import (
 
 // newSmallDiskWorld is a world whose CRI-O stores images on an 80 MiB tmpfs.
 func newSmallDiskWorld(t *testing.T) *world {
-	t.Helper()
-	w := baseWorld(t)
-	c, err := env.NewCRIO(w.crio.Dir, env.CRIOOptions{Insecure: []string{w.reg.Host}, RootSize: "80m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.crio = c
-	t.Cleanup(c.Cleanup)
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w.dialCRI()
-	w.writeConfig(worldOptions{})
-	return w
+	return newWorldWith(t, func(string) env.CRIOOptions { return env.CRIOOptions{RootSize: "80m"} })
 }
 
 // pushBig pushes n images of two 4 MiB random (incompressible) layers: 8 MiB each, so
@@ -124,18 +111,7 @@ func TestDiskCheckOnASmallImageFilesystem(t *testing.T) {
 // registries.conf as CRI-O), CRI-O pulls them through it, and the pins match the names
 // CRI-O records (the source's).
 func TestDisconnectedClusterThroughMirror(t *testing.T) {
-	w := baseWorld(t)
-	c, err := env.NewCRIO(w.crio.Dir, env.CRIOOptions{Insecure: []string{w.reg.Host}, Mirrors: map[string]string{"upstream.example.invalid/ocp": w.reg.Host + "/ocp"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.crio = c
-	t.Cleanup(c.Cleanup)
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w.dialCRI()
-	w.writeConfig(worldOptions{})
+	w := newMirrorWorld(t)
 	var refs []string
 	for i := 0; i < 3; i++ {
 		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("ocp/component-%d", i), 1, 256<<10)
@@ -166,4 +142,12 @@ func TestDisconnectedClusterThroughMirror(t *testing.T) {
 	if img := w.image(gone); img.Present {
 		t.Fatal("the unavailable image was pulled")
 	}
+}
+
+// newMirrorWorld is a disconnected cluster: upstream.example.invalid/ocp exists only as a
+// digest mirror on the world's registry.
+func newMirrorWorld(t *testing.T) *world {
+	return newWorldWith(t, func(registry string) env.CRIOOptions {
+		return env.CRIOOptions{Mirrors: map[string]string{"upstream.example.invalid/ocp": registry + "/ocp"}}
+	})
 }

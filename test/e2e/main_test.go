@@ -108,6 +108,27 @@ func newWorld(t *testing.T) *world {
 	return w
 }
 
+// newWorldWith is a world whose CRI-O has options (mirrors, a small image filesystem),
+// started as a plain process; the options may depend on the world's registry host.
+func newWorldWith(t *testing.T, options func(registry string) env.CRIOOptions) *world {
+	t.Helper()
+	w := baseWorld(t)
+	opts := options(w.reg.Host)
+	opts.Insecure = append(opts.Insecure, w.reg.Host)
+	c, err := env.NewCRIO(w.crio.Dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.crio = c
+	t.Cleanup(c.Cleanup)
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	w.dialCRI()
+	w.writeConfig(worldOptions{})
+	return w
+}
+
 func (w *world) dialCRI() {
 	var err error
 	if w.cri, err = cri.Dial("unix://" + w.crio.Socket); err != nil {

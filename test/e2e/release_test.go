@@ -10,24 +10,12 @@ import (
 
 	"github.com/imagepin/imagepin/release/releasetest"
 	"github.com/imagepin/imagepin/status"
-	"github.com/imagepin/imagepin/test/env"
 )
 
 // A set with spec.releaseImage: the node expands a multi payload (through the mirror of
 // a disconnected cluster) and pins and pulls exactly what its role and OS stream need.
 func TestReleaseImageSet(t *testing.T) {
-	w := baseWorld(t)
-	c, err := env.NewCRIO(w.crio.Dir, env.CRIOOptions{Insecure: []string{w.reg.Host}, Mirrors: map[string]string{"upstream.example.invalid/ocp": w.reg.Host + "/ocp"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.crio = c
-	t.Cleanup(c.Cleanup)
-	if err := c.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	w.dialCRI()
-	w.writeConfig(worldOptions{})
+	w := newMirrorWorld(t)
 	p, err := releasetest.Push(t.Context(), releasetest.Options{PushHost: w.reg.Host, RefHost: "upstream.example.invalid", Repo: "ocp/release",
 		Version: "4.20.1", Components: 4, Multi: true})
 	if err != nil {
