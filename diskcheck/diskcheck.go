@@ -27,8 +27,6 @@ type Verdict struct {
 	// 5xx) to that error. They are left out of the need and must not be pulled until a
 	// later check sizes them; the set's other images go ahead.
 	Unsized map[string]string
-	// Endpoints maps each sized image to the endpoint that answered, when known.
-	Endpoints map[string]string
 }
 
 // Filesystem is the image filesystem as the check saw it.
