@@ -10,7 +10,11 @@ if ! command -v rpmbuild >/dev/null || ! command -v cpio >/dev/null || ! command
 fi
 version=${VERSION:-0.1.0}
 version=${version#v}
-version=${version//-/_}   # rpm versions have no dashes
+release=1
+case $version in
+  [0-9]*) version=${version//-/_} ;;               # rpm versions have no dashes
+  *) release="0.git${version//-/_}"; version=0.1.0 ;; # untagged: a pre-release of 0.1.0, by commit
+esac
 top=$PWD/_output/rpm
 rm -rf "$top"; mkdir -p "$top"/{SOURCES,SPECS,BUILD,RPMS,SRPMS,BUILDROOT}
 for pair in x86_64:amd64 aarch64:arm64; do
@@ -19,7 +23,7 @@ for pair in x86_64:amd64 aarch64:arm64; do
   CGO_ENABLED=0 GOOS=linux GOARCH=$goarch go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$src/" ./cmd/imagepind ./cmd/imagepinctl
   cp packaging/systemd/imagepind.service packaging/systemd/80-imagepin.preset packaging/config/imagepind.toml README.md "$src/"
   rpmbuild -bb --quiet --target "$rpmarch" \
-    --define "_topdir $top" --define "_sourcedir $src" --define "_goarch $goarch" --define "_version $version" \
+    --define "_topdir $top" --define "_sourcedir $src" --define "_goarch $goarch" --define "_version $version" --define "_release $release" \
     --define "_build_id_links none" \
     packaging/rpm/imagepin.spec
 done
