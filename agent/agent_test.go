@@ -447,17 +447,42 @@ func TestRuntimeTooOld(t *testing.T) {
 	h.waitFor("pulled anyway", func(status.Node) bool { return h.rt.Present(a) })
 }
 
+// A reload that fails, and one CRI-O does not act on, leave the set waiting with the
+// reason, pull nothing before the pins are in effect, and are retried until confirmed.
 func TestReloadFailureIsRetried(t *testing.T) {
-	h := newHarness(t)
-	a := img("a", 1)
-	h.available(a)
-	h.start()
-	h.writeFile("s.yaml", setDoc("s", a))
-	h.waitFor("Ready", phase("s", status.Ready))
-	if h.rt.ReloadCount() == 0 {
-		t.Fatal("no reload")
+	for _, mode := range []string{"fails", "ignored"} {
+		t.Run(mode, func(t *testing.T) {
+			h := newHarness(t)
+			h.cfg.ConfirmTimeout = 200 * time.Millisecond
+			h.cfg.MaxBackoff = 300 * time.Millisecond
+			a := img("a", 1)
+			h.available(a)
+			want := "reload: job failed"
+			if mode == "fails" {
+				h.rt.FailReloads(2)
+			} else {
+				h.rt.IgnoreReloads(2)
+				want = "CRI-O reloaded but after"
+			}
+			h.start()
+			h.writeFile("s.yaml", setDoc("s", a))
+			n := h.waitFor("waiting for the reload", func(n status.Node) bool {
+				s := n.Set("s")
+				return s != nil && s.Phase == status.Pending && s.Condition(status.ConditionProgressing).Reason == status.ReasonWaitingForReload &&
+					strings.Contains(s.Condition(status.ConditionProgressing).Message, want)
+			})
+			if !strings.Contains(strings.Join(n.Faults, "\n"), want) {
+				t.Fatalf("faults %q lack %q", n.Faults, want)
+			}
+			if h.rt.PullCount(a) != 0 {
+				t.Fatal("pulled before the pins were in effect")
+			}
+			h.waitFor("Ready after retries", phase("s", status.Ready))
+			if got := h.rt.ReloadCount(); got < 3 {
+				t.Fatalf("%d reloads, want the 2 bad ones retried", got)
+			}
+		})
 	}
-	_ = errors.New
 }
 
 // ENOSPC from the runtime stops every remaining pull at once: InsufficientDiskSpace.

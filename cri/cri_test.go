@@ -2,7 +2,6 @@ package cri
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -89,9 +88,10 @@ func TestLoadKeyringAbsent(t *testing.T) {
 		t.Fatalf("%v %v", k, err)
 	}
 	p := filepath.Join(t.TempDir(), "bad.json")
-	os.WriteFile(p, []byte("{"), 0o600)
-	if _, err := LoadKeyring(p); err == nil || !errors.Is(err, err) {
-		t.Fatal("a broken pull secret is an error")
+	os.WriteFile(p, []byte(`{"auths": "hunter2`), 0o600)
+	_, err = LoadKeyring(p)
+	if err == nil || !strings.Contains(err.Error(), p) || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("a broken pull secret is an error naming the file, never quoting it: %v", err)
 	}
 }
 

@@ -37,6 +37,23 @@ type Runtime struct {
 	Auths map[string]string
 	// Concurrent and MaxConcurrent measure pull parallelism.
 	Concurrent, MaxConcurrent int
+	// failReloads makes the next reloads fail; ignoreReloads makes them "succeed" without
+	// CRI-O re-reading its config (a reload CRI-O only logs as failed).
+	failReloads, ignoreReloads int
+}
+
+// FailReloads makes the next n reloads return an error.
+func (r *Runtime) FailReloads(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failReloads = n
+}
+
+// IgnoreReloads makes the next n reloads succeed without applying the config.
+func (r *Runtime) IgnoreReloads(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ignoreReloads = n
 }
 
 // New returns a fake CRI-O 1.34.0 reading its config from d.
@@ -209,6 +226,14 @@ func (r *Runtime) Reload(context.Context) error {
 		return errors.New("reload: no process owns the socket")
 	}
 	r.Reloads++
+	if r.failReloads > 0 {
+		r.failReloads--
+		return errors.New("reload: job failed")
+	}
+	if r.ignoreReloads > 0 {
+		r.ignoreReloads--
+		return nil
+	}
 	r.pinned = r.readPins()
 	return nil
 }
