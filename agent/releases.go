@@ -43,13 +43,13 @@ func (a *Agent) expandReleases(ctx context.Context, desired []conf.Set) []conf.S
 			prev, had = releaseState{}, false
 		}
 		st := releaseState{pullSpec: s.ReleaseImage, stream: s.OSImageStream}
-		if had && prev.err == nil && prev.labelsKey() == labelsKey(a.labels) {
+		if had && prev.err == nil && prev.labels == labelString(a.labels) {
 			st = prev // expanded for these labels already
 		} else if had && prev.err != nil && !a.releaseRetry.due(now) {
 			st = prev
 		} else {
 			st = a.expand(ctx, s)
-			st.labels = labelsKey(a.labels)
+			st.labels = labelString(a.labels)
 			if st.err != nil {
 				a.log.WithField("set", s.Name).WithError(st.err).Warn("release not expanded")
 				if had && len(prev.images) > 0 {
@@ -104,10 +104,6 @@ func (a *Agent) expand(ctx context.Context, s conf.Set) releaseState {
 	st.images = images
 	return st
 }
-
-func (r releaseState) labelsKey() string { return r.labels }
-
-func labelsKey(l map[string]string) string { return labelString(l) }
 
 // releaseStatus is the set's status.release.
 func (a *Agent) releaseStatus(s conf.Set) *status.Release {

@@ -38,12 +38,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: imagepinctl check [--config FILE] [--platform os/arch] [--labels k=v,...] FILE...")
 		return 2
 	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	p, err := diskcheck.ParsePlatform(*platform)
+	cfg, p, err := configAndPlatform(fs, *configPath, *platform)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

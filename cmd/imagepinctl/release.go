@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/conf"
-	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/release"
 )
@@ -62,12 +61,7 @@ func releaseSets(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if len(pools) == 0 {
 		pools = poolsFlag{"worker", "master"}
 	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	p, err := diskcheck.ParsePlatform(*platform)
+	cfg, p, err := configAndPlatform(fs, *configPath, *platform)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

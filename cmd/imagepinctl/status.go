@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -95,6 +96,17 @@ func oneLine(s string, max int) string {
 		s = s[:max-1] + "…"
 	}
 	return s
+}
+
+// configAndPlatform is imagepind's config and a --platform value, for the commands that
+// reach registries.
+func configAndPlatform(fs *flag.FlagSet, configPath, platform string) (conf.Config, diskcheck.Platform, error) {
+	cfg, err := loadConfig(fs, configPath)
+	if err != nil {
+		return cfg, diskcheck.Platform{}, err
+	}
+	p, err := diskcheck.ParsePlatform(platform)
+	return cfg, p, err
 }
 
 // loadConfig reads imagepind's config; the default path may be absent.
