@@ -35,35 +35,52 @@ func IsSetFileName(name string) bool {
 	return false
 }
 
-// ReadSetsDir reads every set file of dir (not its subdirectories), in name order.
+// ClusterSubdir is the part of the sets directory that imagepind's cluster sync manages:
+// one file per PinnedImageSet object of the API, <sets_dir>/cluster/<name>.json. Nothing
+// else writes there; every other subdirectory is ignored.
+const ClusterSubdir = "cluster"
+
+// ReadSetsDir reads every set file of dir (not its subdirectories) in name order, then
+// those of its cluster subdirectory (named "cluster/<file>"), so that a local file wins
+// a name clash with a cluster set. A missing cluster subdirectory holds no sets.
 func ReadSetsDir(dir string) ([]SetFile, error) {
-	entries, err := os.ReadDir(dir)
+	files, err := readSetFiles(dir, "")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: %s", ErrSetsDirMissing, dir)
 		}
 		return nil, fmt.Errorf("read sets directory: %w", err)
 	}
+	cluster, err := readSetFiles(filepath.Join(dir, ClusterSubdir), ClusterSubdir+"/")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("read sets directory: %w", err)
+	}
+	files = append(files, cluster...)
+	// A directory being removed (rm -rf) first loses its files: if it is gone now, what
+	// we read is not a set of deletions but a sync fault.
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s", ErrSetsDirMissing, dir)
+	}
+	return files, nil
+}
+
+func readSetFiles(dir, prefix string) ([]SetFile, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
 	var files []SetFile
 	for _, e := range entries {
-		if !IsSetFileName(e.Name()) {
-			continue
-		}
-		if e.IsDir() {
+		if !IsSetFileName(e.Name()) || e.IsDir() {
 			continue
 		}
 		data, err := fsutil.ReadRegular(filepath.Join(dir, e.Name()), MaxSetFileSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // removed (or a dangling ConfigMap symlink) since the listing
 		}
-		files = append(files, SetFile{Name: e.Name(), Data: data, Err: err})
+		files = append(files, SetFile{Name: prefix + e.Name(), Data: data, Err: err})
 	}
 	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
-	// A directory being removed (rm -rf) first loses its files: if it is gone now, what
-	// we read is not a set of deletions but a sync fault.
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %s", ErrSetsDirMissing, dir)
-	}
 	return files, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -33,6 +34,9 @@ const (
 const (
 	APIVersionV1Alpha1 = "machineconfiguration.openshift.io/v1alpha1"
 	APIVersionV1       = "machineconfiguration.openshift.io/v1"
+	// APIVersionImagepin is imagepin's own API (api/v1alpha1): the CRD's objects, as
+	// imagepind writes them into the sets directory, and as files alike.
+	APIVersionImagepin = "imagepin.io/v1alpha1"
 	KindPinnedImageSet = "PinnedImageSet"
 	// RoleLabel names the pool of a v1 set.
 	RoleLabel = "machineconfiguration.openshift.io/role"
@@ -207,11 +211,11 @@ func parseDocument(raw []byte) (Set, string, error) {
 	}
 	s := Set{Name: d.Metadata.Name}
 	switch d.APIVersion {
-	case APIVersionV1Alpha1, APIVersionV1:
+	case APIVersionV1Alpha1, APIVersionV1, APIVersionImagepin:
 	case "":
 		return s, "", errors.New("apiVersion: missing")
 	default:
-		return s, "", fmt.Errorf("apiVersion: %q is not %s or %s", d.APIVersion, APIVersionV1, APIVersionV1Alpha1)
+		return s, "", fmt.Errorf("apiVersion: %q is not %s, %s or %s", d.APIVersion, APIVersionImagepin, APIVersionV1, APIVersionV1Alpha1)
 	}
 	if d.Kind != KindPinnedImageSet {
 		return s, "", fmt.Errorf("kind: %q is not %s", d.Kind, KindPinnedImageSet)
@@ -240,7 +244,12 @@ func parseDocument(raw []byte) (Set, string, error) {
 
 	var warning string
 	var err error
-	if d.APIVersion == APIVersionV1 {
+	switch d.APIVersion {
+	case APIVersionImagepin:
+		if s.Selector, warning, err = imagepinSelector(sp.NodeSelector, d.Metadata.Labels); err != nil {
+			return s, "", err
+		}
+	case APIVersionV1:
 		if sp.NodeSelector != nil {
 			return s, "", fmt.Errorf("spec.nodeSelector: not part of %s; the %s label selects the pool", APIVersionV1, RoleLabel)
 		}
@@ -251,7 +260,7 @@ func parseDocument(raw []byte) (Set, string, error) {
 		} else if s.Selector, err = RoleSelector(pool); err != nil {
 			return s, "", fmt.Errorf("metadata.labels[%s]: %w", RoleLabel, err)
 		}
-	} else {
+	default:
 		if s.Selector, err = NewSelector(sp.NodeSelector); err != nil {
 			return s, "", fmt.Errorf("spec.nodeSelector: %w", err)
 		}
@@ -307,6 +316,40 @@ func parseDocument(raw []byte) (Set, string, error) {
 	}
 	s.SpecHash = specHash(s.Selector.String(), s.Images, s.ReleaseImage, s.OSImageStream)
 	return s, warning, nil
+}
+
+// imagepinSelector is the selector of an imagepin.io set: spec.nodeSelector and the pool
+// label, both required to match when both are given. With neither the set selects no
+// node (as a v1 set without a pool does): a set of up to 2000 images should not land on
+// every node by omission; nodeSelector {} says "every node" explicitly.
+func imagepinSelector(ns *LabelSelector, labels map[string]string) (Selector, string, error) {
+	pool, hasPool := labels[RoleLabel]
+	if hasPool && pool == "" {
+		return Selector{}, "", fmt.Errorf("metadata.labels[%s]: empty; name a pool (worker, master, ...) or remove the label", RoleLabel)
+	}
+	switch {
+	case ns == nil && !hasPool:
+		why := "no spec.nodeSelector and no " + RoleLabel + " label: applies to no node"
+		return Nothing(why), "spec.nodeSelector: missing and no " + RoleLabel + " label, so the set applies to no node (nodeSelector: {} selects every node)", nil
+	case ns == nil:
+		sel, err := RoleSelector(pool)
+		if err != nil {
+			return Selector{}, "", fmt.Errorf("metadata.labels[%s]: %w", RoleLabel, err)
+		}
+		return sel, "", nil
+	}
+	merged := &LabelSelector{MatchLabels: ns.MatchLabels, MatchExpressions: ns.MatchExpressions}
+	if hasPool {
+		if _, err := RoleSelector(pool); err != nil {
+			return Selector{}, "", fmt.Errorf("metadata.labels[%s]: %w", RoleLabel, err)
+		}
+		merged.MatchExpressions = append(slices.Clone(ns.MatchExpressions), LabelSelectorRequirement{Key: "node-role.kubernetes.io/" + pool, Operator: "Exists"})
+	}
+	sel, err := NewSelector(merged)
+	if err != nil {
+		return Selector{}, "", fmt.Errorf("spec.nodeSelector: %w", err)
+	}
+	return sel, "", nil
 }
 
 // imageName accepts both element shapes: "ref" (the enhancement) and {name: ref} (v1).

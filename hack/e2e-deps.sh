@@ -33,7 +33,8 @@ fi
 go_module_src() {
   local mod=$1 ver=$2 dst=$3
   local dir
-  dir=$(go mod download -json "$mod@$ver" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+  # Outside any module: the project's own go.mod must not matter.
+  dir=$(cd / && GOFLAGS= go mod download -json "$mod@$ver" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
   [ -n "$dir" ] || { log "cannot download $mod@$ver"; exit 1; }
   rm -rf "$dst"; cp -r "$dir" "$dst"; chmod -R u+w "$dst"
 }

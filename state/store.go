@@ -84,12 +84,19 @@ func (s *Store) Save(d Data) error {
 	return fsutil.WriteAtomic(filepath.Join(s.dir, dataFile), "", b, 0o600)
 }
 
-// fileKey maps a set file name (a base name) to its stored name.
+// keyEscaper turns a set file's name relative to the sets directory (a base name, or
+// "cluster/<name>" for the cluster sync's files) into one flat stored name.
+var (
+	keyEscaper   = strings.NewReplacer("%", "%25", "/", "%2F")
+	keyUnescaper = strings.NewReplacer("%2F", "/", "%25", "%")
+)
+
+// fileKey maps a set file name to its stored name.
 func fileKey(name string) (string, error) {
-	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+	if name == "" || name == "." || name == ".." || strings.HasPrefix(name, "/") || strings.Contains(name, "..") || strings.Count(name, "/") > 1 {
 		return "", fmt.Errorf("bad set file name %q", name)
 	}
-	return name, nil
+	return keyEscaper.Replace(name), nil
 }
 
 // SaveGood records a file's content as its last good one (written only on change).
@@ -121,7 +128,7 @@ func (s *Store) GoodNames() []string {
 	var names []string
 	for _, e := range ents {
 		if e.Type().IsRegular() && !strings.HasPrefix(e.Name(), ".") {
-			names = append(names, e.Name())
+			names = append(names, keyUnescaper.Replace(e.Name()))
 		}
 	}
 	sort.Strings(names)

@@ -1,0 +1,355 @@
+package clustersync
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/internal/fsutil"
+)
+
+// NodesResource is the core Nodes resource.
+var NodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+
+// Config says where the node's share of the API goes.
+type Config struct {
+	NodeName string
+	// SetsDir is the sets directory; the sets go to its cluster subdirectory.
+	SetsDir string
+	// LabelsFile receives the Node's labels (a JSON object).
+	LabelsFile string
+	// OnFaults is called after Faults changes, so the node's status follows.
+	OnFaults func()
+	Log      logrus.FieldLogger
+	// Debounce batches bursts of events (the first list of many sets) into one write.
+	Debounce time.Duration
+}
+
+// Syncer keeps the cluster subdirectory and the labels file in step with the API.
+type Syncer struct {
+	cfg  Config
+	sets dynamic.NamespaceableResourceInterface
+	node metadata.ResourceInterface
+
+	mu     sync.Mutex
+	faults map[string]string // by source: "sets", "node", "write"
+}
+
+// New returns a syncer over the two clients; Run starts it.
+func New(dyn dynamic.Interface, meta metadata.Interface, cfg Config) *Syncer {
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = 100 * time.Millisecond
+	}
+	if cfg.OnFaults == nil {
+		cfg.OnFaults = func() {}
+	}
+	return &Syncer{
+		cfg:    cfg,
+		sets:   dyn.Resource(v1alpha1.GroupVersionResource),
+		node:   meta.Resource(NodesResource),
+		faults: map[string]string{},
+	}
+}
+
+// Dir is the cluster subdirectory of the sets directory.
+func (s *Syncer) Dir() string { return filepath.Join(s.cfg.SetsDir, conf.ClusterSubdir) }
+
+// Faults are the sync's current problems, for the node's status; none when in step.
+func (s *Syncer) Faults() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.faults))
+	for _, f := range s.faults {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *Syncer) setFault(source, msg string) {
+	s.mu.Lock()
+	changed := s.faults[source] != msg
+	if msg == "" {
+		delete(s.faults, source)
+	} else {
+		s.faults[source] = msg
+	}
+	s.mu.Unlock()
+	if changed {
+		if msg != "" {
+			s.cfg.Log.WithField("source", source).Warn(msg)
+		} else {
+			s.cfg.Log.WithField("source", source).Info("cluster sync in step again")
+		}
+		s.cfg.OnFaults()
+	}
+}
+
+// Run watches the API and writes files until ctx ends. The API being unreachable is a
+// fault, never an error: informers retry with backoff and resume where they were.
+func (s *Syncer) Run(ctx context.Context) error {
+	setsChanged := make(chan struct{}, 1)
+	nodeChanged := make(chan struct{}, 1)
+	setsInf := cache.NewSharedIndexInformer(s.setsListWatch(), &unstructured.Unstructured{}, 0, cache.Indexers{})
+	nodeInf := cache.NewSharedIndexInformer(s.nodeListWatch(), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	for _, p := range []struct {
+		inf cache.SharedIndexInformer
+		ch  chan struct{}
+	}{{setsInf, setsChanged}, {nodeInf, nodeChanged}} {
+		ch := p.ch
+		poke := func() {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+		if _, err := p.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { poke() },
+			UpdateFunc: func(any, any) { poke() },
+			DeleteFunc: func(any) { poke() },
+		}); err != nil {
+			return err
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); setsInf.RunWithContext(ctx) }()
+	go func() { defer wg.Done(); nodeInf.RunWithContext(ctx) }()
+	defer wg.Wait()
+
+	// An empty first list fires no event: poll until synced, then follow events.
+	synced := time.NewTicker(200 * time.Millisecond)
+	defer synced.Stop()
+	setsDone, nodeDone := false, false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-setsChanged:
+		case <-nodeChanged:
+		case <-synced.C:
+			if setsDone && nodeDone {
+				synced.Stop()
+			}
+		}
+		// Debounce: a burst of events (many sets in the first list) is one write.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(s.cfg.Debounce):
+		}
+		if setsInf.HasSynced() {
+			setsDone = true
+			s.writeSets(setsInf.GetStore().List())
+		}
+		if nodeInf.HasSynced() {
+			nodeDone = true
+			s.writeLabels(nodeInf.GetStore().List())
+		}
+	}
+}
+
+// tracked records the outcome of every list and watch call: an error is a fault, a
+// success clears it.
+func (s *Syncer) tracked(source, what, keep string, list cache.ListWithContextFunc, w cache.WatchFuncWithContext) *cache.ListWatch {
+	record := func(err error) {
+		if err == nil {
+			s.setFault(source, "")
+			return
+		}
+		if errors.Is(err, context.Canceled) {
+			return
+		}
+		s.setFault(source, fmt.Sprintf("cluster API: %s: %v: %s", what, err, keep))
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			obj, err := list(ctx, o)
+			record(err)
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			wi, err := w(ctx, o)
+			record(err)
+			return wi, err
+		},
+	}
+}
+
+func (s *Syncer) setsListWatch() *cache.ListWatch {
+	return s.tracked("sets", "list/watch PinnedImageSets", "keeping the synced sets; nothing is unpinned",
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return s.sets.List(ctx, o) },
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return s.sets.Watch(ctx, o) })
+}
+
+func (s *Syncer) nodeListWatch() *cache.ListWatch {
+	selector := fields.OneTermEqualSelector("metadata.name", s.cfg.NodeName).String()
+	return s.tracked("node", "list/watch Node "+s.cfg.NodeName, "keeping the last labels",
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return s.node.List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return s.node.Watch(ctx, o)
+		})
+}
+
+// Document is what the node keeps of an object: apiVersion, kind, name, uid, labels and
+// spec (not status, which changes on every rollup, nor server-side metadata). It is JSON,
+// which the set parser reads as YAML without YAML 1.1's surprises.
+func Document(u *unstructured.Unstructured) ([]byte, error) {
+	md := map[string]any{"name": u.GetName(), "uid": string(u.GetUID())}
+	if l := u.GetLabels(); len(l) > 0 {
+		md["labels"] = l
+	}
+	apiVersion := u.GetAPIVersion()
+	if apiVersion == "" {
+		apiVersion = v1alpha1.APIVersion
+	}
+	doc := map[string]any{"apiVersion": apiVersion, "kind": v1alpha1.Kind, "metadata": md, "spec": u.Object["spec"]}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// FileName is the file of a set object in the cluster subdirectory.
+func FileName(name string) string { return name + ".json" }
+
+// writeSets makes the cluster subdirectory hold exactly the objects: changed files are
+// replaced atomically, files of deleted objects removed (the agent unpins them after
+// unpin_delay). A missing sets directory is a sync fault of its own: nothing is created
+// in its place, so the agent keeps seeing the fault rather than an empty directory.
+func (s *Syncer) writeSets(objs []any) {
+	if st, err := os.Stat(s.cfg.SetsDir); err != nil || !st.IsDir() {
+		s.setFault("write", fmt.Sprintf("cluster sync: sets directory %s is missing: not writing cluster sets", s.cfg.SetsDir))
+		return
+	}
+	dir := s.Dir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		s.setFault("write", fmt.Sprintf("cluster sync: %v", err))
+		return
+	}
+	want := map[string][]byte{}
+	var problems []string
+	for _, o := range objs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		name := u.GetName()
+		if msgs := validation.IsDNS1123Subdomain(name); len(msgs) > 0 {
+			problems = append(problems, fmt.Sprintf("PinnedImageSet %q: metadata.name: %s", name, strings.Join(msgs, "; ")))
+			continue
+		}
+		data, err := Document(u)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("PinnedImageSet %s: %v", name, err))
+			continue
+		}
+		want[FileName(name)] = data
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		s.setFault("write", fmt.Sprintf("cluster sync: %v", err))
+		return
+	}
+	have := map[string]bool{}
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp-"):
+			_ = os.Remove(filepath.Join(dir, n)) // a temp file left by a kill -9
+		case conf.IsSetFileName(n) && want[n] == nil:
+			if err := fsutil.RemoveDurable(filepath.Join(dir, n)); err != nil {
+				problems = append(problems, err.Error())
+			} else {
+				s.cfg.Log.WithField("file", conf.ClusterSubdir+"/"+n).Info("set deleted in the API: file removed")
+			}
+		default:
+			have[n] = true
+		}
+	}
+	for n, data := range want {
+		p := filepath.Join(dir, n)
+		if have[n] {
+			if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
+				continue
+			}
+		}
+		if err := fsutil.WriteAtomic(p, "", data, 0o644); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		s.cfg.Log.WithField("file", conf.ClusterSubdir+"/"+n).Info("set from the API written")
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		s.setFault("write", "cluster sync: "+strings.Join(problems, "; "))
+	} else {
+		s.setFault("write", "")
+	}
+}
+
+// writeLabels writes the Node's labels to the labels file when they change. No Node of
+// this name keeps the last labels and says how to fix it.
+func (s *Syncer) writeLabels(objs []any) {
+	var node *metav1.PartialObjectMetadata
+	for _, o := range objs {
+		if m, ok := o.(*metav1.PartialObjectMetadata); ok && m.Name == s.cfg.NodeName {
+			node = m
+		}
+	}
+	if node == nil {
+		s.setFault("labels", fmt.Sprintf("cluster API: no Node named %q: keeping the last labels (set [node] name to the kubelet's node name)", s.cfg.NodeName))
+		return
+	}
+	labels := node.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	data, err := json.MarshalIndent(labels, "", "  ")
+	if err != nil {
+		s.setFault("labels", err.Error())
+		return
+	}
+	data = append(data, '\n')
+	if old, err := os.ReadFile(s.cfg.LabelsFile); err == nil && bytes.Equal(old, data) {
+		s.setFault("labels", "")
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(s.cfg.LabelsFile), 0o755); err != nil {
+		s.setFault("labels", fmt.Sprintf("cluster sync: labels file: %v", err))
+		return
+	}
+	if err := fsutil.WriteAtomic(s.cfg.LabelsFile, "", data, 0o644); err != nil {
+		s.setFault("labels", fmt.Sprintf("cluster sync: labels file: %v", err))
+		return
+	}
+	s.cfg.Log.WithField("file", s.cfg.LabelsFile).Info("node labels from the API written")
+	s.setFault("labels", "")
+}

@@ -1,0 +1,220 @@
+package clustersync
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	dynfake "k8s.io/client-go/dynamic/fake"
+	metafake "k8s.io/client-go/metadata/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/conf"
+)
+
+const digest = "@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+func setObject(name string, images ...string) *unstructured.Unstructured {
+	var list []any
+	for _, i := range images {
+		list = append(list, map[string]any{"name": i})
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.APIVersion, "kind": v1alpha1.Kind,
+		"metadata": map[string]any{"name": name, "uid": "uid-" + name, "resourceVersion": "1"},
+		"spec":     map[string]any{"nodeSelector": map[string]any{}, "pinnedImages": list},
+		"status":   map[string]any{"nodes": "0/1"},
+	}}
+	return u
+}
+
+type world struct {
+	dyn    *dynfake.FakeDynamicClient
+	meta   *metafake.FakeMetadataClient
+	syncer *Syncer
+	dir    string
+	labels string
+	faults atomic.Int32
+}
+
+func newWorld(t *testing.T, objs ...runtime.Object) *world {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	dyn := dynfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
+		map[schema.GroupVersionResource]string{v1alpha1.GroupVersionResource: "PinnedImageSetList"}, objs...)
+	mscheme := metafake.NewTestScheme()
+	if err := metav1.AddMetaToScheme(mscheme); err != nil {
+		t.Fatal(err)
+	}
+	node := &metav1.PartialObjectMetadata{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-1", Labels: map[string]string{"topology.kubernetes.io/zone": "a"}},
+	}
+	meta := metafake.NewSimpleMetadataClient(mscheme, node)
+	w := &world{dyn: dyn, meta: meta, dir: t.TempDir()}
+	w.labels = filepath.Join(t.TempDir(), "node-labels.json")
+	log := logrus.New()
+	log.SetOutput(os.Stderr)
+	w.syncer = New(dyn, meta, Config{NodeName: "worker-1", SetsDir: w.dir, LabelsFile: w.labels, Log: log,
+		Debounce: 10 * time.Millisecond, OnFaults: func() { w.faults.Add(1) }})
+	return w
+}
+
+func (w *world) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.syncer.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestSetsAndLabelsFollowTheAPI(t *testing.T) {
+	w := newWorld(t, setObject("a", "quay.io/x/a"+digest), setObject("b", "quay.io/x/b"+digest))
+	local := filepath.Join(w.dir, "local.yaml")
+	if err := os.WriteFile(local, []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.run(t)
+	fileA := filepath.Join(w.syncer.Dir(), "a.json")
+	eventually(t, "both sets written", func() bool {
+		_, errA := os.Stat(fileA)
+		_, errB := os.Stat(filepath.Join(w.syncer.Dir(), "b.json"))
+		return errA == nil && errB == nil
+	})
+	// One document works as an object and as a file: the written file parses, status is left out.
+	data, _ := os.ReadFile(fileA)
+	res, err := conf.ParseSetFile("cluster/a.json", data)
+	if err != nil || len(res.Sets) != 1 || res.Sets[0].UID != "uid-a" || !res.Sets[0].Selector.Matches(nil) {
+		t.Fatalf("written file does not parse as the object: %v %+v", err, res)
+	}
+	if strings.Contains(string(data), "status") || strings.Contains(string(data), "resourceVersion") {
+		t.Fatalf("the file carries server-side fields:\n%s", data)
+	}
+	eventually(t, "labels written", func() bool {
+		b, err := os.ReadFile(w.labels)
+		var l map[string]string
+		return err == nil && json.Unmarshal(b, &l) == nil && l["topology.kubernetes.io/zone"] == "a"
+	})
+
+	// Update, delete: the directory follows; the local file is never touched.
+	res2 := w.dyn.Resource(v1alpha1.GroupVersionResource)
+	ctx := context.Background()
+	if _, err := res2.Update(ctx, setObject("a", "quay.io/x/a"+digest, "quay.io/x/c"+digest), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "update written", func() bool {
+		b, _ := os.ReadFile(fileA)
+		return strings.Contains(string(b), "quay.io/x/c")
+	})
+	if err := res2.Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deleted set's file removed", func() bool {
+		_, err := os.Stat(filepath.Join(w.syncer.Dir(), "b.json"))
+		return errors.Is(err, os.ErrNotExist)
+	})
+	if b, err := os.ReadFile(local); err != nil || string(b) != "kept" {
+		t.Fatalf("local file changed: %q %v", b, err)
+	}
+	if f := w.syncer.Faults(); len(f) != 0 {
+		t.Fatalf("faults: %v", f)
+	}
+}
+
+// The API failing is a fault that keeps every file; when it answers again, the fault clears.
+func TestAPIDownKeepsFilesAndReportsFault(t *testing.T) {
+	w := newWorld(t, setObject("a", "quay.io/x/a"+digest))
+	var failing atomic.Bool
+	w.dyn.PrependReactor("list", "pinnedimagesets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	w.dyn.PrependWatchReactor("pinnedimagesets", func(k8stesting.Action) (bool, watch.Interface, error) {
+		if failing.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	failing.Store(true)
+	// A file from an earlier sync stays while the API cannot be listed.
+	if err := os.MkdirAll(w.syncer.Dir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := filepath.Join(w.syncer.Dir(), "old.json")
+	if err := os.WriteFile(old, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.run(t)
+	eventually(t, "fault reported", func() bool {
+		f := w.syncer.Faults()
+		return len(f) == 1 && strings.Contains(f[0], "connection refused") && strings.Contains(f[0], "nothing is unpinned")
+	})
+	time.Sleep(300 * time.Millisecond)
+	if _, err := os.Stat(old); err != nil {
+		t.Fatalf("a synced file went while the API was down: %v", err)
+	}
+	failing.Store(false)
+	eventually(t, "in step after the API is back", func() bool {
+		_, errOld := os.Stat(old)
+		_, errA := os.Stat(filepath.Join(w.syncer.Dir(), "a.json"))
+		return errors.Is(errOld, os.ErrNotExist) && errA == nil && len(w.syncer.Faults()) == 0
+	})
+	if w.faults.Load() < 2 {
+		t.Fatalf("OnFaults called %d times, want the fault and its clearing", w.faults.Load())
+	}
+}
+
+// A missing sets directory is not re-created (the agent must keep seeing that fault).
+func TestMissingSetsDirIsAFault(t *testing.T) {
+	w := newWorld(t, setObject("a", "quay.io/x/a"+digest))
+	w.syncer.cfg.SetsDir = filepath.Join(w.dir, "gone")
+	w.run(t)
+	eventually(t, "fault", func() bool {
+		f := w.syncer.Faults()
+		return len(f) == 1 && strings.Contains(f[0], "is missing")
+	})
+	if _, err := os.Stat(filepath.Join(w.dir, "gone")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("sets dir created: %v", err)
+	}
+}
+
+func TestUnknownNodeIsAFault(t *testing.T) {
+	w := newWorld(t)
+	w.syncer.cfg.NodeName = "worker-2"
+	if err := os.WriteFile(w.labels, []byte(`{"a":"b"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.run(t)
+	eventually(t, "fault", func() bool {
+		f := w.syncer.Faults()
+		return len(f) == 1 && strings.Contains(f[0], `no Node named "worker-2"`)
+	})
+	if b, _ := os.ReadFile(w.labels); string(b) != `{"a":"b"}` {
+		t.Fatalf("labels file changed: %s", b)
+	}
+}

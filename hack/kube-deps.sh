@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds real kube-apiserver (Kubernetes v1.34.2) and etcd (v3.6.6) once into the
+# cache, from the Go module proxy, for the cluster-loop end-to-end tests.
+#
+#   hack/kube-deps.sh        build what is missing, print the cache's bin dir
+#
+# k8s.io/kubernetes's module zip holds neither staging/ nor vendor/, and its go.mod
+# replaces the staging modules with ./staging/src/...: each is pointed at the published
+# v0.34.2 module instead. etcd's server module replaces its siblings with ../: each is
+# pointed at v3.6.6. One build at a time (2 cores): about 10 + 3 minutes cold.
+set -euo pipefail
+
+CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
+KUBE_VERSION=v1.34.2
+STAGING_VERSION=v0.34.2
+ETCD_VERSION=v3.6.6
+BIN="$CACHE/bin"
+mkdir -p "$BIN"
+
+log() { echo "kube-deps: $*" >&2; }
+
+go_module_src() {
+  local mod=$1 ver=$2 dst=$3
+  local dir
+  # Outside any module: the project's own go.mod must not matter.
+  dir=$(cd / && GOFLAGS= go mod download -json "$mod@$ver" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+  [ -n "$dir" ] || { log "cannot download $mod@$ver"; exit 1; }
+  rm -rf "$dst"; cp -r "$dir" "$dst"; chmod -R u+w "$dst"
+}
+
+has_version() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "$2"; }
+
+if ! has_version "$BIN/kube-apiserver" "${KUBE_VERSION}"; then
+  log "building kube-apiserver $KUBE_VERSION into $BIN (about 10 minutes cold)"
+  work=$(mktemp -d "$CACHE/kube-src.XXXXXX")
+  go_module_src k8s.io/kubernetes "$KUBE_VERSION" "$work/kubernetes"
+  (
+    cd "$work/kubernetes"
+    rm -f go.work go.work.sum
+    args=()
+    while read -r mod; do
+      args+=("-dropreplace=$mod" "-replace=$mod=$mod@$STAGING_VERSION")
+    done < <(sed -n 's|^\s*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' go.mod)
+    go mod edit "${args[@]}"
+    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+      -o "$BIN/kube-apiserver.new" ./cmd/kube-apiserver
+  )
+  mv "$BIN/kube-apiserver.new" "$BIN/kube-apiserver"
+  rm -rf "$work"
+fi
+
+if ! has_version "$BIN/etcd" "${ETCD_VERSION#v}"; then
+  log "building etcd $ETCD_VERSION into $BIN (a few minutes cold)"
+  work=$(mktemp -d "$CACHE/etcd-src.XXXXXX")
+  go_module_src go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$work/etcd"
+  (
+    cd "$work/etcd"
+    args=()
+    while read -r mod; do
+      args+=("-dropreplace=$mod" "-replace=$mod=$mod@$ETCD_VERSION")
+    done < <(sed -n 's|^\s*\(go.etcd.io/[^ ]*\) => \.\./.*|\1|p' go.mod)
+    [ ${#args[@]} -eq 0 ] || go mod edit "${args[@]}"
+    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$BIN/etcd.new" .
+  )
+  mv "$BIN/etcd.new" "$BIN/etcd"
+  rm -rf "$work"
+fi
+
+echo "$BIN"
