@@ -105,6 +105,9 @@ type Deps struct {
 	Observer Observer
 	// Alive is called after every pass of the loop and every Heartbeat.
 	Alive func()
+	// SourceFaults are the problems of whatever fills the sets directory and the labels
+	// file (the cluster sync: the API unreachable, no such Node); nil: none.
+	SourceFaults func() []string
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

@@ -39,6 +39,9 @@ func (a *Agent) saveState() {
 // sync fault that keeps what was there.
 func (a *Agent) loadInputs() {
 	a.inputFaults = nil
+	if a.deps.SourceFaults != nil {
+		a.inputFaults = append(a.inputFaults, a.deps.SourceFaults()...)
+	}
 	a.loadSets()
 	a.loadLabels()
 	k, err := cri.LoadKeyring(a.cfg.PullSecret)

@@ -85,6 +85,9 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 			if only != "" && set.Name != only {
 				continue
 			}
+			if _, api := s.targets[set.Name]; api {
+				continue // rolled up over its targeted nodes below
+			}
 			v := views[set.Name]
 			if v == nil {
 				v = &SetView{Name: set.Name}
@@ -146,6 +149,11 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 		}
 		sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Node < v.Nodes[j].Node })
 		out = append(out, *v)
+	}
+	for name, t := range s.targets {
+		if only == "" || only == name {
+			out = append(out, s.targetView(name, t, allNodes, now))
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out

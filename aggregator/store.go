@@ -64,6 +64,8 @@ type Store struct {
 	mu       sync.RWMutex
 	nodes    map[string]*nodeEntry
 	expected map[string]bool
+	// targets are the sets of the cluster's API and the nodes each selects (SetTargets).
+	targets map[string]Target
 	// dirty are the nodes whose report changed since the last takeDirty (persistence).
 	dirty map[string]bool
 }

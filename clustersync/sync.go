@@ -217,26 +217,6 @@ func (s *Syncer) nodeListWatch() *cache.ListWatch {
 		})
 }
 
-// Document is what the node keeps of an object: apiVersion, kind, name, uid, labels and
-// spec (not status, which changes on every rollup, nor server-side metadata). It is JSON,
-// which the set parser reads as YAML without YAML 1.1's surprises.
-func Document(u *unstructured.Unstructured) ([]byte, error) {
-	md := map[string]any{"name": u.GetName(), "uid": string(u.GetUID())}
-	if l := u.GetLabels(); len(l) > 0 {
-		md["labels"] = l
-	}
-	apiVersion := u.GetAPIVersion()
-	if apiVersion == "" {
-		apiVersion = v1alpha1.APIVersion
-	}
-	doc := map[string]any{"apiVersion": apiVersion, "kind": v1alpha1.Kind, "metadata": md, "spec": u.Object["spec"]}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
-}
-
 // FileName is the file of a set object in the cluster subdirectory.
 func FileName(name string) string { return name + ".json" }
 
@@ -266,7 +246,7 @@ func (s *Syncer) writeSets(objs []any) {
 			problems = append(problems, fmt.Sprintf("PinnedImageSet %q: metadata.name: %s", name, strings.Join(msgs, "; ")))
 			continue
 		}
-		data, err := Document(u)
+		data, err := v1alpha1.NodeDocument(u)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("PinnedImageSet %s: %v", name, err))
 			continue

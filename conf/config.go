@@ -29,6 +29,15 @@ type Config struct {
 	Disk    DiskConfig    `toml:"disk"`
 	Report  ReportConfig  `toml:"report"`
 	Metrics MetricsConfig `toml:"metrics"`
+	Cluster ClusterConfig `toml:"cluster"`
+}
+
+// ClusterConfig is the cluster sync: PinnedImageSet objects and this node's labels from
+// the Kubernetes API, with the kubelet's credentials.
+type ClusterConfig struct {
+	// Kubeconfig is the kubelet's kubeconfig (OpenShift: /var/lib/kubelet/kubeconfig);
+	// empty: no API access, sets and labels come from files only.
+	Kubeconfig string `toml:"kubeconfig"`
 }
 
 // NodeConfig says who this node is.
@@ -193,6 +202,7 @@ func (c *Config) Validate() error {
 		{"node.labels_file", c.Node.LabelsFile}, {"cri.pull_secret", c.CRI.PullSecret},
 		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
 		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
+		{"cluster.kubeconfig", c.Cluster.Kubeconfig},
 	} {
 		if kp[1] != "" && !filepath.IsAbs(kp[1]) {
 			bad(kp[0], "must be an absolute path or empty, got %q", kp[1])
@@ -231,6 +241,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {
 			bad("metrics.address", "must be host:port: %v", err)
 		}
+	}
+	if c.Cluster.Kubeconfig != "" && c.Node.LabelsFile == "" {
+		bad("node.labels_file", "must be set when cluster.kubeconfig is: the Node's labels from the API are written there")
 	}
 	if err := ValidateLabels(c.Node.Labels); err != nil {
 		bad("node.labels", "%v", err)

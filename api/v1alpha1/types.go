@@ -75,7 +75,7 @@ type Status struct {
 	// ETASeconds is the slowest progressing node's estimate; null when none is known.
 	ETASeconds *int64 `json:"etaSeconds"`
 	// FailingNodes are the first nodes (Failed first, then Unknown) with reason and message.
-	FailingNodes []NodeState       `json:"failingNodes"`
+	FailingNodes []NodeState        `json:"failingNodes"`
 	Conditions   []metav1.Condition `json:"conditions"`
 }
 

@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/metrics"
@@ -71,6 +73,21 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	}
 	defer unlock()
 
+	// Triggers of a reconcile: file changes, and the cluster sync's faults changing.
+	triggers := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case triggers <- struct{}{}:
+		default:
+		}
+	}
+	var syncer *clustersync.Syncer
+	if cfg.Cluster.Kubeconfig != "" {
+		if syncer, err = wire.ClusterSync(cfg, version, log, poke); err != nil {
+			return err
+		}
+	}
+
 	notifier := systemd.Notifier{}
 	m := metrics.New()
 	var reporter *report.Reporter
@@ -78,7 +95,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		reporter = report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
 			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName}, log)
 	}
-	a, client, err := wire.Agent(cfg, store, wire.Options{
+	opts := wire.Options{
 		Version: version,
 		Publish: func(n status.Node) {
 			if err := status.WriteFile(cfg.StatusFile, n); err != nil {
@@ -96,7 +113,11 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		// (every call has a timeout), so it cannot get imagepind killed.
 		Alive:     notifier.Watchdog,
 		Heartbeat: notifier.WatchdogInterval(),
-	})
+	}
+	if syncer != nil {
+		opts.SourceFaults = syncer.Faults
+	}
+	a, client, err := wire.Agent(cfg, store, opts)
 	if err != nil {
 		return err
 	}
@@ -106,6 +127,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 
 	w := watch.New(250*time.Millisecond, log,
 		watch.Path{Name: cfg.SetsDir},
+		watch.Path{Name: filepath.Join(cfg.SetsDir, conf.ClusterSubdir)},
 		watch.Path{Name: cfg.Node.LabelsFile},
 		watch.Path{Name: cfg.CRIO.Config},
 		watch.Path{Name: cfg.CRIO.ConfigDir, Recursive: true},
@@ -114,11 +136,25 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		watch.Path{Name: socket},
 	)
 	log.WithField("config", fmt.Sprintf("sets_dir=%s state_dir=%s cri=%s reload=%s", cfg.SetsDir, cfg.StateDir, cfg.CRI.Endpoint, cfg.CRIO.Reload)).
-		WithField("version", version).Info("imagepind starting")
+		WithField("version", version).WithField("cluster", cfg.Cluster.Kubeconfig != "").Info("imagepind starting")
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return w.Run(ctx) })
-	g.Go(func() error { return a.Run(ctx, w.C()) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-w.C():
+				poke()
+			}
+		}
+	})
+	g.Go(func() error { return a.Run(ctx, triggers) })
+	if syncer != nil {
+		// The API being down never stops imagepind: the sync keeps the files and retries.
+		g.Go(func() error { return syncer.Run(ctx) })
+	}
 	if cfg.Metrics.Address != "" {
 		g.Go(func() error { return m.Serve(ctx, cfg.Metrics.Address) })
 	}

@@ -12,11 +12,16 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+
 	"github.com/imagepin/imagepin/agent"
+	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -34,20 +39,19 @@ type Options struct {
 	Observer  agent.Observer
 	Alive     func()
 	Heartbeat time.Duration
+	// SourceFaults are the cluster sync's faults, shown in the node's status.
+	SourceFaults func() []string
 }
 
 // Agent builds the agent. The caller closes the returned CRI client.
 func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cri.Client, error) {
-	client, err := cri.Dial(cfg.CRI.Endpoint)
+	nodeName, err := NodeName(cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	nodeName := cfg.Node.Name
-	if nodeName == "" {
-		if nodeName, err = os.Hostname(); err != nil {
-			client.Close()
-			return nil, nil, err
-		}
+	client, err := cri.Dial(cfg.CRI.Endpoint)
+	if err != nil {
+		return nil, nil, err
 	}
 	setsDir := cfg.SetsDir
 	if opts.SetsDir != "" {
@@ -80,8 +84,42 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Log:      opts.Log,
 		Observer: opts.Observer,
 		Alive:    opts.Alive,
+
+		SourceFaults: opts.SourceFaults,
 	})
 	return a, client, nil
+}
+
+// NodeName is [node] name, or the host name (the kubelet's default node name).
+func NodeName(cfg conf.Config) (string, error) {
+	if cfg.Node.Name != "" {
+		return cfg.Node.Name, nil
+	}
+	return os.Hostname()
+}
+
+// ClusterSync is the [cluster] sync: the kubelet's kubeconfig, a dynamic client for the
+// sets and a metadata-only client for the node's own Node (labels are all it needs).
+func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaults func()) (*clustersync.Syncer, error) {
+	nodeName, err := NodeName(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := kube.Config(cfg.Cluster.Kubeconfig, "imagepind/"+version, 5, 10)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return clustersync.New(dyn, meta, clustersync.Config{
+		NodeName: nodeName, SetsDir: cfg.SetsDir, LabelsFile: cfg.Node.LabelsFile, OnFaults: onFaults, Log: log,
+	}), nil
 }
 
 // Resolver reaches registries as CRI-O does ([disk] registries.conf, certs.d) with the
