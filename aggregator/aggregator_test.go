@@ -68,7 +68,7 @@ func newCluster(t *testing.T, limits Limits) *cluster {
 	c.cancel = cancel
 	c.wg.Add(2)
 	go func() { defer c.wg.Done(); ServeGRPC(ctx, gl, tlsConfig, c.store, c.log) }()
-	go func() { defer c.wg.Done(); ServeHTTP(ctx, hl, c.store) }()
+	go func() { defer c.wg.Done(); ServeHTTP(ctx, hl, c.store, nil) }()
 	t.Cleanup(func() { cancel(); c.wg.Wait() })
 	return c
 }

@@ -11,8 +11,9 @@ import (
 )
 
 // ReadHandler serves the read side: /v1/sets, /v1/sets/{name}, /v1/nodes,
-// /v1/nodes/{name}, /metrics, /healthz. It only reads.
-func ReadHandler(store *Store) http.Handler {
+// /v1/nodes/{name}, /metrics, /healthz, /readyz. It only reads. ready says whether this
+// replica takes reports (the leader, with two replicas); nil: always.
+func ReadHandler(store *Store, ready func() bool) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{store: store})
 	mux := http.NewServeMux()
@@ -47,6 +48,14 @@ func ReadHandler(store *Store) http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	// Readiness: only the replica that takes reports is behind the Service's endpoints.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil && !ready() {
+			http.Error(w, "standing by (not the leader)", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
 	mux.Handle("GET /{$}", statusPage(store, 10*time.Second))
 	return mux
 }

@@ -77,8 +77,8 @@ func ServeGRPC(ctx context.Context, l net.Listener, tlsConfig *tls.Config, store
 }
 
 // ServeHTTP serves the read side on l until ctx ends.
-func ServeHTTP(ctx context.Context, l net.Listener, store *Store) error {
-	srv := &http.Server{Handler: ReadHandler(store), ReadHeaderTimeout: 5 * time.Second}
+func ServeHTTP(ctx context.Context, l net.Listener, store *Store, ready func() bool) error {
+	srv := &http.Server{Handler: ReadHandler(store, ready), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

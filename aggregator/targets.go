@@ -106,3 +106,11 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Node < v.Nodes[j].Node })
 	return v
 }
+
+// Reported says whether a node has reported since the aggregator started (or restored).
+func (s *Store) Reported(node string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, ok := s.nodes[node]
+	return ok
+}

@@ -42,4 +42,3 @@ func NodeDocument(u *unstructured.Unstructured) ([]byte, error) {
 	}
 	return append(b, '\n'), nil
 }
-

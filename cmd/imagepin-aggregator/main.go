@@ -10,14 +10,21 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
 
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
+
 	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/clusterstatus"
 	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/internal/kube"
+	"github.com/imagepin/imagepin/internal/leader"
 )
 
 var version = "0.1.0-dev"
@@ -29,6 +36,15 @@ type options struct {
 	stateFile                 string
 	flushInterval             time.Duration
 	maxNodes, maxSets         int
+
+	// The cluster loop.
+	cluster                             bool
+	kubeconfig                          string
+	leaderElect                         bool
+	leaseNamespace, leaseName, identity string
+	leaseDuration, renewDeadline, retry time.Duration
+	statusMinInterval, statusWarmup     time.Duration
+	statusQPS                           float64
 }
 
 func main() {
@@ -65,6 +81,31 @@ func defineFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.flushInterval, "flush-interval", 5*time.Second, "how often changed reports are written to --state-file")
 	fs.IntVar(&o.maxNodes, "max-nodes", aggregator.DefaultLimits().MaxNodes, "nodes the aggregator keeps at most")
 	fs.IntVar(&o.maxSets, "max-sets-per-report", aggregator.DefaultLimits().MaxSetsPerReport, "sets one report may carry")
+
+	fs.BoolVar(&o.cluster, "cluster", false, "use the Kubernetes API: targets from PinnedImageSet selectors and Node labels, rollups written to each set's status")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "with --cluster: a kubeconfig file (empty: the pod's service account)")
+	fs.BoolVar(&o.leaderElect, "leader-elect", true, "with --cluster: take reports and write status only while holding the Lease (run two replicas)")
+	fs.StringVar(&o.leaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "imagepin"), "namespace of the Lease")
+	fs.StringVar(&o.leaseName, "leader-elect-name", "imagepin-aggregator", "name of the Lease")
+	fs.StringVar(&o.identity, "leader-elect-identity", envOr("POD_NAME", hostname()), "this replica's identity in the Lease")
+	fs.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the last renewal before taking over")
+	fs.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before giving up")
+	fs.DurationVar(&o.retry, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
+	fs.DurationVar(&o.statusMinInterval, "status-min-interval", 10*time.Second, "a set's status is written at most this often")
+	fs.Float64Var(&o.statusQPS, "status-qps", 5, "status writes per second across all sets, at most")
+	fs.DurationVar(&o.statusWarmup, "status-warmup", 45*time.Second, "a new leader writes no status until every Node reported, or this long")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
 }
 
 func run(ctx context.Context, o options, log *logrus.Logger) error {
@@ -97,21 +138,77 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
-	gl, err := net.Listen("tcp", o.grpcAddress)
-	if err != nil {
-		return err
-	}
 	hl, err := net.Listen("tcp", o.httpAddress)
 	if err != nil {
-		gl.Close()
 		return err
 	}
-	log.WithField("grpc", gl.Addr().String()).WithField("http", hl.Addr().String()).WithField("version", version).Info("imagepin-aggregator listening")
+	log.WithField("grpc", o.grpcAddress).WithField("http", hl.Addr().String()).WithField("version", version).Info("imagepin-aggregator listening")
+	// Reports are taken only while leading (or always, without leader election): the
+	// standby does not listen, and its /readyz says so, so the Service sends nodes to one.
+	var leading atomic.Bool
+	serveReports := func(ctx context.Context) error {
+		gl, err := net.Listen("tcp", o.grpcAddress)
+		if err != nil {
+			return err
+		}
+		log.WithField("grpc", gl.Addr().String()).Info("taking reports")
+		leading.Store(true)
+		defer leading.Store(false)
+		return aggregator.ServeGRPC(ctx, gl, tlsConfig, store, log)
+	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return aggregator.ServeGRPC(ctx, gl, tlsConfig, store, log) })
-	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, store) })
+	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, store, leading.Load) })
 	if persister != nil {
 		g.Go(func() error { return persister.Run(ctx) })
+	}
+	if !o.cluster {
+		g.Go(func() error { return serveReports(ctx) })
+	} else {
+		rc, err := kube.Config(o.kubeconfig, "imagepin-aggregator/"+version, 20, 40)
+		if err != nil {
+			return err
+		}
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return err
+		}
+		meta, err := metadata.NewForConfig(rc)
+		if err != nil {
+			return err
+		}
+		loop := clusterstatus.New(dyn, meta, store, clusterstatus.Config{
+			MinInterval: o.statusMinInterval, QPS: o.statusQPS, Warmup: o.statusWarmup, Log: log,
+		})
+		g.Go(func() error { return loop.Run(ctx) })
+		// A leader that cannot serve (its port taken) must not keep the Lease: the error
+		// ends the process, the Lease is released, the standby takes over.
+		fatal := make(chan error, 1)
+		g.Go(func() error {
+			select {
+			case err := <-fatal:
+				return err
+			case <-ctx.Done():
+				return nil
+			}
+		})
+		lead := func(ctx context.Context) {
+			lg, lctx := errgroup.WithContext(ctx)
+			lg.Go(func() error { return serveReports(lctx) })
+			lg.Go(func() error { return loop.Lead(lctx) })
+			if err := lg.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+				fatal <- fmt.Errorf("leading: %w", err)
+			}
+		}
+		if !o.leaderElect {
+			g.Go(func() error { lead(ctx); return nil })
+		} else {
+			g.Go(func() error {
+				return leader.Run(ctx, rc, leader.Config{
+					Namespace: o.leaseNamespace, Name: o.leaseName, Identity: o.identity,
+					LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, Retry: o.retry, Log: log,
+				}, lead)
+			})
+		}
 	}
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err

@@ -130,7 +130,7 @@ func TestManifestsMatchTheBinary(t *testing.T) {
 		if get["port"] != "http-read" {
 			t.Errorf("%s port %v", probe, get["port"])
 		}
-		srv := httptest.NewServer(aggregator.ReadHandler(aggregator.NewStore(aggregator.DefaultLimits(), time.Now)))
+		srv := httptest.NewServer(aggregator.ReadHandler(aggregator.NewStore(aggregator.DefaultLimits(), time.Now), nil))
 		resp, err := http.Get(srv.URL + get["path"].(string))
 		srv.Close()
 		if err != nil || resp.StatusCode != 200 {

@@ -25,7 +25,7 @@ func TestClusterStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(aggregator.ReadHandler(store))
+	srv := httptest.NewServer(aggregator.ReadHandler(store, nil))
 	defer srv.Close()
 
 	code, out, _ := ctl(t, "status", "--aggregator", srv.URL)

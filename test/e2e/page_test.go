@@ -55,7 +55,7 @@ func TestStatusPageInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	srv := httptest.NewServer(aggregator.ReadHandler(store))
+	srv := httptest.NewServer(aggregator.ReadHandler(store, nil))
 	defer srv.Close()
 
 	dom := chromium(t, "--dump-dom", srv.URL+"/")
