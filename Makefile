@@ -88,9 +88,11 @@ SETS ?=
 machineconfig:
 	$(GO) run ./packaging/machineconfig/render -out _output/machineconfig $(if $(SETS),-sets $(SETS))
 
-# The aggregator's manifests with IMAGE set.
+# The cluster's manifests: the PinnedImageSet CRD, RBAC (aggregator and nodes), the
+# aggregator (two replicas, a PodDisruptionBudget) with IMAGE set.
 IMAGE ?= quay.io/imagepin/imagepin-aggregator:$(VERSION)
 manifests:
 	mkdir -p _output/manifests
-	for f in namespace service deployment; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
+	cp api/v1alpha1/pinnedimagesets.yaml _output/manifests/00-crd.yaml
+	for f in namespace rbac service deployment pdb; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
 	ls _output/manifests/*.yaml

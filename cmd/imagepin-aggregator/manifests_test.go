@@ -124,17 +124,42 @@ func TestManifestsMatchTheBinary(t *testing.T) {
 			t.Errorf("the service selector %s=%v does not match the pods", k, v)
 		}
 	}
-	// The probes ask the read listener for /healthz, which the binary serves.
+	// The probes ask the read listener; liveness always answers, readiness only on the
+	// leader (so the Service sends reports to one replica).
 	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
 		get := c[probe].(map[string]any)["httpGet"].(map[string]any)
 		if get["port"] != "http-read" {
 			t.Errorf("%s port %v", probe, get["port"])
 		}
-		srv := httptest.NewServer(aggregator.ReadHandler(aggregator.NewStore(aggregator.DefaultLimits(), time.Now), nil))
-		resp, err := http.Get(srv.URL + get["path"].(string))
-		srv.Close()
-		if err != nil || resp.StatusCode != 200 {
-			t.Errorf("%s %v: %v", probe, get["path"], err)
+		for _, leading := range []bool{false, true} {
+			srv := httptest.NewServer(aggregator.ReadHandler(aggregator.NewStore(aggregator.DefaultLimits(), time.Now), func() bool { return leading }))
+			resp, err := http.Get(srv.URL + get["path"].(string))
+			srv.Close()
+			want := 200
+			if probe == "readinessProbe" && !leading {
+				want = 503
+			}
+			if err != nil || resp.StatusCode != want {
+				t.Errorf("%s %v leading=%v: %v %v, want %d", probe, get["path"], leading, err, resp, want)
+			}
+		}
+	}
+	// Two replicas with leader election, under the service account the RBAC binds.
+	if yamlNum(dep.get("spec", "replicas")) != "2" || !o.cluster || !o.leaderElect {
+		t.Errorf("replicas %v cluster=%v leader-elect=%v", dep.get("spec", "replicas"), o.cluster, o.leaderElect)
+	}
+	sa := dep.get("spec", "template", "spec", "serviceAccountName")
+	rbac, err := os.ReadFile("../../packaging/aggregator/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sa != "imagepin-aggregator" || !strings.Contains(string(rbac), "kind: ServiceAccount\nmetadata:\n  name: imagepin-aggregator\n  namespace: imagepin") {
+		t.Errorf("service account %v is not the one rbac.yaml binds", sa)
+	}
+	pdb := load(t, "pdb.yaml")
+	for k, v := range pdb.get("spec", "selector", "matchLabels").(map[string]any) {
+		if labels[k] != v {
+			t.Errorf("the PodDisruptionBudget selector %s=%v does not match the pods", k, v)
 		}
 	}
 	// The container build's entrypoint and ports.
