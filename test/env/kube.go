@@ -215,21 +215,25 @@ func (k *Kube) AdminConfig() *rest.Config {
 // NodeKubeconfig writes a kubelet-style kubeconfig for node: a client certificate
 // (CN system:node:<node>, O system:nodes) named by file, as the kubelet's
 // kubelet-client-current.pem is. It returns the kubeconfig's and the certificate's paths.
-func (k *Kube) NodeKubeconfig(dir, node string) (kubeconfig, cert string, err error) {
+// server "" is the API server itself; a proxy's address reaches it through the proxy.
+func (k *Kube) NodeKubeconfig(dir, node, server string) (kubeconfig, cert string, err error) {
 	cert, err = k.ClientCA.Node(dir, node)
 	if err != nil {
 		return "", "", err
 	}
 	kubeconfig = filepath.Join(dir, node+".kubeconfig")
-	return kubeconfig, cert, k.writeKubeconfig(kubeconfig, fmt.Sprintf("client-certificate: %s\n    client-key: %s", cert, cert))
+	return kubeconfig, cert, k.writeKubeconfig(kubeconfig, server, fmt.Sprintf("client-certificate: %s\n    client-key: %s", cert, cert))
 }
 
 // TokenKubeconfig writes a kubeconfig that authenticates with a bearer token.
 func (k *Kube) TokenKubeconfig(path, token string) error {
-	return k.writeKubeconfig(path, "token: "+token)
+	return k.writeKubeconfig(path, "", "token: "+token)
 }
 
-func (k *Kube) writeKubeconfig(path, user string) error {
+func (k *Kube) writeKubeconfig(path, server, user string) error {
+	if server == "" {
+		server = k.URL
+	}
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -245,7 +249,7 @@ contexts:
 - name: e2e
   context: {cluster: e2e, user: e2e}
 current-context: e2e
-`, k.URL, k.ServerCA.File, user)
+`, server, k.ServerCA.File, user)
 	return os.WriteFile(path, []byte(cfg), 0o600)
 }
 
