@@ -192,10 +192,80 @@ func (s *Syncer) tracked(source, what, keep string, list cache.ListWithContextFu
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			wi, err := w(ctx, o)
-			record(err)
-			return wi, err
+			if err != nil {
+				record(err)
+				return nil, err
+			}
+			// client-go turns an EOF (an API server behind a load balancer that is gone)
+			// into an empty, successful watch: a watch is healthy only once it delivers an
+			// event or stays open.
+			return newHealthyWatch(wi, func(healthy bool) {
+				if healthy {
+					record(nil)
+				} else {
+					record(errors.New("the watch closed at once with no event (API server unreachable behind a load balancer?)"))
+				}
+			}), nil
 		},
 	}
+}
+
+// healthyAfter is how long a watch must stay open to count as a working API.
+const healthyAfter = 2 * time.Second
+
+type healthyWatch struct {
+	inner watch.Interface
+	out   chan watch.Event
+	stop  chan struct{}
+	once  sync.Once
+}
+
+// newHealthyWatch calls health(true) once the watch delivers an event or stays open for
+// healthyAfter, and health(false) if it closes before either.
+func newHealthyWatch(inner watch.Interface, health func(bool)) watch.Interface {
+	h := &healthyWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
+	go func() {
+		defer close(h.out)
+		timer := time.NewTimer(healthyAfter)
+		defer timer.Stop()
+		in := inner.ResultChan()
+		told := false
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-timer.C:
+				if !told {
+					told = true
+					health(true)
+				}
+			case ev, ok := <-in:
+				if !ok {
+					if !told {
+						health(false)
+					}
+					return
+				}
+				if !told && ev.Type != watch.Error {
+					told = true
+					health(true)
+				}
+				select {
+				case h.out <- ev:
+				case <-h.stop:
+					return
+				}
+			}
+		}
+	}()
+	return h
+}
+
+func (h *healthyWatch) ResultChan() <-chan watch.Event { return h.out }
+
+func (h *healthyWatch) Stop() {
+	h.once.Do(func() { close(h.stop) })
+	h.inner.Stop()
 }
 
 func (s *Syncer) setsListWatch() *cache.ListWatch {
