@@ -1,6 +1,7 @@
 # imagepin. `make demo` and `make test` work on a bare Debian 12 machine as root:
-# hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.34 once into
-# $(IMAGEPIN_CACHE) (default /var/cache/imagepin).
+# hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.34 once, and
+# hack/kube-deps.sh kube-apiserver 1.34.2 and etcd 3.6.6, into $(IMAGEPIN_CACHE)
+# (default /var/cache/imagepin).
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -42,8 +43,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSetFile$$' -fuzztime $(FUZZ_PARSE) ./conf
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZ_RENDER) ./crio
 
+# One build at a time (2 cores): CRI-O and crictl, then kube-apiserver and etcd (cluster loop).
 deps:
 	hack/e2e-deps.sh
+	hack/kube-deps.sh
 
 # End-to-end tier: real registry, real CRI-O, root.
 test-e2e: deps

@@ -265,4 +265,3 @@ func (k *Kube) LogTail(name string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
