@@ -1,0 +1,104 @@
+package clusterstatus
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/api/v1alpha1"
+)
+
+func cond(t *testing.T, st v1alpha1.Status, typ string) metav1.Condition {
+	t.Helper()
+	c := meta.FindStatusCondition(st.Conditions, typ)
+	if c == nil {
+		t.Fatalf("no %s condition in %+v", typ, st.Conditions)
+	}
+	return *c
+}
+
+func TestBuildStatus(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	eta := 42.0
+	for _, c := range []struct {
+		name                         string
+		view                         aggregator.SetView
+		invalid                      string
+		ready, progressing, degraded metav1.ConditionStatus
+		readyReason, degradedReason  string
+		nodes, progress              string
+		failing                      []string
+	}{
+		{name: "all ready", view: aggregator.SetView{Ready: true, Targeted: 3, ReadyNodes: 3, BytesTotal: 30, BytesReady: 30},
+			ready: "True", progressing: "False", degraded: "False", readyReason: ReasonAllNodesReady, nodes: "3/3", progress: "100%"},
+		{name: "no node", view: aggregator.SetView{},
+			ready: "False", progressing: "False", degraded: "False", readyReason: ReasonNoNodesTargeted, nodes: "0/0", progress: ""},
+		{name: "invalid", view: aggregator.SetView{}, invalid: "spec.pinnedImages[0]: not by digest",
+			ready: "False", progressing: "False", degraded: "True", readyReason: ReasonInvalidSpec, degradedReason: ReasonInvalidSpec, nodes: "0/0"},
+		{name: "a node failed, one never reported, one pulling",
+			view: aggregator.SetView{Targeted: 4, ReadyNodes: 1, FailedNodes: 1, UnknownNodes: 1, ProgressingNodes: 1, BytesTotal: 300, BytesReady: 150, ETASeconds: &eta,
+				Nodes: []aggregator.SetNode{
+					{Node: "b", Phase: "Pulling", Reason: "Pulling"},
+					{Node: "c", Phase: aggregator.PhaseUnknown, Reason: aggregator.ReasonNeverReported, Message: "never"},
+					{Node: "d", Phase: "Failed", Reason: "InsufficientDiskSpace", Message: "needs 2 GiB"},
+				}},
+			ready: "False", progressing: "True", degraded: "True", readyReason: ReasonNodesFailed, degradedReason: "InsufficientDiskSpace",
+			nodes: "1/4", progress: "37%", failing: []string{"d", "c"}},
+		// A node that reports but has not picked the set up yet is not degraded: that is
+		// the normal second after an apply.
+		{name: "not received yet",
+			view: aggregator.SetView{Targeted: 2, ReadyNodes: 1, UnknownNodes: 1,
+				Nodes: []aggregator.SetNode{{Node: "b", Phase: aggregator.PhaseUnknown, Reason: aggregator.ReasonNotReceived}}},
+			ready: "False", progressing: "False", degraded: "False", readyReason: ReasonNodesUnknown, nodes: "1/2", progress: "0%", failing: []string{"b"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := BuildStatus(7, c.view, c.invalid, nil, now)
+			if st.ObservedGeneration != 7 || st.Nodes != c.nodes || st.Progress != c.progress {
+				t.Errorf("generation %d nodes %q progress %q", st.ObservedGeneration, st.Nodes, st.Progress)
+			}
+			r, p, d := cond(t, st, "Ready"), cond(t, st, "Progressing"), cond(t, st, "Degraded")
+			if r.Status != c.ready || p.Status != c.progressing || d.Status != c.degraded || r.Reason != c.readyReason {
+				t.Errorf("Ready %s/%s Progressing %s Degraded %s", r.Status, r.Reason, p.Status, d.Status)
+			}
+			if c.degradedReason != "" && d.Reason != c.degradedReason {
+				t.Errorf("Degraded reason %s, want %s", d.Reason, c.degradedReason)
+			}
+			var failing []string
+			for _, n := range st.FailingNodes {
+				failing = append(failing, n.Node)
+			}
+			if strings.Join(failing, ",") != strings.Join(c.failing, ",") {
+				t.Errorf("failing nodes %v, want %v", failing, c.failing)
+			}
+			if c.degraded == "True" && c.invalid == "" && !strings.Contains(d.Message, "d: InsufficientDiskSpace: needs 2 GiB") {
+				t.Errorf("Degraded message does not name the node and why: %s", d.Message)
+			}
+		})
+	}
+}
+
+// Transition times move only when a condition's status does; the ETA is rounded so a
+// moving estimate does not make every rollup a new status.
+func TestBuildStatusStable(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	eta1, eta2 := 101.0, 103.0
+	v := aggregator.SetView{Targeted: 1, ProgressingNodes: 1, ETASeconds: &eta1, Nodes: []aggregator.SetNode{{Node: "a", Phase: "Pulling"}}}
+	first := BuildStatus(1, v, "", nil, t0)
+	v.ETASeconds = &eta2
+	second := BuildStatus(1, v, "", first.Conditions, t0.Add(time.Minute))
+	if *first.ETASeconds != 110 || *second.ETASeconds != 110 {
+		t.Fatalf("eta %d %d", *first.ETASeconds, *second.ETASeconds)
+	}
+	if !cond(t, second, "Ready").LastTransitionTime.Time.Equal(t0) {
+		t.Fatal("Ready's transition time moved without a transition")
+	}
+	v = aggregator.SetView{Ready: true, Targeted: 1, ReadyNodes: 1}
+	third := BuildStatus(1, v, "", second.Conditions, t0.Add(2*time.Minute))
+	if !cond(t, third, "Ready").LastTransitionTime.Time.Equal(t0.Add(2 * time.Minute)) {
+		t.Fatal("Ready's transition time did not move on a transition")
+	}
+}
