@@ -28,6 +28,11 @@ type Input struct {
 	Config []byte
 	// Sets are PinnedImageSet files to place in the sets directory: file name → content.
 	Sets map[string][]byte
+	// Cluster: the config turns the cluster sync on, so imagepind writes the labels file
+	// from the Node object. The MachineConfig then must not carry that file: the
+	// machine-config daemon's config drift monitor degrades a node whose MachineConfig
+	// files change on disk.
+	Cluster bool
 }
 
 // Name is the MachineConfig's name for a pool.
@@ -46,7 +51,10 @@ func Render(in Input) ([]byte, error) {
 	cfg.Storage.Directories = append(cfg.Storage.Directories, types.Directory{
 		Node: types.Node{Path: SetsDir}, DirectoryEmbedded1: types.DirectoryEmbedded1{Mode: util.IntToPtr(0o755)},
 	})
-	cfg.Storage.Files = append(cfg.Storage.Files, file(ConfigPath, in.Config, 0o644), file(LabelsPath, append(labels, '\n'), 0o644))
+	cfg.Storage.Files = append(cfg.Storage.Files, file(ConfigPath, in.Config, 0o644))
+	if !in.Cluster {
+		cfg.Storage.Files = append(cfg.Storage.Files, file(LabelsPath, append(labels, '\n'), 0o644))
+	}
 	names := make([]string, 0, len(in.Sets))
 	for n := range in.Sets {
 		names = append(names, n)
@@ -90,4 +98,32 @@ func file(p string, content []byte, mode int) types.File {
 			Contents: types.Resource{Source: &src},
 		},
 	}
+}
+
+// DisruptionPolicyDir is what the node disruption policy covers: every file a
+// MachineConfig of ours writes lives under it.
+const DisruptionPolicyDir = "/etc/imagepin"
+
+// DisruptionPolicy returns the MachineConfiguration "cluster" (operator.openshift.io/v1,
+// OpenShift 4.17+) whose spec.nodeDisruptionPolicy applies changes under /etc/imagepin
+// with no action (sets and labels are followed by imagepind itself) and restarts
+// imagepind.service for its config file. The machine-config daemon picks the closest
+// policy path (FindClosestFilePolicyPathMatch), so the config file's entry wins over the
+// directory's. Without it, the MCO drains and reboots every node of the pool, one by one,
+// for any change of those files.
+func DisruptionPolicy() ([]byte, error) {
+	return yaml.Marshal(map[string]any{
+		"apiVersion": "operator.openshift.io/v1",
+		"kind":       "MachineConfiguration",
+		"metadata":   map[string]any{"name": "cluster"},
+		"spec": map[string]any{
+			"nodeDisruptionPolicy": map[string]any{
+				"files": []any{
+					map[string]any{"path": DisruptionPolicyDir, "actions": []any{map[string]any{"type": "None"}}},
+					map[string]any{"path": ConfigPath, "actions": []any{map[string]any{
+						"type": "Restart", "restart": map[string]any{"serviceName": Unit}}}},
+				},
+			},
+		},
+	})
 }

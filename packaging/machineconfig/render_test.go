@@ -88,3 +88,94 @@ func TestRenderFromTheRPMsFiles(t *testing.T) {
 		t.Fatal("a path as a set file name must be refused")
 	}
 }
+
+// closestPolicy is the machine-config daemon's rule (FindClosestFilePolicyPathMatch):
+// the longest policy path that is the file or a parent directory of it.
+func closestPolicy(file string, policies []policyFile) (policyFile, bool) {
+	var best policyFile
+	found := false
+	for _, p := range policies {
+		if (file == p.Path || strings.HasPrefix(file, strings.TrimSuffix(p.Path, "/")+"/")) && len(p.Path) > len(best.Path) {
+			best, found = p, true
+		}
+	}
+	return best, found
+}
+
+type policyFile struct {
+	Path    string `json:"path"`
+	Actions []struct {
+		Type    string `json:"type"`
+		Restart *struct {
+			ServiceName string `json:"serviceName"`
+		} `json:"restart"`
+	} `json:"actions"`
+}
+
+// Every file a MachineConfig of ours writes is covered: the config restarts imagepind,
+// everything else (sets, labels) needs no action; nothing falls through to a reboot.
+func TestDisruptionPolicyCoversEveryFile(t *testing.T) {
+	raw, err := DisruptionPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mcfg struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct{ Name string }
+		Spec       struct {
+			NodeDisruptionPolicy struct {
+				Files []policyFile `json:"files"`
+			} `json:"nodeDisruptionPolicy"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict(raw, &mcfg); err != nil {
+		t.Fatal(err)
+	}
+	if mcfg.APIVersion != "operator.openshift.io/v1" || mcfg.Kind != "MachineConfiguration" || mcfg.Metadata.Name != "cluster" {
+		t.Fatalf("%s %s %s", mcfg.APIVersion, mcfg.Kind, mcfg.Metadata.Name)
+	}
+	shipped, _ := os.ReadFile("../config/imagepind.toml")
+	for _, cluster := range []bool{false, true} {
+		out, err := Render(Input{Pool: "worker", Config: shipped, Sets: map[string][]byte{"a.yaml": []byte("x")}, Cluster: cluster})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mc struct {
+			Spec struct {
+				Config struct {
+					Storage struct {
+						Files []struct{ Path string } `json:"files"`
+					} `json:"storage"`
+				} `json:"config"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(out, &mc); err != nil {
+			t.Fatal(err)
+		}
+		labels := false
+		for _, f := range mc.Spec.Config.Storage.Files {
+			p, ok := closestPolicy(f.Path, mcfg.Spec.NodeDisruptionPolicy.Files)
+			if !ok || len(p.Actions) != 1 {
+				t.Fatalf("%s: no policy: the MCO would reboot the node", f.Path)
+			}
+			a := p.Actions[0]
+			switch f.Path {
+			case ConfigPath:
+				if a.Type != "Restart" || a.Restart == nil || a.Restart.ServiceName != Unit {
+					t.Errorf("%s: %+v, want a restart of %s", f.Path, a, Unit)
+				}
+			default:
+				if a.Type != "None" {
+					t.Errorf("%s: %s, want None", f.Path, a.Type)
+				}
+			}
+			labels = labels || f.Path == LabelsPath
+		}
+		// With the cluster sync imagepind writes the labels file itself: a MachineConfig
+		// carrying it would trip the config drift monitor.
+		if labels == cluster {
+			t.Errorf("cluster=%v: labels file in the MachineConfig=%v", cluster, labels)
+		}
+	}
+}

@@ -32,8 +32,12 @@ func run(configPath, out, pools, setsDir string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := conf.ParseConfig(string(cfg)); err != nil {
+	parsed, err := conf.ParseConfig(string(cfg))
+	if err != nil {
 		return fmt.Errorf("%s: %w", configPath, err)
+	}
+	if parsed.Node.LabelsFile != machineconfig.LabelsPath {
+		return fmt.Errorf("%s: node.labels_file must be %s, where the MachineConfig (or the cluster sync) writes the labels", configPath, machineconfig.LabelsPath)
 	}
 	sets := map[string][]byte{}
 	if setsDir != "" {
@@ -55,7 +59,7 @@ func run(configPath, out, pools, setsDir string) error {
 		return err
 	}
 	for _, pool := range strings.Split(pools, ",") {
-		data, err := machineconfig.Render(machineconfig.Input{Pool: pool, Config: cfg, Sets: sets})
+		data, err := machineconfig.Render(machineconfig.Input{Pool: pool, Config: cfg, Sets: sets, Cluster: parsed.Cluster.Kubeconfig != ""})
 		if err != nil {
 			return fmt.Errorf("%s: %w", pool, err)
 		}
@@ -65,5 +69,14 @@ func run(configPath, out, pools, setsDir string) error {
 		}
 		fmt.Println(p)
 	}
+	policy, err := machineconfig.DisruptionPolicy()
+	if err != nil {
+		return err
+	}
+	p := filepath.Join(out, "machineconfiguration-cluster.yaml")
+	if err := fsutil.WriteAtomic(p, "", policy, 0o644); err != nil {
+		return err
+	}
+	fmt.Println(p)
 	return nil
 }
