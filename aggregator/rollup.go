@@ -140,14 +140,7 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 			v.UnknownNodes++
 			v.Nodes = append(v.Nodes, SetNode{Node: n, Phase: PhaseUnknown, Reason: "NeverReported", Message: "an expected node has never reported"})
 		}
-		v.Ready = v.Targeted > 0 && v.ReadyNodes == v.Targeted
-		for _, n := range v.Nodes {
-			if n.ETASeconds != nil && (v.ETASeconds == nil || *n.ETASeconds > *v.ETASeconds) {
-				eta := *n.ETASeconds
-				v.ETASeconds = &eta
-			}
-		}
-		sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Node < v.Nodes[j].Node })
+		v.finish()
 		out = append(out, *v)
 	}
 	for name, t := range s.targets {
@@ -157,6 +150,18 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// finish sets Ready and the set's ETA (its slowest node's) and sorts the nodes.
+func (v *SetView) finish() {
+	v.Ready = v.Targeted > 0 && v.ReadyNodes == v.Targeted
+	for _, n := range v.Nodes {
+		if n.ETASeconds != nil && (v.ETASeconds == nil || *n.ETASeconds > *v.ETASeconds) {
+			eta := *n.ETASeconds
+			v.ETASeconds = &eta
+		}
+	}
+	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Node < v.Nodes[j].Node })
 }
 
 // Set is one set's view, and whether any node reports it. It rolls up that set only;

@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"sort"
 	"strings"
 	"time"
 
@@ -96,14 +95,7 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 		}
 		v.Nodes = append(v.Nodes, n)
 	}
-	v.Ready = v.Targeted > 0 && v.ReadyNodes == v.Targeted
-	for _, n := range v.Nodes {
-		if n.ETASeconds != nil && (v.ETASeconds == nil || *n.ETASeconds > *v.ETASeconds) {
-			eta := *n.ETASeconds
-			v.ETASeconds = &eta
-		}
-	}
-	sort.Slice(v.Nodes, func(i, j int) bool { return v.Nodes[i].Node < v.Nodes[j].Node })
+	v.finish()
 	return v
 }
 

@@ -29,15 +29,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   pkill -x docker-registry >/dev/null 2>&1 || true
 fi
 
-# go_module_build MODULE VERSION DIR: copy a module's source out of the module cache into DIR.
-go_module_src() {
-  local mod=$1 ver=$2 dst=$3
-  local dir
-  # Outside any module: the project's own go.mod must not matter.
-  dir=$(cd / && GOFLAGS= go mod download -json "$mod@$ver" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
-  [ -n "$dir" ] || { log "cannot download $mod@$ver"; exit 1; }
-  rm -rf "$dst"; cp -r "$dir" "$dst"; chmod -R u+w "$dst"
-}
+. "$(dirname "$0")/lib.sh"
 
 if [ ! -x "$BIN/crio" ] || [ ! -x "$BIN/pinns" ] || ! "$BIN/crio" version 2>/dev/null | grep -q "${CRIO_VERSION#v}"; then
   log "building CRI-O $CRIO_VERSION into $BIN (about 5 minutes cold)"

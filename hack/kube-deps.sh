@@ -19,14 +19,7 @@ mkdir -p "$BIN"
 
 log() { echo "kube-deps: $*" >&2; }
 
-go_module_src() {
-  local mod=$1 ver=$2 dst=$3
-  local dir
-  # Outside any module: the project's own go.mod must not matter.
-  dir=$(cd / && GOFLAGS= go mod download -json "$mod@$ver" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
-  [ -n "$dir" ] || { log "cannot download $mod@$ver"; exit 1; }
-  rm -rf "$dst"; cp -r "$dir" "$dst"; chmod -R u+w "$dst"
-}
+. "$(dirname "$0")/lib.sh"
 
 has_version() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "$2"; }
 

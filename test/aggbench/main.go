@@ -148,7 +148,7 @@ func run() error {
 	}()
 	connectTime := time.Since(start)
 	fmt.Fprintf(os.Stderr, "%d nodes connected and reported once in %s\n", *nodes, connectTime.Round(time.Millisecond))
-	rssIdle := rss(agg.Process.Pid)
+	rssIdle := env.RSSKiB(agg.Process.Pid)
 
 	// Load: every worker cycles through its share of nodes, back to back. Calls have
 	// their own timeout, so the end of the run does not cut calls in flight.
@@ -207,7 +207,7 @@ func run() error {
 	peak := int64(0)
 	for ctx.Err() == nil {
 		time.Sleep(500 * time.Millisecond)
-		if r := rss(agg.Process.Pid); r > peak {
+		if r := env.RSSKiB(agg.Process.Pid); r > peak {
 			peak = r
 		}
 	}
@@ -254,13 +254,3 @@ func report(i int, seq uint64, round int) *v1.NodeReport {
 	return v1.FromStatus(n, "boot-1", seq, 30*time.Second)
 }
 
-func rss(pid int) int64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			n, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return n
-		}
-	}
-	return 0
-}

@@ -403,7 +403,7 @@ func (b *bench) daemonLatencyAndIdle(ctx context.Context) error {
 	time.Sleep(*idleFor)
 	cpu1, _ := cpuTicks(pid)
 	crioLines1 := lineCount(c.LogFile)
-	rss := rssKiB(pid)
+	rss := env.RSSKiB(pid)
 	cpuSec := float64(cpu1-cpu0) / 100
 	fmt.Printf("## Idle, 3 sets Ready (%d images), over %s\n\n| RSS | CPU time | CPU share of one core | CRI-O log lines (each CRI call logs one) |\n|---|---|---|---|\n| %.1f MiB | %.2f s | %.3f%% | %d |\n\n",
 		len(refs), idleFor.String(), float64(rss)/1024, cpuSec, 100*cpuSec/idleFor.Seconds(), crioLines1-crioLines0)
@@ -440,16 +440,6 @@ func cpuTicks(pid int) (int64, error) {
 	return u + s, nil
 }
 
-func rssKiB(pid int) int64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			n, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
 
 func lineCount(p string) int {
 	b, _ := os.ReadFile(p)

@@ -498,7 +498,7 @@ func rolloutBench(ctx context.Context, k *env.Kube, dyn dynamic.Interface, cs *k
 	}
 	mu.Unlock()
 	res.reports = int(reports)
-	res.rssKiB = rss(agg.Process.Pid)
+	res.rssKiB = env.RSSKiB(agg.Process.Pid)
 	logf("rollout: %d writes in %s, max %d/s; settled %s after the last node; aggregator RSS %d MiB", res.writes, res.duration.Round(time.Second), res.maxPerSecond, res.settle.Round(100*time.Millisecond), res.rssKiB/1024)
 	return res, nil
 }
@@ -563,7 +563,7 @@ func imagepindRSS(k *env.Kube, dir string) (withAPI, withoutAPI int64, err error
 			return 0, 0, err
 		}
 		time.Sleep(*idle)
-		r := rss(cmd.Process.Pid)
+		r := env.RSSKiB(cmd.Process.Pid)
 		cmd.Process.Signal(os.Interrupt)
 		cmd.Wait()
 		logFile.Close()
@@ -581,16 +581,6 @@ func imagepindRSS(k *env.Kube, dir string) (withAPI, withoutAPI int64, err error
 	return withAPI, withoutAPI, nil
 }
 
-func rss(pid int) int64 {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			n, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
 
 func ptr[T any](v T) *T { return &v }
 
