@@ -253,4 +253,3 @@ func report(i int, seq uint64, round int) *v1.NodeReport {
 	}
 	return v1.FromStatus(n, "boot-1", seq, 30*time.Second)
 }
-

@@ -440,7 +440,6 @@ func cpuTicks(pid int) (int64, error) {
 	return u + s, nil
 }
 
-
 func lineCount(p string) int {
 	b, _ := os.ReadFile(p)
 	return bytes.Count(b, []byte("\n"))

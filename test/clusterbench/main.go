@@ -581,7 +581,6 @@ func imagepindRSS(k *env.Kube, dir string) (withAPI, withoutAPI int64, err error
 	return withAPI, withoutAPI, nil
 }
 
-
 func ptr[T any](v T) *T { return &v }
 
 func kubeRest(kubeconfig string) (*rest.Config, error) {
