@@ -117,6 +117,9 @@ type Agent struct {
 	log  logrus.FieldLogger
 	rand *rand.Rand
 
+	// passStart is when the last pass began: it has seen every time up to then.
+	passStart time.Time
+
 	// inputs
 	inputsDirty bool
 	sets        []conf.Set
@@ -283,6 +286,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 // Reconcile runs every step once. Each step records its own errors in the agent's state
 // for status; none stops the others.
 func (a *Agent) Reconcile(ctx context.Context) {
+	a.passStart = a.deps.Clock.Now()
 	if a.inputsDirty {
 		a.inputsDirty = false
 		a.loadInputs()
@@ -302,15 +306,16 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.deps.Observer.Reconciled(a.deps.Clock.Now())
 }
 
-// nextWake is the earliest future time something is due: a pull retry, a reconcile
-// retry, an unpin. ok is false when nothing is. Times already past were handled by the
-// pass that just ran (or wait for an event, like a free pull worker): waking for them
-// would spin.
+// nextWake is the earliest time something comes due that no pass has seen yet: a pull
+// retry, a reconcile retry, an unpin. ok is false when nothing is. A pass has seen every
+// time up to its own start, so only later times count: one already due when the pass
+// that scheduled it ends (unpin_delay = 0, or shorter than the pass) wakes the loop at
+// once, and a time the pass handled, or that waits for an event (a free pull worker, an
+// expired backoff whose failure has cleared), never does, so the loop cannot spin.
 func (a *Agent) nextWake() (time.Time, bool) {
 	var at time.Time
-	now := a.deps.Clock.Now()
 	consider := func(t time.Time) {
-		if t.After(now) && (at.IsZero() || t.Before(at)) {
+		if t.After(a.passStart) && (at.IsZero() || t.Before(at)) {
 			at = t
 		}
 	}

@@ -44,6 +44,8 @@ type harness struct {
 	seq      int
 	observer Observer
 	releases Releases
+	// reloader replaces the fake runtime's own reload (a slow one, say).
+	reloader Reloader
 }
 
 func newHarness(t *testing.T) *harness {
@@ -78,7 +80,7 @@ func (h *harness) start() {
 	if testing.Verbose() {
 		log.SetLevel(logrus.InfoLevel)
 	}
-	a := New(h.cfg, Deps{
+	deps := Deps{
 		Runtime: h.rt, DropIn: h.dropIn, Live: h.rt, Reloader: h.rt, Disk: diskcheck.AdmitAll{}, State: h.store,
 		Publish: func(n status.Node) {
 			h.mu.Lock()
@@ -89,7 +91,11 @@ func (h *harness) start() {
 		Log:      log,
 		Observer: h.observer,
 		Releases: h.releases,
-	})
+	}
+	if h.reloader != nil {
+		deps.Reloader = h.reloader
+	}
+	a := New(h.cfg, deps)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.triggers = make(chan struct{}, 1)
@@ -613,5 +619,58 @@ func TestReleaseSets(t *testing.T) {
 	n = h.waitFor("invalid", phase("up", status.Failed))
 	if c := n.Set("up").Condition(status.ConditionFailed); c.Reason != status.ReasonInvalidSpec || !strings.Contains(c.Message, "no image-references") {
 		t.Fatalf("%+v", c)
+	}
+}
+
+// slowReloader makes every reload, and so the pass that does it, take a while.
+type slowReloader struct {
+	inner Reloader
+	delay time.Duration
+}
+
+func (r slowReloader) Reload(ctx context.Context) error {
+	time.Sleep(r.delay)
+	return r.inner.Reload(ctx)
+}
+
+// A release that is already due when the pass that scheduled it ends is still handled,
+// promptly, with no other event to wake the loop: unpin_delay = 0 (documented as valid),
+// and a delay shorter than a slow pass. And the loop does not spin afterwards.
+func TestDueReleaseIsHandledWithoutAnotherEvent(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		delay       time.Duration
+		reloadDelay time.Duration
+	}{
+		{"unpin_delay 0s", 0, 0},
+		{"delay shorter than a pass", 50 * time.Millisecond, 300 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.cfg.UnpinDelay = c.delay
+			if c.reloadDelay > 0 {
+				h.reloader = slowReloader{inner: h.rt, delay: c.reloadDelay}
+			}
+			obs := &countingObserver{}
+			h.observer = obs
+			a, b := img("a", 1), img("b", 2)
+			h.available(a, b)
+			h.start()
+			h.writeFile("keep.yaml", setDoc("keep", a))
+			h.writeFile("go.yaml", setDoc("go", b))
+			h.waitFor("both Ready", func(n status.Node) bool { return phase("keep", status.Ready)(n) && phase("go", status.Ready)(n) })
+			os.Remove(filepath.Join(h.cfg.SetsDir, "go.yaml"))
+			h.trigger() // the only event: nothing else will wake the loop
+			h.waitFor("b unpinned", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), b) })
+			if !slices.Contains(h.rt.Pinned(), a) || !h.rt.Present(b) {
+				t.Fatal("the other set was unpinned, or an image deleted")
+			}
+			time.Sleep(c.reloadDelay + 200*time.Millisecond)
+			before := obs.count()
+			time.Sleep(time.Second)
+			if n := obs.count() - before; n > 2 {
+				t.Fatalf("%d reconciles in an idle second: the loop spins", n)
+			}
+		})
 	}
 }

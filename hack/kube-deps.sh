@@ -23,8 +23,12 @@ log() { echo "kube-deps: $*" >&2; }
 
 has_version() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "$2"; }
 
-if ! has_version "$BIN/kube-apiserver" "${KUBE_VERSION}"; then
-  log "building kube-apiserver $KUBE_VERSION into $BIN (about 10 minutes cold)"
+# KUBE_BINARIES: which of k8s.io/kubernetes's commands to build (kubelet for the GC test).
+KUBE_BINARIES=${KUBE_BINARIES:-kube-apiserver}
+missing=()
+for b in $KUBE_BINARIES; do has_version "$BIN/$b" "$KUBE_VERSION" || missing+=("$b"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "building ${missing[*]} $KUBE_VERSION into $BIN (about 8 minutes cold each)"
   work=$(mktemp -d "$CACHE/kube-src.XXXXXX")
   go_module_src k8s.io/kubernetes "$KUBE_VERSION" "$work/kubernetes"
   (
@@ -35,11 +39,13 @@ if ! has_version "$BIN/kube-apiserver" "${KUBE_VERSION}"; then
       args+=("-dropreplace=$mod" "-replace=$mod=$mod@$STAGING_VERSION")
     done < <(sed -n 's|^\s*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' go.mod)
     go mod edit "${args[@]}"
-    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
-      -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
-      -o "$BIN/kube-apiserver.new" ./cmd/kube-apiserver
+    for b in "${missing[@]}"; do
+      GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
+        -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+        -o "$BIN/$b.new" "./cmd/$b"
+      mv "$BIN/$b.new" "$BIN/$b"
+    done
   )
-  mv "$BIN/kube-apiserver.new" "$BIN/kube-apiserver"
   rm -rf "$work"
 fi
 
