@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -117,7 +118,7 @@ func parseSetFile(name string, data []byte) (ParseResult, error) {
 		where := fmt.Sprintf("document %d", i+1)
 		var d document
 		if err := json.Unmarshal(raw, &d); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+			errs = append(errs, fmt.Errorf("%s: %w", where, yamlTypeError(err, "")))
 			continue
 		}
 		items := []json.RawMessage{raw}
@@ -207,7 +208,7 @@ func stripComments(doc []byte) []byte {
 func parseDocument(raw []byte) (Set, string, error) {
 	var d document
 	if err := json.Unmarshal(raw, &d); err != nil {
-		return Set{}, "", err
+		return Set{}, "", yamlTypeError(err, "")
 	}
 	s := Set{Name: d.Metadata.Name}
 	switch d.APIVersion {
@@ -239,6 +240,10 @@ func parseDocument(raw []byte) (Set, string, error) {
 	dec := json.NewDecoder(bytes.NewReader(d.Spec))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&sp); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return s, "", yamlTypeError(err, "spec.")
+		}
 		return s, "", fmt.Errorf("spec: %w", err)
 	}
 
@@ -350,6 +355,23 @@ func imagepinSelector(ns *LabelSelector, labels map[string]string) (Selector, st
 		return Selector{}, "", fmt.Errorf("spec.nodeSelector: %w", err)
 	}
 	return sel, "", nil
+}
+
+// yamlTypeError explains a text field that holds a boolean or a number: YAML 1.1 (which
+// Kubernetes' YAML reading follows) reads unquoted y, yes, n, no, on, off, true and false
+// as booleans and 0755 (octal), 1e3 or 12 as numbers. prefix is the field path of the
+// decoded part ("" for the document, "spec." for its spec).
+func yamlTypeError(err error, prefix string) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Type == nil || te.Type.Kind() != reflect.String {
+		return err
+	}
+	field := prefix + te.Field
+	what := "a number (0755 is octal 493; 1e3 is 1000)"
+	if te.Value == "bool" {
+		what = "a boolean (YAML 1.1 reads unquoted y, yes, n, no, on, off, true and false so)"
+	}
+	return fmt.Errorf("%s: an unquoted value was read as %s, not as text: put it in quotes (\"y\", \"0755\")", field, what)
 }
 
 // imageName accepts both element shapes: "ref" (the enhancement) and {name: ref} (v1).
