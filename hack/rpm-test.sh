@@ -55,5 +55,55 @@ for pair in x86_64:x86-64 aarch64:"ARM aarch64"; do
   check "$arch: scriptlets tolerate a failing systemctl" 'PATH="$stub:$PATH" sh -c "$(q --qf "%{POSTIN}")" s 1 && PATH="$stub:$PATH" sh -c "$(q --qf "%{PREUN}")" s 0 && PATH="$stub:$PATH" sh -c "$(q --qf "%{POSTUN}")" s 1'
   rm -rf "$stub"
 done
+
+# RHEL, Fedora and CentOS builders define the %systemd_* macros, and rpmbuild expands
+# macros inside comments too: an unescaped %systemd_post in a scriptlet comment would leave
+# the first line of its expansion commented and the rest live shell. Build once more with
+# such macros loaded (multi-line, as systemd-rpm-macros has them) and require the very same
+# scriptlets; a copy of the spec with the comments unescaped must differ (the check can fail).
+rpmmacros=$(mktemp)
+cat > "$rpmmacros" <<'MACROS'
+%systemd_post() \
+if [ $1 -eq 1 ]; then \
+    systemctl --no-reload preset %{?*} || : \
+fi \
+%{nil}
+%systemd_preun() \
+if [ $1 -eq 0 ]; then \
+    systemctl --no-reload disable --now %{?*} || : \
+fi \
+%{nil}
+%systemd_postun_with_restart() \
+if [ $1 -ge 1 ]; then \
+    systemctl try-restart %{?*} || : \
+fi \
+%{nil}
+MACROS
+scripts_built_with_macros() {
+  local spec=$1 top
+  top=$(mktemp -d); mkdir -p "$top"/{BUILD,RPMS,BUILDROOT,SRPMS}
+  rpm_version=$(rpm -qp --nosignature --qf '%{VERSION}' "$base_rpm" 2>/dev/null)
+  rpm_release=$(rpm -qp --nosignature --qf '%{RELEASE}' "$base_rpm" 2>/dev/null)
+  # --macros, not --load: --target re-reads the macro path and would drop a --load.
+  rpmbuild -bb --quiet --target x86_64 --macros="$(rpm --showrc | sed -n 's/^Macro path: //p'):$rpmmacros" \
+    --define "_topdir $top" --define "_sourcedir $PWD/_output/rpm/SOURCES/amd64" --define "_goarch amd64" \
+    --define "_version $rpm_version" --define "_release $rpm_release" --define "_build_id_links none" \
+    "$spec" >/dev/null 2>&1 || { echo "rpmbuild with systemd macros failed"; rm -rf "$top"; return 1; }
+  rpm -qp --nosignature --scripts "$(find "$top/RPMS" -name '*.rpm' | head -1)" 2>/dev/null
+  rm -rf "$top"
+}
+base_rpm=$(ls _output/rpm/RPMS/x86_64/imagepin-*.rpm 2>/dev/null | head -1)
+if [ -n "$base_rpm" ]; then
+  plain=$(rpm -qp --nosignature --scripts "$base_rpm" 2>/dev/null)
+  with=$(scripts_built_with_macros packaging/rpm/imagepin.spec)
+  check "scriptlets unchanged when %systemd_* macros are defined (RHEL builders)" '[ -n "$with" ] && [ "$with" = "$plain" ]'
+  unescaped=$(mktemp --suffix=.spec); sed 's/%%systemd_/%systemd_/g' packaging/rpm/imagepin.spec > "$unescaped"
+  control=$(scripts_built_with_macros "$unescaped")
+  check "control: unescaped macros in comments would change the scriptlets" '[ -n "$control" ] && [ "$control" != "$plain" ]'
+  rm -f "$unescaped"
+else
+  bad "no x86_64 RPM for the macro check (run make rpm)"
+fi
+rm -f "$rpmmacros"
 echo "rpm: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
