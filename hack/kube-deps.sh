@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds real kube-apiserver (Kubernetes v1.34.2) and etcd (v3.6.6) once into the
-# cache, from the Go module proxy, for the cluster-loop end-to-end tests.
+# Builds real kube-apiserver and kubelet (Kubernetes v1.34.2) and etcd (v3.6.6) once into the
+# cache, from the Go module proxy, for the cluster-loop and kubelet GC end-to-end tests.
 #
 #   hack/kube-deps.sh        build what is missing, print the cache's bin dir
 #
@@ -24,7 +24,7 @@ log() { echo "kube-deps: $*" >&2; }
 has_version() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "$2"; }
 
 # KUBE_BINARIES: which of k8s.io/kubernetes's commands to build (kubelet for the GC test).
-KUBE_BINARIES=${KUBE_BINARIES:-kube-apiserver}
+KUBE_BINARIES=${KUBE_BINARIES:-kube-apiserver kubelet}
 missing=()
 for b in $KUBE_BINARIES; do has_version "$BIN/$b" "$KUBE_VERSION" || missing+=("$b"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -72,6 +72,8 @@ type worldOptions struct {
 	metrics         bool
 	// extra is appended to the config (a [report] section, say).
 	extra string
+	// kubeletConfig is [disk] kubelet_config (default "": none).
+	kubeletConfig string
 }
 
 // baseWorld creates a world's directories, its registry and its CRI-O config; the
@@ -166,9 +168,9 @@ reload = %q
 registries_conf = %q
 registries_conf_dir = %q
 certs_dir = %q
-kubelet_config = ""
+kubelet_config = %q
 `, w.setsDir, filepath.Join(w.dir, "state"), w.status, o.unpinDelay, w.labels, w.crio.Socket, filepath.Join(w.dir, "config.json"),
-		o.pullConcurrency, w.crio.Config, w.crio.ConfigDir, o.reload, w.crio.RegistriesConf(), w.crio.RegistriesConfDir(), w.crio.CertsDir())
+		o.pullConcurrency, w.crio.Config, w.crio.ConfigDir, o.reload, w.crio.RegistriesConf(), w.crio.RegistriesConfDir(), w.crio.CertsDir(), o.kubeletConfig)
 	if o.metrics {
 		port, err := env.FreePort()
 		if err != nil {

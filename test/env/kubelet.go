@@ -1,0 +1,152 @@
+package env
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Kubelet is a real kubelet (hack/kube-deps.sh with KUBE_BINARIES including kubelet) in
+// standalone mode (no API server) against a CRI socket, with everything under Dir.
+type Kubelet struct {
+	Dir     string
+	Config  string // the KubeletConfiguration file
+	LogFile string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+// The configuration's imageMinimumGCAge is 1s, not 0s: the kubelet's defaulting takes a
+// zero duration for "unset" and makes it 2 minutes (seen in its log: minAge="2m0s").
+
+// KubeletGC is the image garbage collection part of the kubelet's configuration.
+type KubeletGC struct {
+	HighThresholdPercent, LowThresholdPercent int
+	// EvictionImagefsAvailable is evictionHard's imagefs.available ("1Gi" on a smaller imagefs): crossed, the
+	// eviction manager reclaims node-level resources every 10 s, unused images first,
+	// through the same image GC (pinned images skipped). The kubelet's own GC period is a
+	// fixed 5 minutes; this is how a test sees a collection within seconds.
+	EvictionImagefsAvailable string
+}
+
+// NewKubelet writes the kubelet's configuration into dir; Start runs it.
+func NewKubelet(dir, criSocket string, gc KubeletGC) (*Kubelet, error) {
+	if _, err := os.Stat(filepath.Join(CacheDir(), "kubelet")); err != nil {
+		return nil, fmt.Errorf("%s/kubelet missing: run hack/kube-deps.sh", CacheDir())
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	healthz, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	k := &Kubelet{Dir: dir, Config: filepath.Join(dir, "kubelet.yaml"), LogFile: filepath.Join(dir, "kubelet.log")}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://%s
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+imageMinimumGCAge: 1s
+imageGCHighThresholdPercent: %d
+imageGCLowThresholdPercent: %d
+evictionHard:
+  imagefs.available: %q
+evictionPressureTransitionPeriod: 1s
+fileCheckFrequency: 1h
+syncFrequency: 1m
+`, port, healthz, criSocket, gc.HighThresholdPercent, gc.LowThresholdPercent, gc.EvictionImagefsAvailable)
+	if err := os.WriteFile(k.Config, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// Start runs the kubelet; it keeps running until Stop.
+func (k *Kubelet) Start(hostname string) error {
+	logf, err := os.OpenFile(k.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(CacheDir(), "kubelet"), "--config", k.Config,
+		"--root-dir", filepath.Join(k.Dir, "root"), "--hostname-override", hostname, "--v", "5")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	k.cmd = cmd
+	k.exited = make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(k.exited) }()
+	return nil
+}
+
+// Exited says whether the kubelet has stopped.
+func (k *Kubelet) Exited() bool {
+	select {
+	case <-k.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop stops the kubelet.
+func (k *Kubelet) Stop() {
+	if k.cmd == nil {
+		return
+	}
+	k.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-k.exited:
+	case <-time.After(10 * time.Second):
+		k.cmd.Process.Kill()
+		<-k.exited
+	}
+	k.cmd = nil
+	unmountUnder(k.Dir) // the kubelet mounts under its root dir
+}
+
+// Lines are the kubelet log's lines that contain every one of the strings.
+func (k *Kubelet) Lines(contains ...string) []string {
+	b, _ := os.ReadFile(k.LogFile)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		ok := true
+		for _, c := range contains {
+			ok = ok && strings.Contains(line, c)
+		}
+		if ok && line != "" {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// LogTail is the end of the kubelet's log.
+func (k *Kubelet) LogTail(n int) string {
+	b, _ := os.ReadFile(k.LogFile)
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
