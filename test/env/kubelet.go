@@ -149,4 +149,3 @@ func (k *Kubelet) LogTail(n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
