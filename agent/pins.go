@@ -144,6 +144,9 @@ func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
+		// A wait with a deadline is progress, not a hang: keep systemd's watchdog fed
+		// (CRI-O slow to re-read its config after a restart must not get imagepind killed).
+		a.deps.Alive()
 		select {
 		case <-ctx.Done():
 		case <-time.After(delay):
