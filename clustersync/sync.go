@@ -139,20 +139,21 @@ func (s *Syncer) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); nodeInf.RunWithContext(ctx) }()
 	defer wg.Wait()
 
-	// An empty first list fires no event: poll until synced, then follow events.
-	synced := time.NewTicker(200 * time.Millisecond)
-	defer synced.Stop()
-	setsDone, nodeDone := false, false
+	// Each side is written once when its first list completes (an empty list fires no
+	// event, so that is polled for) and then on its own events only.
+	poll := time.NewTicker(200 * time.Millisecond)
+	defer poll.Stop()
+	setsWritten, nodeWritten := false, false
 	for {
+		setsDirty, nodeDirty := false, false
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-setsChanged:
+			setsDirty = true
 		case <-nodeChanged:
-		case <-synced.C:
-			if setsDone && nodeDone {
-				synced.Stop()
-			}
+			nodeDirty = true
+		case <-poll.C:
 		}
 		// Debounce: a burst of events (many sets in the first list) is one write.
 		select {
@@ -160,13 +161,28 @@ func (s *Syncer) Run(ctx context.Context) error {
 			return nil
 		case <-time.After(s.cfg.Debounce):
 		}
-		if setsInf.HasSynced() {
-			setsDone = true
-			s.writeSets(setsInf.GetStore().List())
+		select {
+		case <-setsChanged:
+			setsDirty = true
+		default:
 		}
-		if nodeInf.HasSynced() {
-			nodeDone = true
+		select {
+		case <-nodeChanged:
+			nodeDirty = true
+		default:
+		}
+		if setsInf.HasSynced() && (setsDirty || !setsWritten) {
+			// Not written (the sets directory missing, a write failing): polled again.
+			setsWritten = s.writeSets(setsInf.GetStore().List())
+		}
+		if nodeInf.HasSynced() && (nodeDirty || !nodeWritten) {
+			nodeWritten = true
 			s.writeLabels(nodeInf.GetStore().List())
+		}
+		if setsWritten && nodeWritten {
+			poll.Stop()
+		} else {
+			poll.Reset(200 * time.Millisecond)
 		}
 	}
 }
@@ -293,16 +309,17 @@ func FileName(name string) string { return name + ".json" }
 // writeSets makes the cluster subdirectory hold exactly the objects: changed files are
 // replaced atomically, files of deleted objects removed (the agent unpins them after
 // unpin_delay). A missing sets directory is a sync fault of its own: nothing is created
-// in its place, so the agent keeps seeing the fault rather than an empty directory.
-func (s *Syncer) writeSets(objs []any) {
+// in its place, so the agent keeps seeing the fault rather than an empty directory. It
+// says whether the directory is in step.
+func (s *Syncer) writeSets(objs []any) bool {
 	if st, err := os.Stat(s.cfg.SetsDir); err != nil || !st.IsDir() {
 		s.setFault("write", fmt.Sprintf("cluster sync: sets directory %s is missing: not writing cluster sets", s.cfg.SetsDir))
-		return
+		return false
 	}
 	dir := s.Dir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		s.setFault("write", fmt.Sprintf("cluster sync: %v", err))
-		return
+		return false
 	}
 	want := map[string][]byte{}
 	var problems []string
@@ -326,7 +343,7 @@ func (s *Syncer) writeSets(objs []any) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		s.setFault("write", fmt.Sprintf("cluster sync: %v", err))
-		return
+		return false
 	}
 	have := map[string]bool{}
 	for _, e := range entries {
@@ -360,9 +377,10 @@ func (s *Syncer) writeSets(objs []any) {
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		s.setFault("write", "cluster sync: "+strings.Join(problems, "; "))
-	} else {
-		s.setFault("write", "")
+		return false
 	}
+	s.setFault("write", "")
+	return true
 }
 
 // writeLabels writes the Node's labels to the labels file when they change. No Node of

@@ -243,6 +243,14 @@ func TestMissingSetsDirIsAFault(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(w.dir, "gone")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("sets dir created: %v", err)
 	}
+	// The directory back (no API event meanwhile): the sets follow and the fault clears.
+	if err := os.Mkdir(filepath.Join(w.dir, "gone"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "in step once the directory is back", func() bool {
+		_, err := os.Stat(filepath.Join(w.dir, "gone", "cluster", "a.json"))
+		return err == nil && len(w.syncer.Faults()) == 0
+	})
 }
 
 func TestUnknownNodeIsAFault(t *testing.T) {

@@ -14,8 +14,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -40,13 +38,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 	"github.com/imagepin/imagepin/api/v1alpha1"
@@ -177,41 +172,16 @@ func install(ctx context.Context, dyn dynamic.Interface) error {
 	if err != nil {
 		return err
 	}
-	if _, err := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+	if err := env.Create(ctx, dyn, crd); err != nil {
 		return err
-	}
-	gvrs := map[string]schema.GroupVersionResource{
-		"Namespace": {Version: "v1", Resource: "namespaces"}, "ServiceAccount": {Version: "v1", Resource: "serviceaccounts"},
-		"ClusterRole":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
-		"ClusterRoleBinding": {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
-		"Role":               {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
-		"RoleBinding":        {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
 	}
 	for _, f := range []string{"packaging/aggregator/namespace.yaml", "packaging/aggregator/rbac.yaml"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			return err
 		}
-		r := utilyaml.NewYAMLReader(bufioReader(b))
-		for {
-			doc, err := r.Read()
-			if err == io.EOF {
-				break
-			}
-			var obj map[string]any
-			if err := yaml.Unmarshal(doc, &obj); err != nil || len(obj) == 0 {
-				continue
-			}
-			u := &unstructured.Unstructured{Object: obj}
-			res := dyn.Resource(gvrs[u.GetKind()])
-			if u.GetNamespace() != "" {
-				_, err = res.Namespace(u.GetNamespace()).Create(ctx, u, metav1.CreateOptions{})
-			} else {
-				_, err = res.Create(ctx, u, metav1.CreateOptions{})
-			}
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
-			}
+		if err := env.ApplyYAML(ctx, dyn, b); err != nil {
+			return fmt.Errorf("%s: %w", f, err)
 		}
 	}
 	for i := 0; i < 100; i++ {
@@ -586,5 +556,3 @@ func ptr[T any](v T) *T { return &v }
 func kubeRest(kubeconfig string) (*rest.Config, error) {
 	return kube.Config(kubeconfig, "clusterbench", 50, 100)
 }
-
-func bufioReader(b []byte) *bufio.Reader { return bufio.NewReader(bytes.NewReader(b)) }

@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,18 +16,14 @@ import (
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/internal/testcerts"
@@ -118,54 +112,18 @@ func (c *cluster) sets() dynamic.NamespaceableResourceInterface {
 	return c.dyn.Resource(v1alpha1.GroupVersionResource)
 }
 
-var gvrs = map[string]schema.GroupVersionResource{
-	"CustomResourceDefinition": {Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
-	"Namespace":                {Version: "v1", Resource: "namespaces"},
-	"ServiceAccount":           {Version: "v1", Resource: "serviceaccounts"},
-	"Node":                     {Version: "v1", Resource: "nodes"},
-	"ClusterRole":              {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
-	"ClusterRoleBinding":       {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
-	"Role":                     {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
-	"RoleBinding":              {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"},
-	v1alpha1.Kind:              v1alpha1.GroupVersionResource,
-}
-
 func (c *cluster) create(u *unstructured.Unstructured) {
 	c.t.Helper()
-	gvr, ok := gvrs[u.GetKind()]
-	if !ok {
-		c.t.Fatalf("no resource for kind %s", u.GetKind())
-	}
-	var err error
-	if u.GetNamespace() != "" {
-		_, err = c.dyn.Resource(gvr).Namespace(u.GetNamespace()).Create(c.t.Context(), u, metav1.CreateOptions{})
-	} else {
-		_, err = c.dyn.Resource(gvr).Create(c.t.Context(), u, metav1.CreateOptions{})
-	}
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		c.t.Fatalf("create %s %s: %v", u.GetKind(), u.GetName(), err)
+	if err := env.Create(c.t.Context(), c.dyn, u); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
 // applyYAML creates every document of a YAML text, as `kubectl apply -f` would.
 func (c *cluster) applyYAML(text string) {
 	c.t.Helper()
-	r := utilyaml.NewYAMLReader(bufioReader(text))
-	for {
-		doc, err := r.Read()
-		if err == io.EOF {
-			return
-		}
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(doc, &obj); err != nil {
-			c.t.Fatal(err)
-		}
-		if len(obj) > 0 {
-			c.create(&unstructured.Unstructured{Object: obj})
-		}
+	if err := env.ApplyYAML(c.t.Context(), c.dyn, []byte(text)); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
@@ -191,14 +149,14 @@ func (c *cluster) createNode(name string, labels map[string]string) {
 func (c *cluster) labelNode(name, key string, value *string) {
 	c.t.Helper()
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
-	if _, err := c.dyn.Resource(gvrs["Node"]).Patch(c.t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := c.dyn.Resource(env.Resource("Node")).Patch(c.t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 }
 
 func (c *cluster) deleteNode(name string) {
 	c.t.Helper()
-	if err := c.dyn.Resource(gvrs["Node"]).Delete(c.t.Context(), name, metav1.DeleteOptions{}); err != nil {
+	if err := c.dyn.Resource(env.Resource("Node")).Delete(c.t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -561,5 +519,3 @@ func ready(a *aggregatorProc) bool {
 	resp.Body.Close()
 	return resp.StatusCode == 200
 }
-
-func bufioReader(s string) *bufio.Reader { return bufio.NewReader(strings.NewReader(s)) }

@@ -1,7 +1,6 @@
 package env
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -224,16 +223,7 @@ func (c *CRIO) WaitReady(ctx context.Context, exited <-chan struct{}) error {
 
 // Stop terminates CRI-O (SIGTERM, then SIGKILL).
 func (c *CRIO) Stop() {
-	if c.cmd == nil {
-		return
-	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		<-c.exited
-	}
+	stopProc(c.cmd, c.exited)
 	c.cmd = nil
 }
 
@@ -244,23 +234,7 @@ func (c *CRIO) Cleanup() {
 }
 
 // LogTail returns the last n lines of CRI-O's log.
-func (c *CRIO) LogTail(n int) string {
-	f, err := os.Open(c.LogFile)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
-}
+func (c *CRIO) LogTail(n int) string { return logTail(c.LogFile, n) }
 
 // LogContains says whether CRI-O logged s.
 func (c *CRIO) LogContains(s string) bool {

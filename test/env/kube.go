@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -147,19 +146,6 @@ func (k *Kube) Stop() {
 	k.api, k.etcd = nil, nil
 }
 
-func stopProc(cmd *exec.Cmd, exit chan struct{}) {
-	if cmd == nil {
-		return
-	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exit:
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		<-exit
-	}
-}
-
 func (k *Kube) run(name, bin string, args ...string) (*exec.Cmd, chan struct{}, error) {
 	logf, err := os.OpenFile(filepath.Join(k.Dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -255,13 +241,5 @@ current-context: e2e
 
 // LogTail is the end of a component's log ("etcd" or "kube-apiserver").
 func (k *Kube) LogTail(name string, n int) string {
-	b, err := os.ReadFile(filepath.Join(k.Dir, name+".log"))
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(string(b), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return logTail(filepath.Join(k.Dir, name+".log"), n)
 }

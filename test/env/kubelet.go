@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // Kubelet is a real kubelet (hack/kube-deps.sh with KUBE_BINARIES including kubelet) in
@@ -110,16 +109,7 @@ func (k *Kubelet) Exited() bool {
 
 // Stop stops the kubelet.
 func (k *Kubelet) Stop() {
-	if k.cmd == nil {
-		return
-	}
-	k.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-k.exited:
-	case <-time.After(10 * time.Second):
-		k.cmd.Process.Kill()
-		<-k.exited
-	}
+	stopProc(k.cmd, k.exited)
 	k.cmd = nil
 	unmountUnder(k.Dir) // the kubelet mounts under its root dir
 }
@@ -141,11 +131,4 @@ func (k *Kubelet) Lines(contains ...string) []string {
 }
 
 // LogTail is the end of the kubelet's log.
-func (k *Kubelet) LogTail(n int) string {
-	b, _ := os.ReadFile(k.LogFile)
-	lines := strings.Split(string(b), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+func (k *Kubelet) LogTail(n int) string { return logTail(k.LogFile, n) }
