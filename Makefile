@@ -13,6 +13,7 @@ E2E_TIMEOUT ?= 20m
 # "context deadline exceeded" on Go 1.26 (golang/go#75804, fixed in 1.27). About 10 s each here.
 FUZZ_PARSE ?= 100000x
 FUZZ_RENDER ?= 100000x
+FUZZ_RESOLVE ?= 30000x
 
 .PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench bench-aggregator bench-cluster proto rpm rpm-test machineconfig manifests clean
 
@@ -42,6 +43,7 @@ test-unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseSetFile$$' -fuzztime $(FUZZ_PARSE) ./conf
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZ_RENDER) ./crio
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_RESOLVE) ./resolve
 
 # One build at a time (2 cores): CRI-O and crictl, then kube-apiserver and etcd (cluster loop).
 deps:

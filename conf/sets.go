@@ -164,6 +164,28 @@ func parseSetFile(name string, data []byte) (ParseResult, error) {
 
 // splitDocuments splits YAML on "---" lines (as kubectl does) and converts each
 // non-empty document to JSON. JSON files are YAML too.
+// Documents are a file's documents as JSON, each List replaced by its items: what
+// imagepinctl merges into one List.
+func Documents(data []byte) ([]json.RawMessage, error) {
+	docs, err := splitDocuments(data)
+	if err != nil {
+		return nil, err
+	}
+	var out []json.RawMessage
+	for i, raw := range docs {
+		var d document
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return nil, fmt.Errorf("document %d: %w", i+1, yamlTypeError(err, ""))
+		}
+		if d.Kind == "List" {
+			out = append(out, d.Items...)
+			continue
+		}
+		out = append(out, raw)
+	}
+	return out, nil
+}
+
 func splitDocuments(data []byte) ([][]byte, error) {
 	r := utilyaml.NewYAMLReader(bufio.NewReaderSize(bytes.NewReader(data), 64*1024))
 	var out [][]byte

@@ -7,20 +7,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/status"
 )
 
 func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
-	reg := newTestRegistry(t, nil)
+	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.writeCA(f.certs)
+	reg.WriteCA(f.certs)
 	base := layer(t, 10000)
 	u1, u2, u3, u5 := layer(t, 3000), layer(t, 4000), layer(t, 5000), layer(t, 30000)
-	img1 := reg.host + "/" + reg.push("a/one", image(t, base, u1), "")
-	img2 := reg.host + "/" + reg.push("a/two", image(t, base, u2), "")
-	img3 := reg.host + "/" + reg.push("b/three", image(t, base, u3), "")
-	img4 := reg.host + "/" + reg.push("c/four", image(t, u5), "")
-	missing := reg.host + "/a/none@sha256:" + strings.Repeat("0", 64)
+	img1 := reg.Host + "/" + reg.Push("a/one", image(t, base, u1), "")
+	img2 := reg.Host + "/" + reg.Push("a/two", image(t, base, u2), "")
+	img3 := reg.Host + "/" + reg.Push("b/three", image(t, base, u3), "")
+	img4 := reg.Host + "/" + reg.Push("c/four", image(t, u5), "")
+	missing := reg.Host + "/a/none@sha256:" + strings.Repeat("0", 64)
 	down := "127.0.0.1:1/x/y@sha256:" + strings.Repeat("1", 64) // nothing listens on port 1
 	sets := []SetRequest{
 		{Name: "a", Missing: []string{img1, img2, missing}},

@@ -86,6 +86,12 @@ type ResolverConfig struct {
 	// LogEndpoints makes containers/image log each endpoint it tries ("Trying to
 	// access") on logrus' standard logger, for EndpointRecorder.
 	LogEndpoints bool
+	// AuthFile is CRI-O's global_auth_file: where containers/image looks up a mirror's
+	// credentials by the mirror's host (the credentials the kubelet hands CRI-O are for
+	// the image's own registry, and containers/image never sends them to a mirror).
+	// OpenShift points global_auth_file at the pull secret, /var/lib/kubelet/config.json.
+	// "" means none.
+	AuthFile string
 }
 
 // Resolver sizes images through containers/image, caching by digest reference
@@ -122,8 +128,12 @@ func (r *Resolver) SystemContext(image string) *types.SystemContext {
 		VariantChoice:               r.cfg.Platform.Variant,
 		DockerRegistryUserAgent:     "imagepin",
 		DockerLogMirrorChoice:       r.cfg.LogEndpoints,
-		// No ambient credentials: exactly the kubelet's, as CRI-O gets them with each pull.
+		// No ambient credentials: the kubelet's, as CRI-O gets them with each pull, and
+		// for mirrors the global auth file's.
 		AuthFilePath: noAuthFile,
+	}
+	if r.cfg.AuthFile != "" {
+		sys.AuthFilePath = r.cfg.AuthFile
 	}
 	if a := r.creds(image); a != nil {
 		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: a.Username, Password: a.Password}
@@ -184,7 +194,7 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 		instance, err := list.ChooseInstance(sys)
 		if err != nil {
 			return Image{}, fmt.Errorf("%s has no manifest for %s (no image found in manifest list): it has %s",
-				image, r.cfg.Platform, strings.Join(platforms(list), ", "))
+				image, r.cfg.Platform, strings.Join(ListPlatforms(list), ", "))
 		}
 		if blob, mime, err = src.GetManifest(ctx, &instance); err != nil {
 			return Image{}, fmt.Errorf("read %s manifest %s of %s: %w", r.cfg.Platform, instance, image, err)
@@ -204,7 +214,8 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 	return img, nil
 }
 
-func platforms(list manifest.List) []string {
+// ListPlatforms names a manifest list's entries (os/arch[/variant]), in its order.
+func ListPlatforms(list manifest.List) []string {
 	var out []string
 	for _, d := range list.Instances() {
 		inst, err := list.Instance(d)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
@@ -22,63 +22,85 @@ import (
 // apply runs imagepind's flow once in the foreground: the given files are the sets
 // directory, the pins go to the same managed drop-in, and it returns when every set
 // that applies to this node is Ready (0), or when one Failed or the timeout passed (1).
-func apply(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("apply", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", conf.DefaultConfigPath, "imagepind's config")
-	timeout := fs.Duration("timeout", 30*time.Minute, "give up after this long")
-	reload := fs.String("reload", "", "override [crio] reload: auto, systemd or signal")
-	if err := fs.Parse(args); err != nil {
-		return 2
+type applyOptions struct {
+	timeout time.Duration
+	reload  string
+}
+
+func newApply(g *globals) *cobra.Command {
+	o := &applyOptions{}
+	cmd := &cobra.Command{
+		Use:   "apply FILE...",
+		Short: "Pin and pull sets once, in the foreground (crictl-style local testing)",
+		Long: `Run imagepind's flow once in the foreground with the given files as the sets directory:
+select the sets for this node, check the disk, write the pins into CRI-O's managed
+drop-in, reload CRI-O and confirm the pins, pull through the CRI socket, and print the
+status. It refuses while imagepind runs on this node (they share the state directory).
+
+Exit 0 when every set that applies to this node is Ready, 1 when one failed or --timeout
+passed, 2 on a usage or operational error.`,
+		Example: `  imagepinctl apply set.yaml
+  imagepinctl apply --config ./imagepind.toml --reload signal --timeout 10m sets/*.yaml`,
+		GroupID:           "node",
+		Args:              files,
+		ValidArgsFunction: setFileArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.reload != "" && o.reload != "auto" && o.reload != "systemd" && o.reload != "signal" {
+				return fail(exitUsage, "--reload %s: want auto, systemd or signal", o.reload)
+			}
+			cfg, err := g.loadConfig(cmd)
+			if err != nil {
+				return fail(exitUsage, "%v", err)
+			}
+			return exit(apply(cmd.Context(), cfg, o, args, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		},
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: imagepinctl apply [--config FILE] FILE...")
-		return 2
-	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	if *reload != "" {
-		cfg.CRIO.Reload = *reload
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")
+	cmd.Flags().StringVar(&o.reload, "reload", "", "override [crio] reload: auto, systemd or signal")
+	_ = cmd.RegisterFlagCompletionFunc("reload", cobra.FixedCompletions([]string{"auto", "systemd", "signal"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func apply(ctx context.Context, cfg conf.Config, o *applyOptions, files []string, stdout, stderr io.Writer) int {
+	if o.reload != "" {
+		cfg.CRIO.Reload = o.reload
 	}
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 2
+		return exitUsage
 	}
 	unlock, err := store.Lock()
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepinctl apply: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	defer unlock()
 
 	setsDir, err := os.MkdirTemp("", "imagepinctl-apply-")
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 2
+		return exitUsage
 	}
 	defer os.RemoveAll(setsDir)
-	for _, f := range fs.Args() {
+	for _, f := range files {
 		data, err := fsutil.ReadRegular(f, conf.MaxSetFileSize)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: %v\n", f, err)
-			return 1
+			return exitNo
 		}
 		if _, err := conf.ParseSetFile(f, data); err != nil {
 			fmt.Fprintln(stdout, err)
-			return 1
+			return exitNo
 		}
 		if err := os.WriteFile(filepath.Join(setsDir, filepath.Base(f)), data, 0o600); err != nil {
 			fmt.Fprintln(stderr, err)
-			return 2
+			return exitUsage
 		}
 	}
 	log := logrus.New()
 	log.SetOutput(stderr)
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	var final status.Node
 	done := errors.New("done")
@@ -102,25 +124,25 @@ func apply(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 2
+		return exitUsage
 	}
 	defer client.Close()
 	_ = a.Run(runCtx, nil)
 	if err := status.WriteFile(cfg.StatusFile, final); err != nil {
 		fmt.Fprintf(stderr, "write status file: %v\n", err)
 	}
-	printStatus(stdout, final)
+	printStatus(stdout, final, false)
 	if !errors.Is(context.Cause(runCtx), done) {
 		fmt.Fprintf(stderr, "imagepinctl apply: gave up: %v\n", context.Cause(runCtx))
-		return 1
+		return exitNo
 	}
 	for _, s := range final.Sets {
 		if s.Phase != status.Ready {
-			return 1
+			return exitNo
 		}
 	}
 	if len(final.FileErrors) > 0 {
-		return 1
+		return exitNo
 	}
-	return 0
+	return exitOK
 }

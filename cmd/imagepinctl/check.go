@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	goruntime "runtime"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
@@ -23,42 +22,70 @@ import (
 // check runs the disk and reachability check alone, for this node (or --platform and
 // --labels), and prints the plan per set: what an administrator runs before an upgrade
 // window. Exit 0 when every set is admitted and every image reachable.
-func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", conf.DefaultConfigPath, "imagepind's config")
-	platform := fs.String("platform", goruntime.GOOS+"/"+goruntime.GOARCH, "os/arch[/variant] to size images for")
-	labelsFlag := fs.String("labels", "", "node labels k=v,k2=v2 (default: the config's labels and labels file)")
-	storage := fs.String("storage", "/var/lib/containers/storage", "image filesystem when CRI-O is not reachable")
-	output := fs.String("o", "text", "output: text or json")
-	if err := fs.Parse(args); err != nil {
-		return 2
+type checkOptions struct {
+	platform string
+	labels   string
+	storage  string
+	output   *outputFlag
+}
+
+func newCheck(g *globals) *cobra.Command {
+	o := &checkOptions{}
+	cmd := &cobra.Command{
+		Use:   "check FILE...",
+		Short: "Before an upgrade window: can this node hold and reach the sets' images?",
+		Long: `Run imagepind's disk and reachability check alone, for the sets in the files that select
+this node (or the node described by --labels and --platform), and print per set the
+verdict and each missing image with its size and the endpoint that serves it (a mirror
+from registries.conf, or the source), or why no endpoint can.
+
+Images already present in CRI-O count as present; when CRI-O does not answer every image
+counts as missing and --storage is the image filesystem. Nothing is pinned or pulled.
+
+Exit 0 when every set is admitted and every missing image reachable, 1 if not.`,
+		Example: `  imagepinctl check sets/*.yaml
+  imagepinctl check --platform linux/arm64 --labels node-role.kubernetes.io/worker= set.yaml
+  imagepinctl check -o json set.yaml | jq '.sets[].missingImages[] | select(.error)'`,
+		GroupID:           "node",
+		Args:              files,
+		ValidArgsFunction: setFileArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.output.check(); err != nil {
+				return err
+			}
+			cfg, p, err := g.configAndPlatform(cmd, o.platform)
+			if err != nil {
+				return fail(exitUsage, "%v", err)
+			}
+			labels, err := nodeLabels(cfg, o.labels)
+			if err != nil {
+				return fail(exitUsage, "--labels: %v", err)
+			}
+			return exit(check(cmd.Context(), cfg, p, labels, o, args, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		},
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: imagepinctl check [--config FILE] [--platform os/arch] [--labels k=v,...] FILE...")
-		return 2
-	}
-	cfg, p, err := configAndPlatform(fs, *configPath, *platform)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
-	labels, err := nodeLabels(cfg, *labelsFlag)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
+	f := cmd.Flags()
+	f.StringVar(&o.platform, "platform", goruntime.GOOS+"/"+goruntime.GOARCH, "os/arch[/variant] to size images for")
+	f.StringVar(&o.labels, "labels", "", "node labels k=v,k2=v2 (default: the config's labels and labels file)")
+	f.StringVar(&o.storage, "storage", "/var/lib/containers/storage", "image filesystem when CRI-O is not reachable")
+	o.output = addOutputFlag(cmd, outTable, outJSON, outYAML)
+	_ = cmd.RegisterFlagCompletionFunc("platform", platformCompletion)
+	_ = cmd.MarkFlagDirname("storage")
+	return cmd
+}
+
+func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels map[string]string, o *checkOptions, files []string, stdout, stderr io.Writer) int {
 	var sets []conf.Set
-	for _, f := range fs.Args() {
+	for _, f := range files {
 		data, err := fsutil.ReadRegular(f, conf.MaxSetFileSize)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: %v\n", f, err)
-			return 1
+			return exitNo
 		}
 		res, err := conf.ParseSetFile(f, data)
 		if err != nil {
 			fmt.Fprintln(stdout, err)
-			return 1
+			return exitNo
 		}
 		for _, s := range res.Sets {
 			if s.Selector.Matches(labels) {
@@ -74,14 +101,14 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	client, err := cri.Dial(cfg.CRI.Endpoint)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
-		return 2
+		return exitUsage
 	}
 	defer client.Close()
 	reachable := true
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if _, err := client.Version(vctx); err != nil {
 		reachable = false
-		fmt.Fprintf(stderr, "CRI-O not reachable at %s (%v): every image counts as missing; image filesystem %s\n", cfg.CRI.Endpoint, err, *storage)
+		fmt.Fprintf(stderr, "CRI-O not reachable at %s (%v): every image counts as missing; image filesystem %s\n", cfg.CRI.Endpoint, err, o.storage)
 	}
 	cancel()
 	var reqs []diskcheck.SetRequest
@@ -102,7 +129,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	imageFS := wire.ImageFS(client)
 	if !reachable {
-		imageFS = func(context.Context) (string, error) { return *storage, nil }
+		imageFS = func(context.Context) (string, error) { return o.storage, nil }
 	}
 
 	// containers/image names the endpoint it tries only in its log.
@@ -113,7 +140,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
 	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
 		RegistriesConf: cfg.Disk.RegistriesConf, RegistriesConfDir: cfg.Disk.RegistriesConfDir, CertsDir: cfg.Disk.CertsDir,
-		Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
+		AuthFile: cfg.CRI.PullSecret, Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
 	}, keyring.Lookup)
 	nodeName := cfg.Node.Name
 	if nodeName == "" {
@@ -124,7 +151,7 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	res, err := checker.Check(ctx, reqs)
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepinctl check: %v\n", err)
-		return 2
+		return exitUsage
 	}
 
 	ok := true
@@ -149,17 +176,18 @@ func check(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		plans = append(plans, plan)
 	}
 	report := checkReport{Node: nodeName, Platform: p.String(), Filesystem: res.Filesystem, Sets: plans}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(report)
+	if o.output.data() {
+		if err := o.output.writeData(stdout, report); err != nil {
+			fmt.Fprintf(stderr, "imagepinctl check: %v\n", err)
+			return exitUsage
+		}
 	} else {
 		printPlan(stdout, report)
 	}
 	if !ok {
-		return 1
+		return exitNo
 	}
-	return 0
+	return exitOK
 }
 
 type checkReport struct {

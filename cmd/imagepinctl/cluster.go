@@ -11,50 +11,66 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/diskcheck"
 )
 
 // clusterStatus shows the aggregator's per-set view; with watch it redraws every
 // interval until interrupted.
-func clusterStatus(ctx context.Context, url string, watch bool, interval time.Duration, output string, stdout, stderr io.Writer) int {
+func clusterStatus(ctx context.Context, o *statusOptions, stdout, stderr io.Writer) int {
 	client := &http.Client{Timeout: 10 * time.Second}
-	url = strings.TrimSuffix(url, "/")
+	url := aggregatorURL(o.aggregator)
 	for {
-		sets, err := fetchSets(ctx, client, url)
+		sets, err := fetchSets(ctx, client, url, o.output.value == outWide)
 		if err != nil {
-			fmt.Fprintf(stderr, "imagepinctl: %v\n", err)
-			if !watch {
-				return 2
+			fmt.Fprintf(stderr, "imagepinctl status: %v\n", err)
+			if !o.watch {
+				return exitUsage
 			}
 		} else {
-			if watch {
+			if o.watch && !o.output.data() {
 				fmt.Fprint(stdout, "\033[H\033[2J") // redraw in place
 			}
-			if output == "json" {
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				enc.Encode(sets)
+			if o.output.data() {
+				if err := o.output.writeData(stdout, sets); err != nil {
+					fmt.Fprintf(stderr, "imagepinctl status: %v\n", err)
+					return exitUsage
+				}
 			} else {
-				printCluster(stdout, url, sets, time.Now())
+				printCluster(stdout, url, sets, time.Now(), o.output.value == outWide)
 			}
-			if !watch {
+			if !o.watch {
 				for _, s := range sets {
 					if !s.Ready {
-						return 1
+						return exitNo
 					}
 				}
-				return 0
+				return exitOK
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return 0
-		case <-time.After(interval):
+			return exitOK
+		case <-time.After(o.interval):
 		}
 	}
 }
 
-func fetchSets(ctx context.Context, client *http.Client, url string) ([]aggregator.SetView, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/sets", nil)
+// aggregatorURL accepts the aggregator's address with or without a scheme.
+func aggregatorURL(s string) string {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	return strings.TrimSuffix(s, "/")
+}
+
+// fetchSets reads every set; allNodes lists every node of each, not only those that are
+// not Ready.
+func fetchSets(ctx context.Context, client *http.Client, url string, allNodes bool) ([]aggregator.SetView, error) {
+	path := "/v1/sets"
+	if allNodes {
+		path += "?nodes=all"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +89,7 @@ func fetchSets(ctx context.Context, client *http.Client, url string) ([]aggregat
 	return sets, nil
 }
 
-func printCluster(w io.Writer, url string, sets []aggregator.SetView, now time.Time) {
+func printCluster(w io.Writer, url string, sets []aggregator.SetView, now time.Time, wide bool) {
 	fmt.Fprintf(w, "cluster view from %s at %s\n", url, now.Format(time.TimeOnly))
 	if len(sets) == 0 {
 		fmt.Fprintln(w, "no node reports any set")
@@ -92,7 +108,10 @@ func printCluster(w io.Writer, url string, sets []aggregator.SetView, now time.T
 	tw.Flush()
 	for _, s := range sets {
 		for _, n := range s.Nodes {
-			if n.Phase == "Failed" || n.Phase == aggregator.PhaseUnknown {
+			if wide {
+				fmt.Fprintf(w, "  %s on %s: %s %d/%d images %s/%s %s: %s\n", s.Name, n.Node, n.Phase, n.ImagesReady, n.ImagesTotal,
+					diskcheck.Human(n.BytesReady), diskcheck.Human(n.BytesTotal), n.Reason, oneLine(n.Message, 300))
+			} else if n.Phase == "Failed" || n.Phase == aggregator.PhaseUnknown {
 				fmt.Fprintf(w, "  %s on %s: %s %s: %s\n", s.Name, n.Node, n.Phase, n.Reason, oneLine(n.Message, 160))
 			}
 		}

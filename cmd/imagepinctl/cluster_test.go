@@ -52,3 +52,18 @@ func TestClusterStatus(t *testing.T) {
 		t.Fatalf("unreachable aggregator: %d %s", code, errOut)
 	}
 }
+
+// The aggregator's address works without a scheme.
+func TestAggregatorAddressWithoutScheme(t *testing.T) {
+	store := aggregator.NewStore(aggregator.DefaultLimits(), time.Now)
+	r := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: "w1"}, Sets: []status.Set{{Name: "s", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1}}}, "b", 1, time.Minute)
+	if _, err := store.Ingest("w1", r); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(aggregator.ReadHandler(store, nil))
+	defer srv.Close()
+	code, out, errOut := ctl(t, "status", "--aggregator", strings.TrimPrefix(srv.URL, "http://"), "-o", "wide")
+	if code != 0 || !strings.Contains(out, "s on w1: Ready 1/1 images") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+}

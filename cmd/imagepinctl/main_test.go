@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -106,5 +108,71 @@ func TestApplyRefusesWhileLocked(t *testing.T) {
 	code, _, errOut := ctl(t, "apply", "--config", cfg, set)
 	if code != 2 || !strings.Contains(errOut, "locked by another imagepind") {
 		t.Fatalf("%d %q", code, errOut)
+	}
+}
+
+// Every command has help with examples, --flag spelling, and the usage errors exit 2.
+func TestHelpCompletionAndUsageErrors(t *testing.T) {
+	for _, cmd := range []string{"validate", "resolve", "release", "status", "check", "apply"} {
+		code, out, _ := ctl(t, cmd, "--help")
+		if code != 0 || !strings.Contains(out, "Examples:") || !strings.Contains(out, "imagepinctl "+cmd) ||
+			!strings.Contains(out, "--config string") || strings.Contains(out, "Usage of") {
+			t.Errorf("%s --help: exit %d\n%s", cmd, code, out)
+		}
+	}
+	if code, out, _ := ctl(t, "--help"); code != 0 || !strings.Contains(out, "Set files:") || !strings.Contains(out, "completion") {
+		t.Errorf("--help: %d\n%s", code, out)
+	}
+	for _, args := range [][]string{{}, {"bogus"}, {"status", "--bogus"}, {"status", "-o", "xml"}, {"validate"}, {"release"},
+		{"status", "--watch"}, {"apply", "--reload", "sometimes", "x.yaml"}} {
+		if code, _, errOut := ctl(t, args...); code != 2 || errOut == "" {
+			t.Errorf("%q: exit %d, stderr %q", args, code, errOut)
+		}
+	}
+	if code, out, _ := ctl(t, "version"); code != 0 || strings.TrimSpace(out) != version {
+		t.Errorf("version: %d %q", code, out)
+	}
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		if code, out, _ := ctl(t, "completion", shell); code != 0 || !strings.Contains(out, "imagepinctl") {
+			t.Errorf("completion %s: %d", shell, code)
+		}
+	}
+	// Completion offers the output formats and set files.
+	code, out, _ := ctl(t, "__complete", "status", "-o", "")
+	if code != 0 || !strings.Contains(out, "table\nwide\njson\nyaml\n") {
+		t.Errorf("complete -o: %d\n%s", code, out)
+	}
+	if code, out, _ := ctl(t, "__complete", "validate", ""); code != 0 || !strings.Contains(out, "yaml\nyml\njson\n:8") {
+		t.Errorf("complete files: %d\n%s", code, out)
+	}
+}
+
+// Flags may follow file arguments (they used to be read as files).
+func TestFlagsAfterFiles(t *testing.T) {
+	dir := t.TempDir()
+	good := write(t, dir, "a.yaml", "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: a}\nspec: {pinnedImages: [\"quay.io/x/a@"+digest+"\"]}\n")
+	// Read as files, "--config" and "/dev/null" would each be an error line.
+	if code, out, errOut := ctl(t, "validate", good, "--config", "/dev/null"); code != 0 || out != "" {
+		t.Fatalf("validate FILE --config: %d %q %s", code, out, errOut)
+	}
+}
+
+func TestStatusOutputFormats(t *testing.T) {
+	dir := t.TempDir()
+	statusFile := filepath.Join(dir, "status.json")
+	cfg := write(t, dir, "c.toml", "status_file = \""+statusFile+"\"\n")
+	n := status.Node{Node: status.NodeInfo{Name: "w3", Architecture: "amd64"},
+		Sets: []status.Set{{Name: "ok", UID: "u-1", File: "ok.yaml", Phase: status.Ready, ImagesReady: 2, ImagesTotal: 2, BytesReady: 3 << 20, BytesTotal: 3 << 20}}}
+	if err := status.WriteFile(statusFile, n); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := ctl(t, "status", "--config", cfg, "-o", "wide")
+	if code != 0 || !strings.Contains(out, "BYTES") || !strings.Contains(out, "3.0 MiB/3.0 MiB") || !strings.Contains(out, "ok.yaml") || !strings.Contains(out, "u-1") {
+		t.Fatalf("wide: %d\n%s", code, out)
+	}
+	code, out, _ = ctl(t, "status", "--config", cfg, "--output", "yaml")
+	var back status.Node
+	if err := yaml.Unmarshal([]byte(out), &back); code != 0 || err != nil || back.Sets[0].Name != "ok" || back.Node.Name != "w3" {
+		t.Fatalf("yaml: %d %v\n%s", code, err, out)
 	}
 }

@@ -2,17 +2,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	goruntime "runtime"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"go.podman.io/image/v5/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/release"
 )
@@ -20,52 +20,62 @@ import (
 // MaxImagesV1 is the shipped machineconfiguration.openshift.io/v1 API's limit per set.
 const MaxImagesV1 = 500
 
-type poolsFlag []string
+type releaseOptions struct {
+	pools    []string
+	stream   string
+	prefix   string
+	platform string
+	output   *outputFlag
+}
 
-func (p *poolsFlag) String() string     { return strings.Join(*p, ",") }
-func (p *poolsFlag) Set(v string) error { *p = append(*p, v); return nil }
+func newRelease(g *globals) *cobra.Command {
+	o := &releaseOptions{}
+	cmd := &cobra.Command{
+		Use:   "release PULLSPEC",
+		Short: "Write PinnedImageSets (v1) for an OpenShift release, per machine config pool",
+		Long: `Read an OpenShift release image (by digest) through the node's registry configuration
+(registries.conf mirrors, certs.d, the pull secret) and write PinnedImageSet documents in
+the shipped machineconfiguration.openshift.io/v1 shape: per pool, deduplicated, the
+release image itself on control-plane pools only, only the OS images of the chosen
+stream, split into sets of at most 500 images named PREFIX-<pool>-<n>. The output is
+deterministic: the same release gives the same documents.`,
+		Example: `  imagepinctl release quay.io/openshift-release-dev/ocp-release@sha256:… > release-sets.yaml
+  imagepinctl release quay.io/openshift-release-dev/ocp-release@sha256:… --pool worker --pool infra \
+      --os-stream rhel-10 --name upgrade-4-20 -o json`,
+		GroupID: "sets",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("want one PULLSPEC, got %d arguments: usage: %s", len(args), cmd.UseLine())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.output.check(); err != nil {
+				return err
+			}
+			if len(o.pools) == 0 {
+				o.pools = []string{"worker", "master"}
+			}
+			cfg, p, err := g.configAndPlatform(cmd, o.platform)
+			if err != nil {
+				return fail(exitUsage, "%v", err)
+			}
+			return releaseSets(cmd.Context(), cfg, p, o, args[0], cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.pools, "pool", nil, "a machine config pool (repeatable; default: worker and master)")
+	f.StringVar(&o.stream, "os-stream", "", "OS image stream (default: the release's default)")
+	f.StringVar(&o.prefix, "name", "", "set name prefix (default: release-<version>)")
+	f.StringVar(&o.platform, "platform", goruntime.GOOS+"/"+goruntime.GOARCH, "platform to read a multi payload's contents with")
+	o.output = addOutputFlag(cmd, outYAML, outJSON)
+	_ = cmd.RegisterFlagCompletionFunc("pool", cobra.FixedCompletions([]string{"worker", "master", "infra"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("platform", platformCompletion)
+	return cmd
+}
 
-// releaseSets prints PinnedImageSet documents (the shipped v1 shape) for a release: per
-// pool, deduplicated, the release image on control-plane pools only, the pool's OS stream
-// only, split into sets of at most 500 names, named PREFIX-<pool>-<n>, deterministic.
-func releaseSets(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("release", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", conf.DefaultConfigPath, "imagepind's config (registries.conf, certs.d, pull secret)")
-	var pools poolsFlag
-	fs.Var(&pools, "pool", "a machine config pool (repeatable; default: worker and master)")
-	stream := fs.String("os-stream", "", "OS image stream (default: the release's default)")
-	prefix := fs.String("name", "", "set name prefix (default: release-<version>)")
-	output := fs.String("o", "yaml", "output: yaml or json")
-	platform := fs.String("platform", goruntime.GOOS+"/"+goruntime.GOARCH, "platform to read a multi payload's contents with")
-	// Flags may follow the pull spec.
-	var pullSpec string
-	rest := args
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		if pullSpec != "" {
-			fmt.Fprintln(stderr, "usage: imagepinctl release PULLSPEC [--pool P]... [--os-stream S] [--name PREFIX] [-o yaml|json]")
-			return 2
-		}
-		pullSpec, rest = fs.Arg(0), fs.Args()[1:]
-	}
-	if pullSpec == "" {
-		fmt.Fprintln(stderr, "usage: imagepinctl release PULLSPEC [--pool P]... [--os-stream S] [--name PREFIX] [-o yaml|json]")
-		return 2
-	}
-	if len(pools) == 0 {
-		pools = poolsFlag{"worker", "master"}
-	}
-	cfg, p, err := configAndPlatform(fs, *configPath, *platform)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
+// releaseSets prints PinnedImageSet documents (the shipped v1 shape) for a release.
+func releaseSets(ctx context.Context, cfg conf.Config, p diskcheck.Platform, o *releaseOptions, pullSpec string, stdout, stderr io.Writer) error {
 	resolver := wire.Resolver(cfg)
 	sysFor := func(image string) *types.SystemContext {
 		sys := resolver.SystemContext(image)
@@ -74,37 +84,35 @@ func releaseSets(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	rel, err := release.Expand(ctx, release.DockerSource(sysFor), pullSpec)
 	if err != nil {
-		fmt.Fprintf(stderr, "imagepinctl release: %v\n", err)
-		return 1
+		return fail(exitNo, "%v", err)
 	}
-	docs, err := releaseDocuments(rel, pools, *stream, *prefix)
+	docs, err := releaseDocuments(rel, o.pools, o.stream, o.prefix)
 	if err != nil {
-		fmt.Fprintf(stderr, "imagepinctl release: %v\n", err)
-		return 1
+		return fail(exitNo, "%v", err)
 	}
 	fmt.Fprintf(stderr, "release %s (%s%s): %d components, OS streams %s (default %s)\n", rel.Version, pullSpec,
 		map[bool]string{true: ", multi", false: ""}[rel.Multi], len(rel.Components), strings.Join(rel.StreamNames(), ", "), rel.DefaultStream)
-	switch *output {
-	case "json":
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(map[string]any{"apiVersion": "v1", "kind": "List", "items": docs})
-	case "yaml":
-		for i, d := range docs {
-			b, err := yaml.Marshal(d)
-			if err != nil {
-				return 2
-			}
-			if i > 0 {
-				fmt.Fprintln(stdout, "---")
-			}
-			stdout.Write(b)
-		}
-	default:
-		fmt.Fprintf(stderr, "imagepinctl release: -o %s: want yaml or json\n", *output)
-		return 2
+	if o.output.value == outJSON {
+		return o.output.writeData(stdout, map[string]any{"apiVersion": "v1", "kind": "List", "items": docs})
 	}
-	return 0
+	return writeYAMLDocuments(stdout, docs)
+}
+
+// writeYAMLDocuments prints documents separated by "---".
+func writeYAMLDocuments(w io.Writer, docs []map[string]any) error {
+	for i, d := range docs {
+		b, err := yaml.Marshal(d)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(w, "---")
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // releaseDocuments builds the v1 documents.

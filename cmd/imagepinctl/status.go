@@ -1,77 +1,115 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/status"
 )
 
-func showStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	configPath := fs.String("config", conf.DefaultConfigPath, "imagepind's config")
-	output := fs.String("o", "table", "output: table or json")
-	aggregatorURL := fs.String("aggregator", "", "the aggregator's read URL (http://host:9444): show the cluster view")
-	watch := fs.Bool("watch", false, "with --aggregator: redraw until interrupted")
-	interval := fs.Duration("interval", 2*time.Second, "with --watch: how often")
-	if err := fs.Parse(args); err != nil {
-		return 2
+type statusOptions struct {
+	aggregator string
+	watch      bool
+	interval   time.Duration
+	output     *outputFlag
+}
+
+func newStatus(g *globals) *cobra.Command {
+	o := &statusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show this node's sets, or with --aggregator every node's",
+		Long: `Show what imagepind reports for this node: per set its phase, images ready and why
+not, the files it could not read and its faults (read from imagepind's status file).
+
+With --aggregator, show the cluster view instead: per set, the nodes it targets, how many
+are ready, failed, progressing or unknown, the progress by bytes and an ETA, and each
+failing or unknown node with its reason.
+
+Exit 0 when every set shown is Ready (on every node it targets), 1 if not.`,
+		Example: `  imagepinctl status
+  imagepinctl status -o wide
+  imagepinctl status -o json | jq '.sets[] | select(.phase != "Ready")'
+  imagepinctl status --aggregator http://imagepin-aggregator.imagepin:9444
+  imagepinctl status --aggregator imagepin-aggregator.imagepin:9444 --watch`,
+		GroupID: "node",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.output.check(); err != nil {
+				return err
+			}
+			if o.aggregator != "" {
+				return exit(clusterStatus(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+			}
+			if cmd.Flags().Changed("watch") {
+				return fail(exitUsage, "--watch needs --aggregator")
+			}
+			cfg, err := g.loadConfig(cmd)
+			if err != nil {
+				return fail(exitUsage, "%v", err)
+			}
+			return exit(nodeStatus(cfg, o.output, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		},
 	}
-	if *aggregatorURL != "" {
-		return clusterStatus(ctx, *aggregatorURL, *watch, *interval, *output, stdout, stderr)
-	}
-	cfg, err := loadConfig(fs, *configPath)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 2
-	}
+	f := cmd.Flags()
+	f.StringVar(&o.aggregator, "aggregator", "", "the aggregator's read address (http://host:9444, or host:port): show the cluster view")
+	f.BoolVarP(&o.watch, "watch", "w", false, "with --aggregator: redraw until interrupted")
+	f.DurationVar(&o.interval, "interval", 2*time.Second, "with --watch: how often to redraw")
+	o.output = addOutputFlag(cmd, outTable, outWide, outJSON, outYAML)
+	_ = cmd.RegisterFlagCompletionFunc("aggregator", cobra.NoFileCompletions)
+	return cmd
+}
+
+func nodeStatus(cfg conf.Config, output *outputFlag, stdout, stderr io.Writer) int {
 	n, err := status.ReadFile(cfg.StatusFile)
 	if err != nil {
-		fmt.Fprintf(stderr, "imagepinctl: read status: %v (is imagepind running?)\n", err)
-		return 2
+		fmt.Fprintf(stderr, "imagepinctl status: read status: %v (is imagepind running?)\n", err)
+		return exitUsage
 	}
-	switch *output {
-	case "json":
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(n); err != nil {
-			return 2
+	if output.data() {
+		if err := output.writeData(stdout, n); err != nil {
+			fmt.Fprintf(stderr, "imagepinctl status: %v\n", err)
+			return exitUsage
 		}
-	case "table":
-		printStatus(stdout, n)
-	default:
-		fmt.Fprintf(stderr, "imagepinctl: -o %s: want table or json\n", *output)
-		return 2
+	} else {
+		printStatus(stdout, n, output.value == outWide)
 	}
 	for _, s := range n.Sets {
 		if s.Phase != status.Ready {
-			return 1
+			return exitNo
 		}
 	}
-	return 0
+	return exitOK
 }
 
-func printStatus(w io.Writer, n status.Node) {
+func printStatus(w io.Writer, n status.Node, wide bool) {
 	fmt.Fprintf(w, "node %s (%s), %s %s, updated %s\n", n.Node.Name, n.Node.Architecture,
 		n.Node.Runtime.Name, n.Node.Runtime.Version, n.Updated.Local().Format(time.DateTime))
 	if len(n.Sets) == 0 {
 		fmt.Fprintln(w, "no sets apply to this node")
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SET\tPHASE\tIMAGES\tREASON\tMESSAGE")
+		if wide {
+			fmt.Fprintln(tw, "SET\tPHASE\tIMAGES\tBYTES\tFILE\tUID\tREASON\tMESSAGE")
+		} else {
+			fmt.Fprintln(tw, "SET\tPHASE\tIMAGES\tREASON\tMESSAGE")
+		}
 		for _, s := range n.Sets {
 			reason, msg := "", ""
 			if c := s.Condition(status.ConditionReady); c != nil {
 				reason, msg = c.Reason, c.Message
+			}
+			if wide {
+				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s/%s\t%s\t%s\t%s\t%s\n", s.Name, s.Phase, s.ImagesReady, s.ImagesTotal,
+					diskcheck.Human(s.BytesReady), diskcheck.Human(s.BytesTotal), s.File, s.UID, reason, oneLine(msg, 300))
+				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", s.Name, s.Phase, s.ImagesReady, s.ImagesTotal, reason, oneLine(msg, 100))
 		}
@@ -100,8 +138,8 @@ func oneLine(s string, max int) string {
 
 // configAndPlatform is imagepind's config and a --platform value, for the commands that
 // reach registries.
-func configAndPlatform(fs *flag.FlagSet, configPath, platform string) (conf.Config, diskcheck.Platform, error) {
-	cfg, err := loadConfig(fs, configPath)
+func (g *globals) configAndPlatform(cmd *cobra.Command, platform string) (conf.Config, diskcheck.Platform, error) {
+	cfg, err := g.loadConfig(cmd)
 	if err != nil {
 		return cfg, diskcheck.Platform{}, err
 	}
@@ -109,9 +147,7 @@ func configAndPlatform(fs *flag.FlagSet, configPath, platform string) (conf.Conf
 	return cfg, p, err
 }
 
-// loadConfig reads imagepind's config; the default path may be absent.
-func loadConfig(fs *flag.FlagSet, path string) (conf.Config, error) {
-	explicit := false
-	fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
-	return conf.LoadConfig(path, explicit)
+// platformCompletion offers the platforms OpenShift and Kubernetes nodes run.
+func platformCompletion(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return []string{"linux/amd64", "linux/arm64", "linux/ppc64le", "linux/s390x"}, cobra.ShellCompDirectiveNoFileComp
 }

@@ -1,28 +1,40 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
 	"sort"
 
+	"github.com/spf13/cobra"
+
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
 )
 
-func validate(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.String("config", conf.DefaultConfigPath, "imagepind's config (unused by validate)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+func newValidate(*globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "validate FILE...",
+		Short: "Check PinnedImageSet files as imagepind reads them",
+		Long: `Check PinnedImageSet files (YAML or JSON, one or many documents, a List) exactly as
+imagepind reads its sets directory: the shape, every field, digest-only and fully
+qualified image references, the limits, and set names unique across the files (decided
+in file name order, as in the directory).
+
+Each error is one line on stdout, "FILE: document N: set NAME: FIELD: what is wrong and
+how to fix it"; the summary goes to stderr. Exit 0 when every file is valid, 1 if not.`,
+		Example: `  imagepinctl validate /etc/imagepin/sets.d/*.yaml
+  kubectl get pinnedimagesets -o yaml > all.yaml && imagepinctl validate all.yaml`,
+		GroupID:           "sets",
+		Args:              files,
+		ValidArgsFunction: setFileArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return exit(validate(args, cmd.OutOrStdout(), cmd.ErrOrStderr()))
+		},
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "usage: imagepinctl validate FILE...")
-		return 2
-	}
-	files := fs.Args()
+}
+
+func validate(files []string, stdout, stderr io.Writer) int {
 	// Name uniqueness is decided in name order, as imagepind does in its directory.
 	sort.SliceStable(files, func(i, j int) bool { return filepath.Base(files[i]) < filepath.Base(files[j]) })
 	failed := false
@@ -53,7 +65,7 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if failed {
-		return 1
+		return exitNo
 	}
 	n := 0
 	for _, p := range parsed {
@@ -63,5 +75,5 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stderr, "%d files valid, %d sets\n", len(parsed), n)
-	return 0
+	return exitOK
 }

@@ -130,6 +130,7 @@ func Resolver(cfg conf.Config) *diskcheck.Resolver {
 		RegistriesConf:    cfg.Disk.RegistriesConf,
 		RegistriesConfDir: cfg.Disk.RegistriesConfDir,
 		CertsDir:          cfg.Disk.CertsDir,
+		AuthFile:          cfg.CRI.PullSecret,
 		Platform:          diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
 		Concurrency:       cfg.EffectivePullConcurrency(),
 	}, keyring.Lookup)

@@ -1,0 +1,151 @@
+// Package registrytest is a registry for tests: go-containerregistry's registry over TLS,
+// with basic auth per namespace, counting requests.
+package registrytest
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+// Registry is a TLS registry that lives as long as the test.
+type Registry struct {
+	t   *testing.T
+	srv *httptest.Server
+	// Host is host:port.
+	Host     string
+	requests atomic.Int64
+	// users maps a namespace ("" for the ping and any path) to user:password.
+	users map[string]string
+}
+
+// New starts a registry. With users set, each namespace needs its user:password and a
+// repository outside every namespace is refused.
+func New(t *testing.T, users map[string]string) *Registry {
+	t.Helper()
+	r := &Registry{t: t, users: users}
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	r.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.requests.Add(1)
+		if r.users != nil && !r.authorized(req) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+			return
+		}
+		reg.ServeHTTP(w, req)
+	}))
+	t.Cleanup(r.srv.Close)
+	r.Host = strings.TrimPrefix(r.srv.URL, "https://")
+	return r
+}
+
+// Requests is how many requests reached the registry.
+func (r *Registry) Requests() int64 { return r.requests.Load() }
+
+func (r *Registry) authorized(req *http.Request) bool {
+	user, pass, ok := req.BasicAuth()
+	if !ok {
+		return false
+	}
+	path := strings.TrimPrefix(req.URL.Path, "/v2/")
+	want, scoped := "", false
+	for ns, up := range r.users {
+		if ns != "" && strings.HasPrefix(path, ns+"/") {
+			want, scoped = up, true
+		}
+	}
+	if !scoped {
+		if path != "" {
+			return false
+		}
+		// The ping: any known user.
+		for _, up := range r.users {
+			if up == user+":"+pass {
+				return true
+			}
+		}
+		return false
+	}
+	return want == user+":"+pass
+}
+
+// WriteCA puts the registry's certificate into certsDir/<host>/ca.crt.
+func (r *Registry) WriteCA(certsDir string) {
+	r.t.Helper()
+	dir := filepath.Join(certsDir, r.Host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.srv.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), pemBytes, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *Registry) options(user string) []remote.Option {
+	pool := x509.NewCertPool()
+	pool.AddCert(r.srv.Certificate())
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
+	opts := []remote.Option{remote.WithTransport(tr)}
+	if user != "" {
+		u, p, _ := strings.Cut(user, ":")
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: u, Password: p}))
+	}
+	return opts
+}
+
+// Push writes img as repo, by digest and under each tag, as user ("" for none), and
+// returns "repo@sha256:…".
+func (r *Registry) Push(repo string, img v1.Image, user string, tags ...string) string {
+	r.t.Helper()
+	d, _ := img.Digest()
+	for _, ref := range append([]string{"@" + d.String()}, prefixed(":", tags)...) {
+		ref, err := name.ParseReference(r.Host + "/" + repo + ref)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if err := remote.Write(ref, img, r.options(user)...); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return repo + "@" + d.String()
+}
+
+// PushIndex writes idx like Push.
+func (r *Registry) PushIndex(repo string, idx v1.ImageIndex, user string, tags ...string) string {
+	r.t.Helper()
+	d, _ := idx.Digest()
+	for _, ref := range append([]string{"@" + d.String()}, prefixed(":", tags)...) {
+		ref, err := name.ParseReference(r.Host + "/" + repo + ref)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if err := remote.WriteIndex(ref, idx, r.options(user)...); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return repo + "@" + d.String()
+}
+
+func prefixed(p string, ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, p+s)
+	}
+	return out
+}

@@ -1,0 +1,160 @@
+// Package resolve turns image tags into the digests the set format wants: it asks the
+// registry (through containers/image, with the node's registries.conf mirrors, certs.d
+// and credentials, as CRI-O would pull the tag) which manifest a tag names, and rewrites
+// set documents with the digests, keeping the rest of each document as it was.
+package resolve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/types"
+
+	"github.com/imagepin/imagepin/diskcheck"
+)
+
+// Result is what one reference resolved to.
+type Result struct {
+	// From is the reference as written; To is repository@sha256:… (To == From when it
+	// was already a canonical digest reference).
+	From, To string
+	// Note says what was done beyond a plain tag lookup ("no tag: resolved :latest",
+	// "tag dropped").
+	Note string
+	// List is true when the tag names a manifest list or OCI index: To is the list's
+	// digest, which every architecture pulls by; Platforms are its entries.
+	List      bool
+	Platforms []string
+}
+
+// Changed says whether the reference was rewritten.
+func (r Result) Changed() bool { return r.From != r.To }
+
+// SystemContext is how to reach the registry for an image (its mirrors, certificates and
+// credentials).
+type SystemContext func(image string) *types.SystemContext
+
+// Resolver looks up tags, each reference once, a bounded number at a time.
+type Resolver struct {
+	sys SystemContext
+	sem chan struct{}
+
+	mu    sync.Mutex
+	cache map[string]*entry
+}
+
+type entry struct {
+	done chan struct{}
+	res  Result
+	err  error
+}
+
+// NewResolver returns a resolver doing at most concurrency lookups at once.
+func NewResolver(sys SystemContext, concurrency int) *Resolver {
+	if concurrency <= 0 {
+		concurrency = 8
+	}
+	return &Resolver{sys: sys, sem: make(chan struct{}, concurrency), cache: map[string]*entry{}}
+}
+
+// Resolve returns the digest reference image names. A reference must be fully qualified
+// (a short name resolves through search registries, differently on each node); a
+// canonical digest reference is returned as it is, without a request.
+func (r *Resolver) Resolve(ctx context.Context, image string) (Result, error) {
+	r.mu.Lock()
+	e, ok := r.cache[image]
+	if !ok {
+		e = &entry{done: make(chan struct{})}
+		r.cache[image] = e
+	}
+	r.mu.Unlock()
+	if ok {
+		select {
+		case <-e.done:
+			return e.res, e.err
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		}
+	}
+	defer close(e.done)
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		e.err = ctx.Err()
+		return Result{}, e.err
+	}
+	defer func() { <-r.sem }()
+	e.res, e.err = r.resolve(ctx, image)
+	return e.res, e.err
+}
+
+func (r *Resolver) resolve(ctx context.Context, image string) (Result, error) {
+	res := Result{From: image}
+	named, err := reference.ParseNamed(image)
+	if err != nil {
+		if errors.Is(err, reference.ErrNameNotCanonical) {
+			if norm, nerr := reference.ParseNormalizedNamed(image); nerr == nil {
+				return res, fmt.Errorf("%q is not fully qualified: write it as %q (a short name is looked up in each node's search registries, which may differ)", image, norm.String())
+			}
+		}
+		return res, fmt.Errorf("%q is not a valid image reference: %w", image, err)
+	}
+	if d, ok := named.(reference.Digested); ok {
+		if d.Digest().Algorithm() != digest.SHA256 {
+			return res, fmt.Errorf("%q: digest must be sha256", image)
+		}
+		res.To = reference.TrimNamed(named).String() + "@" + d.Digest().String()
+		if _, tagged := named.(reference.Tagged); tagged {
+			res.Note = "tag dropped: CRI-O pulls by the digest alone"
+		}
+		return res, nil
+	}
+	if _, tagged := named.(reference.Tagged); !tagged {
+		res.Note = "no tag: resolved :latest"
+		named = reference.TagNameOnly(named)
+	}
+	ref, err := docker.NewReference(named)
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", image, err)
+	}
+	src, err := ref.NewImageSource(ctx, r.sys(image))
+	if err != nil {
+		return res, err
+	}
+	defer src.Close()
+	blob, mime, err := src.GetManifest(ctx, nil)
+	if err != nil {
+		return res, fmt.Errorf("read manifest of %s: %w", image, err)
+	}
+	d, err := manifest.Digest(blob)
+	if err != nil {
+		return res, fmt.Errorf("digest of %s's manifest: %w", image, err)
+	}
+	res.To = reference.TrimNamed(named).String() + "@" + d.String()
+	if manifest.MIMETypeIsMultiImage(mime) {
+		res.List = true
+		if list, err := manifest.ListFromBlob(blob, mime); err == nil {
+			res.Platforms = platforms(list)
+		}
+	}
+	return res, nil
+}
+
+func platforms(list manifest.List) []string {
+	var out []string
+	for _, p := range diskcheck.ListPlatforms(list) {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
