@@ -106,6 +106,15 @@ func TestKubeletGCSparesPinnedImages(t *testing.T) {
 	// takes them; imagepind itself deleted nothing.
 	os.Remove(filepath.Join(w.setsDir, "keep.yaml"))
 	waitUntil(t, "the removed set's images collected", 120*time.Second, gone(pinned))
+	var collected []string
+	for _, ref := range pinned {
+		l := kubelet.Lines("Removing image to free bytes", strings.TrimPrefix(w.image2ID(ids, ref), "sha256:"))
+		if len(l) == 0 {
+			t.Fatalf("no kubelet removal line for %s once unpinned", ref)
+		}
+		collected = append(collected, l[0])
+	}
+	t.Logf("kubelet collected once the set was removed:\n%s", strings.Join(collected, "\n"))
 	w.requireConfigParses()
 }
 
