@@ -145,6 +145,9 @@ type Agent struct {
 	overriders     []string
 	effective      []string
 	pinRetry       retry
+	// pinGen counts pin confirmations: a pull result's pinned flag is only as fresh as
+	// the generation it was dispatched in.
+	pinGen int
 
 	// images and pulls
 	images     map[string]*imageState
@@ -218,6 +221,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 	if err := a.loadState(); err != nil {
 		a.log.WithError(err).Warn("state")
 	}
+	a.adoptDropIn()
 	var wg sync.WaitGroup
 	workerCtx, stopWorkers := context.WithCancel(ctx)
 	for i := 0; i < a.cfg.PullConcurrency; i++ {
@@ -295,7 +299,7 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.ensureRuntime(ctx)
 	a.refreshPresence(ctx, desired)
 	admitted := a.checkDisk(ctx, desired)
-	a.syncPins(ctx, admitted)
+	a.syncPins(ctx, desired, admitted)
 	// A confirmed pin change may have changed present images' pinned flags.
 	a.refreshPresence(ctx, desired)
 	if a.pinsInEffect() {

@@ -46,6 +46,8 @@ type harness struct {
 	releases Releases
 	// reloader replaces the fake runtime's own reload (a slow one, say).
 	reloader Reloader
+	// disk replaces the admit-everything disk check.
+	disk diskcheck.Checker
 }
 
 func newHarness(t *testing.T) *harness {
@@ -94,6 +96,9 @@ func (h *harness) start() {
 	}
 	if h.reloader != nil {
 		deps.Reloader = h.reloader
+	}
+	if h.disk != nil {
+		deps.Disk = h.disk
 	}
 	a := New(h.cfg, deps)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -672,5 +677,155 @@ func TestDueReleaseIsHandledWithoutAnotherEvent(t *testing.T) {
 				t.Fatalf("%d reconciles in an idle second: the loop spins", n)
 			}
 		})
+	}
+}
+
+// fakeDisk answers the disk check as told: admit every set, refuse every set that
+// misses an image (as a real check past the GC threshold), or fail as a whole (the image
+// filesystem or every registry not answering).
+type fakeDisk struct {
+	mu   sync.Mutex
+	mode string // "admit", "refuse", "fail"
+}
+
+func (d *fakeDisk) set(mode string) {
+	d.mu.Lock()
+	d.mode = mode
+	d.mu.Unlock()
+}
+
+func (d *fakeDisk) Check(_ context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
+	d.mu.Lock()
+	mode := d.mode
+	d.mu.Unlock()
+	if mode == "fail" {
+		return diskcheck.Result{}, errors.New("image filesystem: statfs: input/output error")
+	}
+	res := diskcheck.Result{Verdicts: map[string]diskcheck.Verdict{}}
+	for _, s := range sets {
+		v := diskcheck.Verdict{Admitted: true, Condition: status.Condition{Type: status.ConditionDiskChecked, Status: status.True, Reason: status.ReasonSpaceAvailable, Message: "fits"}}
+		if mode == "refuse" {
+			v = diskcheck.Verdict{Condition: status.Condition{Type: status.ConditionDiskChecked, Status: status.False, Reason: status.ReasonInsufficientDiskSpace,
+				Message: fmt.Sprintf("node worker-0: %d images need 9 GiB; image GC starts at 85%%", len(s.Missing))}}
+		}
+		res.Verdicts[s.Name] = v
+	}
+	return res, nil
+}
+
+// Disk pressure past the GC threshold: the check refuses every set from now on. A Ready
+// set keeps its pins well past unpin_delay (the kubelet's image GC would take them), and
+// stays Ready; a new image in it is neither pulled nor pinned, and the set says why.
+func TestDiskPressureKeepsPins(t *testing.T) {
+	h := newHarness(t)
+	disk := &fakeDisk{mode: "admit"}
+	h.disk = disk
+	a, b, c := img("a", 1), img("b", 2), img("c", 3)
+	h.available(a, b, c)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a, b))
+	h.waitFor("Ready", phase("s", status.Ready))
+
+	disk.set("refuse")
+	h.trigger()
+	time.Sleep(4 * h.cfg.UnpinDelay)
+	h.trigger()
+	n := h.waitFor("a pass after the refusal", func(status.Node) bool { return true })
+	for _, ref := range []string{a, b} {
+		if !slices.Contains(h.rt.Pinned(), ref) {
+			t.Fatalf("disk pressure unpinned %s: %v", ref, h.rt.Pinned())
+		}
+	}
+	if s := n.Set("s"); s.Phase != status.Ready {
+		t.Fatalf("a set with every image present is %s: %+v", s.Phase, s.Condition(status.ConditionReady))
+	}
+
+	h.writeFile("s.yaml", setDoc("s", a, b, c))
+	n = h.waitFor("refused for c", phase("s", status.Failed))
+	if c := n.Set("s").Condition(status.ConditionReady); c.Reason != status.ReasonInsufficientDiskSpace || !strings.Contains(c.Message, "the 2 images already present stay pinned") {
+		t.Fatalf("%+v", c)
+	}
+	time.Sleep(2 * h.cfg.UnpinDelay)
+	if p := h.rt.Pinned(); !slices.Contains(p, a) || !slices.Contains(p, b) || slices.Contains(p, c) || h.rt.PullCount(c) != 0 {
+		t.Fatalf("pinned %v, pulls of c %d", p, h.rt.PullCount(c))
+	}
+	disk.set("admit")
+	h.trigger()
+	h.waitFor("Ready once the disk has room", func(n status.Node) bool { return phase("s", status.Ready)(n) && slices.Contains(h.rt.Pinned(), c) })
+}
+
+// A restart with the state file corrupt, CRI-O not answering and a disk check that
+// fails: the drop-in is rebuilt into the state instead of emptied, and the set's pins
+// outlive unpin_delay; when CRI-O returns the set is Ready with nothing pulled again.
+func TestRestartWithLostStateKeepsTheDropIn(t *testing.T) {
+	h := newHarness(t)
+	disk := &fakeDisk{mode: "admit"}
+	h.disk = disk
+	a, b := img("a", 1), img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a, b))
+	h.waitFor("Ready", phase("s", status.Ready))
+	h.stop()
+
+	if err := os.WriteFile(filepath.Join(h.root, "state", "state.json"), []byte("{\"pins\": {tru"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.rt.SetDown(true)
+	disk.set("fail")
+	h.start()
+	h.waitFor("runtime unavailable", func(n status.Node) bool {
+		s := n.Set("s")
+		return s != nil && s.Condition(status.ConditionProgressing).Reason == status.ReasonRuntimeUnavailable
+	})
+	time.Sleep(4 * h.cfg.UnpinDelay)
+	h.trigger()
+	time.Sleep(50 * time.Millisecond)
+	data, err := os.ReadFile(h.dropIn.Path())
+	if err != nil || !strings.Contains(string(data), a) || !strings.Contains(string(data), b) {
+		t.Fatalf("the drop-in lost the set's pins: %v\n%s", err, data)
+	}
+	h.rt.SetDown(false)
+	h.trigger()
+	h.waitFor("Ready", phase("s", status.Ready))
+	if h.rt.PullCount(a) != 1 || h.rt.PullCount(b) != 1 {
+		t.Fatalf("pulled again: %d %d", h.rt.PullCount(a), h.rt.PullCount(b))
+	}
+	// A pattern the drop-in held that no set wants goes after unpin_delay, as any other.
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.waitFor("b unpinned", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), b) })
+}
+
+// A pull's pinned flag read before a pin confirmation is not trusted: the image is asked
+// about again (it wedged a set as "present but not pinned" for good).
+func TestStalePinnedAnswerIsCheckedAgain(t *testing.T) {
+	h := newHarness(t)
+	a := New(h.cfg, Deps{Runtime: h.rt, DropIn: h.dropIn, Live: h.rt, Reloader: h.rt, Disk: diskcheck.AdmitAll{}, State: h.store})
+	ref := img("a", 1)
+	a.support.PinnedField = true
+	a.images[ref] = &imageState{wanted: true, inflight: true}
+	a.inflight = 1
+	a.pinGen = 2 // pins confirmed while the pull was in flight
+	a.handleResult(pullResult{image: ref, gen: 1, after: cri.Image{Present: true, Pinned: false}})
+	if a.images[ref].checked {
+		t.Fatal("a pinned flag from an older pin generation was trusted")
+	}
+	if a.recheck.next.IsZero() {
+		t.Fatal("no wake-up scheduled to ask again")
+	}
+	// Same generation, but the confirmed patterns match and CRI-O says unpinned.
+	a.images[ref] = &imageState{wanted: true, inflight: true}
+	a.inflight = 1
+	a.confirmedValid, a.effective = true, []string{ref}
+	a.handleResult(pullResult{image: ref, gen: 2, after: cri.Image{Present: true, Pinned: false}})
+	if a.images[ref].checked {
+		t.Fatal("an unpinned answer for a confirmed pattern was trusted")
+	}
+	// A fresh answer is trusted.
+	a.images[ref] = &imageState{wanted: true, inflight: true}
+	a.inflight = 1
+	a.handleResult(pullResult{image: ref, gen: 2, after: cri.Image{Present: true, Pinned: true}})
+	if !a.images[ref].checked || !a.images[ref].pinned {
+		t.Fatal("a fresh answer was not taken")
 	}
 }

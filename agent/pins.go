@@ -13,19 +13,15 @@ import (
 	"github.com/imagepin/imagepin/crio"
 )
 
-// syncPins makes the managed drop-in hold the admitted sets' images, the images of sets
-// that left less than unpin_delay ago, and the other config files' patterns; reloads
-// CRI-O when that changes what CRI-O should have; and confirms CRI-O has it.
-func (a *Agent) syncPins(ctx context.Context, admitted []conf.Set) {
+// syncPins makes the managed drop-in hold the pins the desired sets keep (keepPinned),
+// the images of sets that left less than unpin_delay ago, and the other config files'
+// patterns; reloads CRI-O when that changes what CRI-O should have; and confirms CRI-O
+// has it.
+func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
 	now := a.deps.Clock.Now()
 	a.pinFaults = nil
 
-	wanted := map[string]bool{}
-	for _, s := range admitted {
-		for _, img := range s.Images {
-			wanted[img] = true
-		}
-	}
+	wanted := a.keepPinned(desired, admitted)
 	for img := range wanted {
 		if released, ok := a.data.Pins[img]; !ok || !released.IsZero() {
 			a.data.Pins[img] = time.Time{}
@@ -109,6 +105,58 @@ func (a *Agent) syncPins(ctx context.Context, admitted []conf.Set) {
 	a.pinRetry.reset()
 }
 
+// keepPinned is what the desired sets pin. Keeping a pin is separate from being allowed
+// to pull: every image of an admitted set, and of every other desired set the images
+// that are present or already pinned, whatever the disk check says (or before it has
+// answered). The check gates only new pulls, and pins of images not on the node yet: a
+// node under disk pressure, a registry that does not answer, or a restart must never
+// unpin what a set still wants, least of all while the kubelet's image GC is deleting.
+func (a *Agent) keepPinned(desired, admitted []conf.Set) map[string]bool {
+	may := make(map[string]bool, len(admitted))
+	for _, s := range admitted {
+		may[s.Name] = true
+	}
+	wanted := map[string]bool{}
+	for _, s := range desired {
+		for _, ref := range s.Images {
+			_, pinned := a.data.Pins[ref]
+			img := a.images[ref]
+			if may[s.Name] || pinned || (img != nil && img.present) {
+				wanted[ref] = true
+			}
+		}
+	}
+	return wanted
+}
+
+// adoptDropIn takes every pattern of the managed drop-in on disk that the state does not
+// know (a state file lost, corrupt, or older than the drop-in) into the state, released
+// now: the first pass keeps those a desired set still wants, and the others go after
+// unpin_delay like any released pin, so a restart never empties the drop-in.
+func (a *Agent) adoptDropIn() {
+	files := a.deps.DropIn.Scan()
+	inherited := lowerSet(a.deps.DropIn.Existing(files).Inherited)
+	now := a.deps.Clock.Now()
+	adopted := 0
+	for _, f := range files {
+		if !f.Managed || f.Err != nil {
+			continue
+		}
+		for _, p := range f.Pins {
+			if _, known := a.data.Pins[p]; known || inherited[strings.ToLower(p)] {
+				continue
+			}
+			a.data.Pins[p] = now
+			a.dataDirty = true
+			adopted++
+		}
+	}
+	if adopted > 0 {
+		a.log.WithField("patterns", adopted).WithField("file", a.deps.DropIn.Path()).
+			Warn("the managed drop-in pins images the state does not know (state lost or older): keeping them; those no set wants go after unpin_delay")
+	}
+}
+
 // reloadAndConfirm reloads CRI-O (unless it has the pins already) and waits until its
 // live config shows them: a reload only sends SIGHUP, and CRI-O re-reads its config
 // after the job is "done".
@@ -188,6 +236,8 @@ func (a *Agent) probePinned(ctx context.Context) bool {
 func (a *Agent) pinsConfirmed(took time.Duration) {
 	a.confirmed = slices.Clone(a.effective)
 	a.confirmedValid = true
+	// Pull results that saw an older generation may carry a stale pinned flag.
+	a.pinGen++
 	a.log.WithField("patterns", len(a.effective)).WithField("took", took.Round(time.Millisecond).String()).Info("pins confirmed in effect")
 	// Pins changed: the runtime's pinned flag of present images may have changed too.
 	for _, img := range a.images {

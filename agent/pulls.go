@@ -26,10 +26,12 @@ type imageState struct {
 type pullJob struct {
 	image string
 	auth  *cri.Auth
+	gen   int // the pin generation it was dispatched in
 }
 
 type pullResult struct {
 	image string
+	gen   int
 	err   error
 	took  time.Duration
 	after cri.Image // ImageStatus after a successful pull
@@ -58,6 +60,12 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
 	if !a.runtimeUp() {
 		return
 	}
+	again := false // an image to ask about again
+	defer func() {
+		if !again && a.runtimeUp() {
+			a.recheck.reset()
+		}
+	}()
 	for _, s := range desired {
 		for _, ref := range s.Images {
 			img := a.images[ref]
@@ -72,26 +80,42 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
 					a.runtimeDown(err)
 					return
 				}
+				// Any other error: ask again later, and make sure a wake-up comes.
 				a.log.WithError(err).WithField("image", ref).Warn("image status")
+				a.scheduleRecheck()
+				again = true
 				continue
 			}
 			if img.present && !st.Present {
 				a.log.WithField("image", ref).Warn("image is gone from the runtime's storage; pulling it again")
 			}
 			img.checked, img.present, img.pinned = true, st.Present, st.Pinned
-			if st.Present && !st.Pinned && a.confirmedValid && a.support.PinnedField && crio.Matches(a.effective, ref) {
+			if a.staleUnpinned(ref, st) {
 				// CRI-O's confirmed patterns match it, yet it says unpinned: its image
 				// service may not have caught up yet. Ask again, with backoff.
 				img.checked = false
-				if a.recheck.due(a.deps.Clock.Now()) {
-					a.recheck.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
-				}
+				a.scheduleRecheck()
+				again = true
 			}
 			if st.Present {
 				img.lastErr = nil
 				img.retry.reset()
 			}
 		}
+	}
+}
+
+// staleUnpinned says whether CRI-O calls a present image unpinned although the patterns
+// it was confirmed to have match it.
+func (a *Agent) staleUnpinned(ref string, st cri.Image) bool {
+	return st.Present && !st.Pinned && a.confirmedValid && a.support.PinnedField && crio.Matches(a.effective, ref)
+}
+
+// scheduleRecheck makes sure a pass comes to ask about unchecked images again, with
+// backoff while the reason persists.
+func (a *Agent) scheduleRecheck() {
+	if now := a.deps.Clock.Now(); a.recheck.due(now) {
+		a.recheck.fail(now, a.cfg.MaxBackoff, a.rand)
 	}
 }
 
@@ -122,7 +146,7 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 			}
 			img.inflight = true
 			a.inflight++
-			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref)}
+			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen}
 		}
 	}
 }
@@ -137,7 +161,7 @@ func (a *Agent) pullWorker(ctx context.Context) {
 			pctx, cancel := context.WithTimeout(ctx, a.cfg.PullTimeout)
 			_, err := a.deps.Runtime.PullImage(pctx, job.image, job.auth)
 			cancel()
-			res := pullResult{image: job.image, err: err, took: time.Since(start)}
+			res := pullResult{image: job.image, gen: job.gen, err: err, took: time.Since(start)}
 			if err == nil {
 				sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 				res.after, res.err = a.deps.Runtime.ImageStatus(sctx, job.image)
@@ -171,6 +195,12 @@ func (a *Agent) handleResult(r pullResult) {
 		img.retry.reset()
 		a.noSpaceTry.reset()
 		log.WithField("pinned", r.after.Pinned).Info("pulled")
+		if r.gen != a.pinGen || a.staleUnpinned(r.image, r.after) {
+			// The flag was read before the pins now confirmed (or before CRI-O's image
+			// service caught up with them): ask again rather than trust it.
+			img.checked = false
+			a.scheduleRecheck()
+		}
 		return
 	}
 	img.lastErr = r.err

@@ -160,10 +160,14 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	var unavailable, noSpace int
 	pinnedByCRIO := a.support.PinnedField
 	notPinned := 0
+	absent := 0 // not known to be on the node: what the disk check gates
 	for _, ref := range s.Images {
 		img := a.images[ref]
 		size := a.data.Sizes[ref]
 		st.BytesTotal += size
+		if img == nil || !img.present {
+			absent++
+		}
 		if img == nil {
 			continue
 		}
@@ -213,18 +217,24 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	progressing := true
 	missing := st.ImagesTotal - st.ImagesReady
 	relPhase, relReason, relMsg, relProblem := a.releaseProblem(s)
+	gated := (!checked || !verdict.Admitted) && absent > 0
 	switch {
 	case relProblem:
 		phase, reason, msg, progressing = relPhase, relReason, relMsg, relPhase != status.Failed
-	case checked && !verdict.Admitted && verdict.Condition.Reason == status.ReasonInsufficientDiskSpace:
+	// The disk check gates pulls only: a set with every image on the node is not held
+	// back by it (its pins are kept whatever it says).
+	case gated && checked && verdict.Condition.Reason == status.ReasonInsufficientDiskSpace:
 		phase, reason, msg, progressing = status.Failed, status.ReasonInsufficientDiskSpace, verdict.Condition.Message, false
-	case !a.runtimeUp() && (!checked || !verdict.Admitted):
+		if absent < st.ImagesTotal {
+			msg += fmt.Sprintf("; the %d images already present stay pinned", st.ImagesTotal-absent)
+		}
+	case gated && !a.runtimeUp():
 		phase, reason = status.Pending, status.ReasonRuntimeUnavailable
 		msg = "container runtime unavailable; retrying"
 		if a.runtimeErr != nil {
 			msg += ": " + a.runtimeErr.Error()
 		}
-	case !checked || !verdict.Admitted:
+	case gated:
 		phase, reason, msg = status.Pending, status.ReasonCheckingDisk, "waiting for the disk check"
 		if verdict.Condition.Message != "" {
 			msg = verdict.Condition.Message

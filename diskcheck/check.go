@@ -90,7 +90,10 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 		}
 		need := uint64(float64(layers) * r.cfg.Multiplier)
 		total := cumulative + need
-		fits := total <= space.Available && space.Used()+total <= limit
+		// A set that needs nothing more (every image present, or every layer counted for
+		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
+		// refusal would let its pins go just as the kubelet's image GC starts deleting.
+		fits := need == 0 || (total <= space.Available && space.Used()+total <= limit)
 		msg := r.describe(s.Name, sized, layers, need, cumulative, path, space, threshold, thresholdFrom, terr)
 		switch {
 		case !fits:

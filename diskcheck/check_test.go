@@ -91,6 +91,39 @@ func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
 	}
 }
 
+// A disk past the kubelet's GC threshold, and full: a set whose images are all present
+// (nothing missing), or whose missing layers a set before it already counts, needs 0
+// bytes and is admitted; one that needs more is refused.
+func TestZeroNeedIsNeverRefused(t *testing.T) {
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.certs)
+	shared := layer(t, 20000)
+	one := reg.Host + "/" + reg.Push("a/one", image(t, shared), "")
+	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85},
+		f.resolver(Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 20}, nil } // 99.9% used
+	res, err := c.Check(context.Background(), []SetRequest{
+		{Name: "needs-space", Missing: []string{one}},
+		{Name: "present", Missing: nil},
+		{Name: "same-layers", Missing: []string{one}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.Verdicts["needs-space"]; v.Admitted || v.Condition.Reason != status.ReasonInsufficientDiskSpace {
+		t.Fatalf("needs-space: %+v", v)
+	}
+	if v := res.Verdicts["present"]; !v.Admitted || v.Condition.Status != status.True {
+		t.Fatalf("a set with every image present was refused: %+v", v.Condition)
+	}
+	// "same-layers" needs the layer "needs-space" would have brought: not counted, since
+	// that set was refused, so it is refused too.
+	if v := res.Verdicts["same-layers"]; v.Admitted {
+		t.Fatalf("same-layers: %+v", v)
+	}
+}
+
 func TestGCHighThreshold(t *testing.T) {
 	dir := t.TempDir()
 	kc := filepath.Join(dir, "kubelet.conf")
