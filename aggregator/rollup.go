@@ -55,6 +55,8 @@ type NodeView struct {
 	Sets          int        `json:"sets"`
 	SetsReady     int        `json:"setsReady"`
 	Faults        []string   `json:"faults,omitempty"`
+	// FileErrors are the set files the node could not use.
+	FileErrors []status.FileError `json:"fileErrors,omitempty"`
 }
 
 // PhaseUnknown marks a node that went silent (or never reported).
@@ -211,7 +213,7 @@ func (s *Store) Nodes() []NodeView {
 		}
 		received := e.received
 		v := NodeView{Name: name, Unknown: e.unknown(now), LastReport: &received, AgeSeconds: now.Sub(received).Seconds(),
-			Heartbeat: e.heartbeat.String(), BootID: e.bootID, Sets: len(e.status.Sets), Faults: e.status.Faults}
+			Heartbeat: e.heartbeat.String(), BootID: e.bootID, Sets: len(e.status.Sets), Faults: e.status.Faults, FileErrors: e.status.FileErrors}
 		for _, set := range e.status.Sets {
 			if set.Phase == status.Ready {
 				v.SetsReady++

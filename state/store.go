@@ -147,6 +147,27 @@ func (s *Store) Forget(name string) error {
 // ErrLocked means another imagepind or imagepinctl apply holds the state directory.
 var ErrLocked = errors.New("state directory is locked by another imagepind or imagepinctl apply")
 
+// Running says whether a process (imagepind, or imagepinctl apply) holds dir's lock. It
+// creates nothing: a directory or lock file that does not exist is "not running".
+func Running(dir string) (bool, error) {
+	f, err := os.Open(filepath.Join(dir, lockFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return true, nil
+		}
+		return false, err
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false, nil
+}
+
 // Lock takes the state directory's exclusive lock; it is released by the returned func
 // or when the process dies (flock), so a kill -9 never leaves it stale.
 func (s *Store) Lock() (func(), error) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -23,8 +24,9 @@ import (
 // directory, the pins go to the same managed drop-in, and it returns when every set
 // that applies to this node is Ready (0), or when one Failed or the timeout passed (1).
 type applyOptions struct {
-	timeout time.Duration
-	reload  string
+	timeout  time.Duration
+	reload   string
+	stateDir string
 }
 
 func newApply(g *globals) *cobra.Command {
@@ -35,10 +37,13 @@ func newApply(g *globals) *cobra.Command {
 		Long: `Run imagepind's flow once in the foreground with the given files as the sets directory:
 select the sets for this node, check the disk, write the pins into CRI-O's managed
 drop-in, reload CRI-O and confirm the pins, pull through the CRI socket, and print the
-status. It refuses while imagepind runs on this node (they share the state directory).
+status. It refuses while imagepind runs on this node (they share the managed drop-in).
+It keeps its own state (a temporary directory unless --state-dir), adds pins and never
+removes one, and does not write imagepind's status file.
 
-Exit 0 when every set that applies to this node is Ready, 1 when one failed or --timeout
-passed, 2 on a usage or operational error.`,
+Exit 0 when every set that applies to this node is Ready, 1 when one failed, --timeout
+passed, a file has an error or no set applies to this node (nothing done), 2 on a usage or
+operational error.`,
 		Example: `  imagepinctl apply set.yaml
   imagepinctl apply --config ./imagepind.toml --reload signal --timeout 10m sets/*.yaml`,
 		GroupID:           "node",
@@ -57,6 +62,8 @@ passed, 2 on a usage or operational error.`,
 	}
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 30*time.Minute, "give up after this long")
 	cmd.Flags().StringVar(&o.reload, "reload", "", "override [crio] reload: auto, systemd or signal")
+	cmd.Flags().StringVar(&o.stateDir, "state-dir", "", "apply's own state directory, kept between runs (default: a temporary one; never imagepind's)")
+	_ = cmd.MarkFlagDirname("state-dir")
 	_ = cmd.RegisterFlagCompletionFunc("reload", cobra.FixedCompletions([]string{"auto", "systemd", "signal"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
 }
@@ -65,17 +72,36 @@ func apply(ctx context.Context, cfg conf.Config, o *applyOptions, files []string
 	if o.reload != "" {
 		cfg.CRIO.Reload = o.reload
 	}
-	store, err := state.Open(cfg.StateDir)
+	// imagepind's state directory is only locked, so that apply refuses while imagepind
+	// runs; apply keeps its own state (last good files, pin times, release cache) apart,
+	// and never writes imagepind's status file.
+	daemon, err := state.Open(cfg.StateDir)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	unlock, err := store.Lock()
+	unlock, err := daemon.Lock()
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepinctl apply: %v\n", err)
 		return exitUsage
 	}
 	defer unlock()
+	stateDir := o.stateDir
+	if stateDir == "" {
+		if stateDir, err = os.MkdirTemp("", "imagepinctl-apply-state-"); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitUsage
+		}
+		defer os.RemoveAll(stateDir)
+	}
+	store, err := state.Open(stateDir)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitUsage
+	}
+	// apply adds pins and never removes one: the managed drop-in may hold imagepind's
+	// pins, which only imagepind (at its next start) decides to release.
+	cfg.UnpinDelay = conf.Duration(100 * 365 * 24 * time.Hour)
 
 	setsDir, err := os.MkdirTemp("", "imagepinctl-apply-")
 	if err != nil {
@@ -128,21 +154,14 @@ func apply(ctx context.Context, cfg conf.Config, o *applyOptions, files []string
 	}
 	defer client.Close()
 	_ = a.Run(runCtx, nil)
-	if err := status.WriteFile(cfg.StatusFile, final); err != nil {
-		fmt.Fprintf(stderr, "write status file: %v\n", err)
-	}
 	printStatus(stdout, final, false)
 	if !errors.Is(context.Cause(runCtx), done) {
 		fmt.Fprintf(stderr, "imagepinctl apply: gave up: %v\n", context.Cause(runCtx))
 		return exitNo
 	}
-	for _, s := range final.Sets {
-		if s.Phase != status.Ready {
-			return exitNo
-		}
-	}
-	if len(final.FileErrors) > 0 {
+	if len(final.Sets) == 0 {
+		fmt.Fprintf(stderr, "imagepinctl apply: no set in %s selects node %s: nothing was done\n", strings.Join(files, ", "), final.Node.Name)
 		return exitNo
 	}
-	return exitOK
+	return nodeExit(final)
 }

@@ -14,13 +14,43 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 )
 
+// clusterView is what status --aggregator shows: every set, and every node's problems.
+type clusterView struct {
+	Sets  []aggregator.SetView  `json:"sets"`
+	Nodes []aggregator.NodeView `json:"nodes"`
+}
+
+// attention says whether anything in the view needs an administrator: a set not ready, a
+// node unknown or with a file error or a fault, or no set at all (nothing to show).
+func (v clusterView) attention() bool {
+	if len(v.Sets) == 0 {
+		return true
+	}
+	for _, s := range v.Sets {
+		if !s.Ready {
+			return true
+		}
+	}
+	for _, n := range v.Nodes {
+		if n.Unknown || len(n.Faults) > 0 || len(n.FileErrors) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // clusterStatus shows the aggregator's per-set view; with watch it redraws every
 // interval until interrupted.
 func clusterStatus(ctx context.Context, o *statusOptions, stdout, stderr io.Writer) int {
 	client := &http.Client{Timeout: 10 * time.Second}
 	url := aggregatorURL(o.aggregator)
 	for {
+		var view clusterView
 		sets, err := fetchSets(ctx, client, url, o.output.value == outWide)
+		if err == nil {
+			view.Sets = sets
+			err = getJSON(ctx, client, url+"/v1/nodes", &view.Nodes)
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "imagepinctl status: %v\n", err)
 			if !o.watch {
@@ -31,18 +61,16 @@ func clusterStatus(ctx context.Context, o *statusOptions, stdout, stderr io.Writ
 				fmt.Fprint(stdout, "\033[H\033[2J") // redraw in place
 			}
 			if o.output.data() {
-				if err := o.output.writeData(stdout, sets); err != nil {
+				if err := o.output.writeData(stdout, view); err != nil {
 					fmt.Fprintf(stderr, "imagepinctl status: %v\n", err)
 					return exitUsage
 				}
 			} else {
-				printCluster(stdout, url, sets, time.Now(), o.output.value == outWide)
+				printCluster(stdout, url, view, time.Now(), o.output.value == outWide)
 			}
 			if !o.watch {
-				for _, s := range sets {
-					if !s.Ready {
-						return exitNo
-					}
+				if view.attention() {
+					return exitNo
 				}
 				return exitOK
 			}
@@ -70,29 +98,35 @@ func fetchSets(ctx context.Context, client *http.Client, url string, allNodes bo
 	if allNodes {
 		path += "?nodes=all"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
+	var sets []aggregator.SetView
+	return sets, getJSON(ctx, client, url+path, &sets)
+}
+
+func getJSON(ctx context.Context, client *http.Client, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("aggregator: %w", err)
+		return fmt.Errorf("aggregator: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("aggregator: %s", resp.Status)
+		return fmt.Errorf("aggregator: %s: %s", url, resp.Status)
 	}
-	var sets []aggregator.SetView
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&sets); err != nil {
-		return nil, fmt.Errorf("aggregator: %w", err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v); err != nil {
+		return fmt.Errorf("aggregator: %s: %w", url, err)
 	}
-	return sets, nil
+	return nil
 }
 
-func printCluster(w io.Writer, url string, sets []aggregator.SetView, now time.Time, wide bool) {
+func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide bool) {
 	fmt.Fprintf(w, "cluster view from %s at %s\n", url, now.Format(time.TimeOnly))
+	defer printNodeProblems(w, view.Nodes)
+	sets := view.Sets
 	if len(sets) == 0 {
-		fmt.Fprintln(w, "no node reports any set")
+		fmt.Fprintf(w, "no node reports any set (%d nodes known)\n", len(view.Nodes))
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -130,4 +164,23 @@ func bar(s aggregator.SetView) string {
 	}
 	n := int(frac*20 + 0.5)
 	return fmt.Sprintf("[%s%s] %3.0f%%", strings.Repeat("#", n), strings.Repeat(".", 20-n), 100*frac)
+}
+
+// printNodeProblems lists what nodes report beside their sets: unknown nodes, files
+// they could not use, faults.
+func printNodeProblems(w io.Writer, nodes []aggregator.NodeView) {
+	for _, n := range nodes {
+		switch {
+		case n.NeverReported:
+			fmt.Fprintf(w, "node %s: Unknown: never reported\n", n.Name)
+		case n.Unknown:
+			fmt.Fprintf(w, "node %s: Unknown: silent for %s\n", n.Name, (time.Duration(n.AgeSeconds) * time.Second).String())
+		}
+		for _, fe := range n.FileErrors {
+			fmt.Fprintf(w, "node %s: file error: %s\n", n.Name, oneLine(fe.Error, 300))
+		}
+		for _, f := range n.Faults {
+			fmt.Fprintf(w, "node %s: fault: %s\n", n.Name, oneLine(f, 300))
+		}
+	}
 }

@@ -67,3 +67,25 @@ func TestAggregatorAddressWithoutScheme(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 }
+
+// Nodes whose only news is broken files or faults: the view says so and needs attention.
+func TestClusterStatusShowsNodeProblems(t *testing.T) {
+	store := aggregator.NewStore(aggregator.DefaultLimits(), time.Now)
+	r := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: "w1"}, Sets: []status.Set{},
+		FileErrors: []status.FileError{{File: "s.yaml", Error: "s.yaml: document 1: kind: missing"}},
+		Faults:     []string{"sets directory /etc/imagepin/sets.d: no such file or directory"}}, "b", 1, time.Minute)
+	if _, err := store.Ingest("w1", r); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(aggregator.ReadHandler(store, nil))
+	defer srv.Close()
+	code, out, _ := ctl(t, "status", "--aggregator", srv.URL)
+	if code != 1 {
+		t.Fatalf("exit %d\n%s", code, out)
+	}
+	for _, want := range []string{"no node reports any set (1 nodes known)", "node w1: file error: s.yaml: document 1: kind: missing", "node w1: fault: sets directory"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,12 +161,20 @@ func TestFlagsAfterFiles(t *testing.T) {
 func TestStatusOutputFormats(t *testing.T) {
 	dir := t.TempDir()
 	statusFile := filepath.Join(dir, "status.json")
-	cfg := write(t, dir, "c.toml", "status_file = \""+statusFile+"\"\n")
+	stateDir := filepath.Join(dir, "state")
+	cfg := write(t, dir, "c.toml", "status_file = \""+statusFile+"\"\nstate_dir = \""+stateDir+"\"\n")
 	n := status.Node{Node: status.NodeInfo{Name: "w3", Architecture: "amd64"},
 		Sets: []status.Set{{Name: "ok", UID: "u-1", File: "ok.yaml", Phase: status.Ready, ImagesReady: 2, ImagesTotal: 2, BytesReady: 3 << 20, BytesTotal: 3 << 20}}}
 	if err := status.WriteFile(statusFile, n); err != nil {
 		t.Fatal(err)
 	}
+	// imagepind not running: the status is flagged stale, and that needs attention.
+	code, _, errOut := ctl(t, "status", "--config", cfg)
+	if code != 1 || !strings.Contains(errOut, "STALE: imagepind is not running") {
+		t.Fatalf("stale: %d %s", code, errOut)
+	}
+	unlock := lockState(t, stateDir) // imagepind runs
+	defer unlock()
 	code, out, _ := ctl(t, "status", "--config", cfg, "-o", "wide")
 	if code != 0 || !strings.Contains(out, "BYTES") || !strings.Contains(out, "3.0 MiB/3.0 MiB") || !strings.Contains(out, "ok.yaml") || !strings.Contains(out, "u-1") {
 		t.Fatalf("wide: %d\n%s", code, out)
@@ -174,5 +183,63 @@ func TestStatusOutputFormats(t *testing.T) {
 	var back status.Node
 	if err := yaml.Unmarshal([]byte(out), &back); code != 0 || err != nil || back.Sets[0].Name != "ok" || back.Node.Name != "w3" {
 		t.Fatalf("yaml: %d %v\n%s", code, err, out)
+	}
+}
+
+// File errors and faults need attention even when every set is Ready.
+func TestStatusExitsNonZeroOnFileErrorsAndFaults(t *testing.T) {
+	dir := t.TempDir()
+	statusFile := filepath.Join(dir, "status.json")
+	stateDir := filepath.Join(dir, "state")
+	cfg := write(t, dir, "c.toml", "status_file = \""+statusFile+"\"\nstate_dir = \""+stateDir+"\"\n")
+	unlock := lockState(t, stateDir)
+	defer unlock()
+	ready := []status.Set{{Name: "ok", Phase: status.Ready, ImagesReady: 1, ImagesTotal: 1}}
+	for _, c := range []struct {
+		n    status.Node
+		code int
+	}{
+		{status.Node{Sets: ready}, 0},
+		{status.Node{Sets: ready, FileErrors: []status.FileError{{File: "x.yaml", Error: "x.yaml: document 1: kind: missing"}}}, 1},
+		{status.Node{Sets: ready, Faults: []string{"container runtime unavailable"}}, 1},
+	} {
+		if err := status.WriteFile(statusFile, c.n); err != nil {
+			t.Fatal(err)
+		}
+		if code, out, errOut := ctl(t, "status", "--config", cfg); code != c.code {
+			t.Errorf("%+v: exit %d, want %d\n%s%s", c.n, code, c.code, out, errOut)
+		}
+	}
+}
+
+// apply keeps its own state: imagepind's state directory (last good files, pin times)
+// and status file are left as they were.
+func TestApplyLeavesTheDaemonsStateAlone(t *testing.T) {
+	dir := t.TempDir()
+	stateDir := filepath.Join(dir, "state")
+	statusFile := filepath.Join(dir, "status.json")
+	daemonState := `{"pins": {"quay.io/x/daemon@` + digest + `": "0001-01-01T00:00:00Z"}}`
+	os.MkdirAll(filepath.Join(stateDir, "files"), 0o700)
+	write(t, stateDir, "state.json", daemonState)
+	write(t, filepath.Join(stateDir, "files"), "daemon.yaml", "kept")
+	if err := status.WriteFile(statusFile, status.Node{Node: status.NodeInfo{Name: "daemon"}}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(statusFile)
+	cfg := write(t, dir, "c.toml", fmt.Sprintf("state_dir = %q\nstatus_file = %q\n[cri]\nendpoint = \"unix://%s\"\n[crio]\nconfig = %q\nconfig_dir = %q\nreload = \"signal\"\n",
+		stateDir, statusFile, filepath.Join(dir, "no.sock"), filepath.Join(dir, "crio.conf"), filepath.Join(dir, "crio.conf.d")))
+	set := write(t, dir, "a.yaml", "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: a}\nspec: {pinnedImages: [\"quay.io/x/a@"+digest+"\"]}\n")
+	if code, _, errOut := ctl(t, "apply", "--config", cfg, "--timeout", "1s", set); code != 1 || !strings.Contains(errOut, "gave up") {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if after, _ := os.ReadFile(statusFile); string(after) != string(before) {
+		t.Fatalf("apply wrote imagepind's status file:\n%s", after)
+	}
+	if data, _ := os.ReadFile(filepath.Join(stateDir, "state.json")); string(data) != daemonState {
+		t.Fatalf("apply changed imagepind's state:\n%s", data)
+	}
+	ents, _ := os.ReadDir(filepath.Join(stateDir, "files"))
+	if len(ents) != 1 || ents[0].Name() != "daemon.yaml" {
+		t.Fatalf("apply changed imagepind's last good files: %v", ents)
 	}
 }

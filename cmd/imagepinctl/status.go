@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -33,7 +34,10 @@ With --aggregator, show the cluster view instead: per set, the nodes it targets,
 are ready, failed, progressing or unknown, the progress by bytes and an ETA, and each
 failing or unknown node with its reason.
 
-Exit 0 when every set shown is Ready (on every node it targets), 1 if not.`,
+Exit 0 only when nothing needs attention: every set shown is Ready (on every node it
+targets), no node has a file error or a fault, no node is unknown, and (for this node)
+imagepind is running; 1 otherwise, including a status left by an imagepind that is not
+running, flagged STALE.`,
 		Example: `  imagepinctl status
   imagepinctl status -o wide
   imagepinctl status -o json | jq '.sets[] | select(.phase != "Ready")'
@@ -73,6 +77,14 @@ func nodeStatus(cfg conf.Config, output *outputFlag, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "imagepinctl status: read status: %v (is imagepind running?)\n", err)
 		return exitUsage
 	}
+	// imagepind writes its status on change only: an old file is fine while it runs, and
+	// stale when nothing holds its state directory's lock.
+	running, lerr := state.Running(cfg.StateDir)
+	stale := lerr == nil && !running
+	if stale {
+		fmt.Fprintf(stderr, "imagepinctl status: STALE: imagepind is not running (nothing holds %s's lock); this is its last status, from %s\n",
+			cfg.StateDir, n.Updated.Local().Format(time.DateTime))
+	}
 	if output.data() {
 		if err := output.writeData(stdout, n); err != nil {
 			fmt.Fprintf(stderr, "imagepinctl status: %v\n", err)
@@ -80,6 +92,18 @@ func nodeStatus(cfg conf.Config, output *outputFlag, stdout, stderr io.Writer) i
 		}
 	} else {
 		printStatus(stdout, n, output.value == outWide)
+	}
+	if stale {
+		return exitNo
+	}
+	return nodeExit(n)
+}
+
+// nodeExit is 0 only when nothing needs attention: every set Ready, no file error, no
+// fault.
+func nodeExit(n status.Node) int {
+	if len(n.FileErrors) > 0 || len(n.Faults) > 0 {
+		return exitNo
 	}
 	for _, s := range n.Sets {
 		if s.Phase != status.Ready {

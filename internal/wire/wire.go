@@ -78,7 +78,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Live:     crio.NewLiveConfig(socket),
 		Reloader: Reloader(cfg, opts.Log),
 		Disk:     DiskCheck(cfg, resolver, client, nodeName),
-		Releases: &release.Cached{Dir: filepath.Join(cfg.StateDir, "releases"), Source: release.DockerSource(resolver.SystemContext)},
+		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(resolver.SystemContext)},
 		State:    store,
 		Publish:  opts.Publish,
 		Log:      opts.Log,
