@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	goruntime "runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/release"
+	"github.com/imagepin/imagepin/status"
 )
 
 // check runs the disk and reachability check alone, for this node (or --platform and
@@ -97,6 +100,20 @@ func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels ma
 	}
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
 
+	// containers/image names the endpoint it tries only in its log.
+	recorder := diskcheck.NewEndpointRecorder()
+	logrus.StandardLogger().SetOutput(io.Discard)
+	logrus.StandardLogger().SetLevel(logrus.InfoLevel)
+	logrus.StandardLogger().AddHook(recorder)
+	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
+	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
+		RegistriesConf: cfg.Disk.RegistriesConf, RegistriesConfDir: cfg.Disk.RegistriesConfDir, CertsDir: cfg.Disk.CertsDir,
+		AuthFile: cfg.CRI.PullSecret, Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
+	}, keyring.Lookup)
+
+	// A set naming a release needs what imagepind would expand it to on this node.
+	releases := expandReleaseSets(ctx, resolver, labels, sets)
+
 	// Presence and the image filesystem from CRI-O when it answers.
 	client, err := cri.Dial(cfg.CRI.Endpoint)
 	if err != nil {
@@ -132,16 +149,6 @@ func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels ma
 		imageFS = func(context.Context) (string, error) { return o.storage, nil }
 	}
 
-	// containers/image names the endpoint it tries only in its log.
-	recorder := diskcheck.NewEndpointRecorder()
-	logrus.StandardLogger().SetOutput(io.Discard)
-	logrus.StandardLogger().SetLevel(logrus.InfoLevel)
-	logrus.StandardLogger().AddHook(recorder)
-	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
-		RegistriesConf: cfg.Disk.RegistriesConf, RegistriesConfDir: cfg.Disk.RegistriesConfDir, CertsDir: cfg.Disk.CertsDir,
-		AuthFile: cfg.CRI.PullSecret, Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
-	}, keyring.Lookup)
 	nodeName := cfg.Node.Name
 	if nodeName == "" {
 		nodeName = hostname()
@@ -159,20 +166,24 @@ func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels ma
 	for _, r := range reqs {
 		v := res.Verdicts[r.Name]
 		plan := setPlan{Set: r.Name, Images: total[r.Name], Missing: len(r.Missing), Admitted: v.Admitted,
-			Verdict: v.Condition.Reason, Message: v.Condition.Message}
+			Verdict: v.Condition.Reason, Message: v.Condition.Message, Release: releases[r.Name]}
+		if rel := releases[r.Name]; rel != nil && rel.Error != "" {
+			plan.Admitted, plan.Verdict, plan.Message = false, "ReleaseUnavailable",
+				fmt.Sprintf("release %s cannot be expanded, so its images cannot be checked: %s", rel.Image, rel.Error)
+		}
 		for _, img := range r.Missing {
 			ip := imagePlan{Image: img, Bytes: v.Bytes[img], Endpoint: recorder.Endpoint(img)}
 			if why, bad := v.Unavailable[img]; bad {
 				ip.Error, ip.Endpoint = "unavailable: "+why, ""
-				ok = false
+				plan.Unreachable++
 			} else if why, unsized := v.Unsized[img]; unsized {
 				ip.Error, ip.Endpoint = "not reachable now: "+why, ""
-				ok = false
+				plan.Unreachable++
 			}
 			plan.Bytes += ip.Bytes
 			plan.ImagesPlan = append(plan.ImagesPlan, ip)
 		}
-		ok = ok && v.Admitted
+		ok = ok && plan.Admitted && plan.Unreachable == 0
 		plans = append(plans, plan)
 	}
 	report := checkReport{Node: nodeName, Platform: p.String(), Filesystem: res.Filesystem, Sets: plans}
@@ -198,14 +209,28 @@ type checkReport struct {
 }
 
 type setPlan struct {
-	Set        string      `json:"set"`
-	Images     int         `json:"images"`
-	Missing    int         `json:"missing"`
-	Bytes      uint64      `json:"bytes"`
-	Admitted   bool        `json:"admitted"`
-	Verdict    string      `json:"verdict"`
-	Message    string      `json:"message"`
-	ImagesPlan []imagePlan `json:"missingImages"`
+	Set      string `json:"set"`
+	Images   int    `json:"images"`
+	Missing  int    `json:"missing"`
+	Bytes    uint64 `json:"bytes"`
+	Admitted bool   `json:"admitted"`
+	// Unreachable counts missing images no endpoint serves now.
+	Unreachable int             `json:"unreachable"`
+	Verdict     string          `json:"verdict"`
+	Message     string          `json:"message"`
+	Release     *status.Release `json:"release,omitempty"`
+	ImagesPlan  []imagePlan     `json:"missingImages"`
+}
+
+// headline is the set's one-word answer, in agreement with the lines under it.
+func (s setPlan) headline() string {
+	switch {
+	case !s.Admitted:
+		return "REFUSED"
+	case s.Unreachable > 0:
+		return "UNREACHABLE"
+	}
+	return "ADMITTED"
 }
 
 type imagePlan struct {
@@ -219,12 +244,15 @@ func printPlan(w io.Writer, r checkReport) {
 	fmt.Fprintf(w, "node %s (%s), image filesystem %s: %s free of %s\n", r.Node, r.Platform, r.Filesystem.Path,
 		diskcheck.Human(r.Filesystem.FreeBytes), diskcheck.Human(r.Filesystem.CapacityBytes))
 	for _, s := range r.Sets {
-		verdict := "ADMITTED"
-		if !s.Admitted {
-			verdict = "REFUSED"
+		unreachable := ""
+		if s.Unreachable > 0 {
+			unreachable = fmt.Sprintf("; %d of them cannot be reached", s.Unreachable)
 		}
-		fmt.Fprintf(w, "\nset %s: %s — %d of %d images missing, %s compressed\n  %s: %s\n", s.Set, verdict, s.Missing, s.Images,
-			diskcheck.Human(s.Bytes), s.Verdict, s.Message)
+		fmt.Fprintf(w, "\nset %s: %s — %d of %d images missing, %s compressed%s\n", s.Set, s.headline(), s.Missing, s.Images, diskcheck.Human(s.Bytes), unreachable)
+		if s.Release != nil && s.Release.Error == "" {
+			fmt.Fprintf(w, "  release %s (%s): %d images for this node\n", s.Release.Version, s.Release.Image, s.Release.Images)
+		}
+		fmt.Fprintf(w, "  %s: %s\n", s.Verdict, s.Message)
 		for _, ip := range s.ImagesPlan {
 			switch {
 			case ip.Error != "":
@@ -261,4 +289,37 @@ func nodeLabels(cfg conf.Config, flagValue string) (map[string]string, error) {
 		}
 	}
 	return conf.MergeLabels(cfg.Node.Labels, file), nil
+}
+
+// expandReleaseSets adds to each set naming a release the images imagepind would expand
+// it to on this node (its role, its OS stream), through the same registry access, and
+// returns what each release gave.
+func expandReleaseSets(ctx context.Context, resolver *diskcheck.Resolver, labels map[string]string, sets []conf.Set) map[string]*status.Release {
+	out := map[string]*status.Release{}
+	for i, s := range sets {
+		if s.ReleaseImage == "" {
+			continue
+		}
+		r := &status.Release{Image: s.ReleaseImage}
+		out[s.Name] = r
+		rel, err := release.Expand(ctx, release.DockerSource(resolver.SystemContext), s.ReleaseImage)
+		var images []string
+		if err == nil {
+			r.Version = rel.Version
+			images, err = rel.Images(release.IsControlPlane(labels), s.OSImageStream)
+		}
+		if err != nil {
+			r.Error = err.Error()
+			continue
+		}
+		r.Images = len(images)
+		merged := slices.Clone(s.Images)
+		for _, img := range images {
+			if !slices.Contains(merged, img) {
+				merged = append(merged, img)
+			}
+		}
+		sets[i].Images = merged
+	}
+	return out
 }

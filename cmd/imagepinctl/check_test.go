@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log"
@@ -13,6 +14,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/imagepin/imagepin/release/releasetest"
 )
 
 func TestCheckThroughAMirrorWithoutCRIO(t *testing.T) {
@@ -58,7 +61,8 @@ kubelet_config = ""
 	}
 	for _, want := range []string{
 		"node w1 (linux/amd64), image filesystem " + dir,
-		"set upgrade: ADMITTED — 2 of 2 images missing",
+		"set upgrade: UNREACHABLE — 2 of 2 images missing", // not ADMITTED above an image that cannot be reached
+		"; 1 of them cannot be reached",
 		"✓ " + good,
 		"from " + host + "/team/app",
 		"✗ " + gone,
@@ -75,5 +79,36 @@ kubelet_config = ""
 	code, out, _ = ctl(t, "check", "--config", cfg, "--storage", dir, "-o", "json", set)
 	if code != 1 || !strings.Contains(out, `"endpoint": "`+host+`/team/app"`) {
 		t.Fatalf("json %d:\n%s", code, out)
+	}
+}
+
+// A set naming a release is checked for the images imagepind would expand it to on this
+// node; a release that cannot be read makes the set REFUSED and the exit 1 (it used to
+// say "0 of 0 images missing … ADMITTED").
+func TestCheckExpandsReleaseSets(t *testing.T) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	p, err := releasetest.Push(context.Background(), releasetest.Options{PushHost: host, RefHost: "upstream.example.invalid", Repo: "ocp/release",
+		Version: "4.20.1", Components: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	regConf := write(t, dir, "registries.conf", fmt.Sprintf("[[registry]]\nprefix = \"upstream.example.invalid/ocp\"\nlocation = \"upstream.example.invalid/ocp\"\n[[registry.mirror]]\nlocation = \"%s/ocp\"\ninsecure = true\npull-from-mirror = \"digest-only\"\n", host))
+	cfg := write(t, dir, "c.toml", fmt.Sprintf("[node]\nname = \"w1\"\nlabels_file = \"\"\n[cri]\nendpoint = \"unix://%s\"\npull_secret = \"\"\n[disk]\nregistries_conf = %q\nregistries_conf_dir = %q\ncerts_dir = %q\nkubelet_config = \"\"\n",
+		filepath.Join(dir, "no.sock"), regConf, filepath.Join(dir, "none"), filepath.Join(dir, "certs")))
+	set := write(t, dir, "up.yaml", "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: upgrade}\nspec:\n  nodeSelector: {}\n  releaseImage: "+p.Release+"\n")
+	code, out, errOut := ctl(t, "check", "--config", cfg, "--storage", dir, "--labels", "node-role.kubernetes.io/worker=", set)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "set upgrade: ADMITTED — 7 of 7 images missing") || !strings.Contains(out, "release 4.20.1 ("+p.Release+"): 7 images for this node") {
+		t.Fatalf("release not expanded:\n%s", out)
+	}
+	gone := write(t, dir, "gone.yaml", "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: gone}\nspec:\n  nodeSelector: {}\n  releaseImage: upstream.example.invalid/ocp/release@sha256:"+strings.Repeat("9", 64)+"\n")
+	code, out, _ = ctl(t, "check", "--config", cfg, "--storage", dir, gone)
+	if code != 1 || !strings.Contains(out, "set gone: REFUSED") || !strings.Contains(out, "ReleaseUnavailable: release upstream.example.invalid/ocp/release@sha256:9999") {
+		t.Fatalf("unreachable release: exit %d\n%s", code, out)
 	}
 }
