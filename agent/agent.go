@@ -158,16 +158,26 @@ type Agent struct {
 	noSpaceTry retry
 
 	releases     map[string]releaseState // by set name
+	expanding    map[string]bool         // expansions running
 	releaseRetry retry
 	verdicts     map[string]diskcheck.Verdict
 	diskErr      error
 	diskRetry    retry
+	diskRunning  bool                       // a check is in flight
+	sized        map[string]map[string]bool // per set, the images its verdict counted
+	diskStarted  time.Time
 	recheck      retry // present but not yet reported pinned
 	lastDiskReqs []diskcheck.SetRequest
 	imageFS      status.ImageFilesystem
 	last         status.Node
 	published    bool
 	onFirstRun   func()
+
+	// Work off the loop (disk checks, release expansion) hands its result back as a
+	// func the loop runs; bgCtx ends it when Run returns.
+	done  chan func()
+	bgCtx context.Context
+	bg    sync.WaitGroup
 }
 
 // New builds an agent. Nothing starts until Run.
@@ -209,6 +219,8 @@ func New(cfg Config, deps Deps) *Agent {
 		images:      map[string]*imageState{},
 		jobs:        make(chan pullJob, cfg.PullConcurrency),
 		results:     make(chan pullResult, cfg.PullConcurrency),
+		done:        make(chan func(), 4),
+		bgCtx:       context.Background(),
 	}
 }
 
@@ -224,6 +236,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 	a.adoptDropIn()
 	var wg sync.WaitGroup
 	workerCtx, stopWorkers := context.WithCancel(ctx)
+	a.bgCtx = workerCtx
 	for i := 0; i < a.cfg.PullConcurrency; i++ {
 		wg.Add(1)
 		go func() {
@@ -234,6 +247,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 	defer func() {
 		stopWorkers()
 		wg.Wait()
+		a.bg.Wait()
 	}()
 
 	timer := time.NewTimer(time.Hour)
@@ -265,6 +279,16 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			goto idle
 		case <-triggers:
 			a.inputsDirty = true
+		case f := <-a.done:
+			f()
+			for more := true; more; {
+				select {
+				case f := <-a.done:
+					f()
+				default:
+					more = false
+				}
+			}
 		case r := <-a.results:
 			a.handleResult(r)
 			// Take every result that is already there before reconciling again.
@@ -295,10 +319,10 @@ func (a *Agent) Reconcile(ctx context.Context) {
 		a.inputsDirty = false
 		a.loadInputs()
 	}
-	desired := a.expandReleases(ctx, a.desiredSets())
+	desired := a.expandReleases(a.desiredSets())
 	a.ensureRuntime(ctx)
 	a.refreshPresence(ctx, desired)
-	admitted := a.checkDisk(ctx, desired)
+	admitted := a.checkDisk(desired)
 	a.syncPins(ctx, desired, admitted)
 	// A confirmed pin change may have changed present images' pinned flags.
 	a.refreshPresence(ctx, desired)
@@ -308,6 +332,22 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.publish(desired)
 	a.saveState()
 	a.deps.Observer.Reconciled(a.deps.Clock.Now())
+}
+
+// background runs work off the loop with a deadline; the func it returns runs on the
+// loop afterwards. Nothing slow (registries) runs on the loop, which feeds the watchdog.
+func (a *Agent) background(timeout time.Duration, work func(ctx context.Context) func()) {
+	a.bg.Add(1)
+	go func() {
+		defer a.bg.Done()
+		ctx, cancel := context.WithTimeout(a.bgCtx, timeout)
+		apply := work(ctx)
+		cancel()
+		select {
+		case a.done <- apply:
+		case <-a.bgCtx.Done():
+		}
+	}()
 }
 
 // nextWake is the earliest time something comes due that no pass has seen yet: a pull

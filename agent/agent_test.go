@@ -48,6 +48,8 @@ type harness struct {
 	reloader Reloader
 	// disk replaces the admit-everything disk check.
 	disk diskcheck.Checker
+	// alive is Deps.Alive (the watchdog).
+	alive func()
 }
 
 func newHarness(t *testing.T) *harness {
@@ -100,6 +102,7 @@ func (h *harness) start() {
 	if h.disk != nil {
 		deps.Disk = h.disk
 	}
+	deps.Alive = h.alive
 	a := New(h.cfg, deps)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -386,9 +389,9 @@ func TestRuntimeOutageAndStorageWipe(t *testing.T) {
 		s := n.Set("s")
 		return s != nil && s.Condition(status.ConditionProgressing).Reason == status.ReasonRuntimeUnavailable
 	})
-	if _, err := os.Stat(h.dropIn.Path()); err != nil {
-		t.Fatal("the drop-in must be written even while CRI-O is down")
-	}
+	// The drop-in is written even while CRI-O is down (once the disk check, off the
+	// loop, has admitted the set).
+	h.waitFor("the drop-in written", func(status.Node) bool { _, err := os.Stat(h.dropIn.Path()); return err == nil })
 	_ = n
 	h.rt.SetDown(false)
 	h.waitFor("Ready after the runtime returns", phase("s", status.Ready))
@@ -685,7 +688,7 @@ func TestDueReleaseIsHandledWithoutAnotherEvent(t *testing.T) {
 // filesystem or every registry not answering).
 type fakeDisk struct {
 	mu   sync.Mutex
-	mode string // "admit", "refuse", "fail"
+	mode string // "admit", "refuse", "fail", "hang"
 }
 
 func (d *fakeDisk) set(mode string) {
@@ -694,10 +697,14 @@ func (d *fakeDisk) set(mode string) {
 	d.mu.Unlock()
 }
 
-func (d *fakeDisk) Check(_ context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
+func (d *fakeDisk) Check(ctx context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
 	d.mu.Lock()
 	mode := d.mode
 	d.mu.Unlock()
+	if mode == "hang" { // a registry that accepts connections and never answers
+		<-ctx.Done()
+		return diskcheck.Result{}, ctx.Err()
+	}
 	if mode == "fail" {
 		return diskcheck.Result{}, errors.New("image filesystem: statfs: input/output error")
 	}
@@ -827,5 +834,44 @@ func TestStalePinnedAnswerIsCheckedAgain(t *testing.T) {
 	a.handleResult(pullResult{image: ref, gen: 2, after: cri.Image{Present: true, Pinned: true}})
 	if !a.images[ref].checked || !a.images[ref].pinned {
 		t.Fatal("a fresh answer was not taken")
+	}
+}
+
+// A disk check that never answers does not stall the loop: files are still read, status
+// published, the watchdog fed, and the set that waits says what it waits for.
+func TestHangingDiskCheckDoesNotStallTheLoop(t *testing.T) {
+	h := newHarness(t)
+	disk := &fakeDisk{mode: "admit"}
+	h.disk = disk
+	alive := make(chan struct{}, 100)
+	h.alive = func() {
+		select {
+		case alive <- struct{}{}:
+		default:
+		}
+	}
+	a, b := img("a", 1), img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("one.yaml", setDoc("one", a))
+	h.waitFor("one Ready", phase("one", status.Ready))
+	disk.set("hang")
+	h.writeFile("two.yaml", setDoc("two", b))
+	n := h.waitFor("two waiting for the disk check", func(n status.Node) bool {
+		s := n.Set("two")
+		return s != nil && s.Phase == status.Pending && strings.Contains(s.Condition(status.ConditionReady).Message, "sizing the missing images from their registries (running for")
+	})
+	if n.Set("one").Phase != status.Ready || !slices.Contains(h.rt.Pinned(), a) || h.rt.PullCount(b) != 0 {
+		t.Fatalf("one %s, pinned %v, pulls of b %d", n.Set("one").Phase, h.rt.Pinned(), h.rt.PullCount(b))
+	}
+	for len(alive) > 0 {
+		<-alive
+	}
+	h.writeFile("three.yaml", setDoc("three", a))
+	h.waitFor("three Ready while the check hangs", phase("three", status.Ready))
+	select {
+	case <-alive:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the loop stopped feeding the watchdog")
 	}
 }

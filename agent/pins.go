@@ -106,8 +106,8 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
 }
 
 // keepPinned is what the desired sets pin. Keeping a pin is separate from being allowed
-// to pull: every image of an admitted set, and of every other desired set the images
-// that are present or already pinned, whatever the disk check says (or before it has
+// to pull: the images an admitted set's verdict counted, and of every desired set the
+// images that are present or already pinned, whatever the disk check says (or before it has
 // answered). The check gates only new pulls, and pins of images not on the node yet: a
 // node under disk pressure, a registry that does not answer, or a restart must never
 // unpin what a set still wants, least of all while the kubelet's image GC is deleting.
@@ -121,7 +121,7 @@ func (a *Agent) keepPinned(desired, admitted []conf.Set) map[string]bool {
 		for _, ref := range s.Images {
 			_, pinned := a.data.Pins[ref]
 			img := a.images[ref]
-			if may[s.Name] || pinned || (img != nil && img.present) {
+			if (may[s.Name] && a.sized[s.Name][ref]) || pinned || (img != nil && img.present) {
 				wanted[ref] = true
 			}
 		}

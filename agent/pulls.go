@@ -135,6 +135,10 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 			if img == nil || !img.checked || img.present || img.inflight || !img.retry.due(now) {
 				continue
 			}
+			if !a.sized[s.Name][ref] {
+				// Missing since the last check: pull once a check has counted it.
+				continue
+			}
 			v := a.verdicts[s.Name]
 			if _, unavailable := v.Unavailable[ref]; unavailable {
 				// The disk check found no endpoint serving it: pull when a later check does.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -20,16 +21,21 @@ type releaseState struct {
 	images           []string
 	err              error
 	permanent        bool
+	// pending: never expanded yet, an expansion is running.
+	pending bool
 }
 
+// expandTimeout bounds one expansion; it runs off the loop.
 const expandTimeout = 2 * time.Minute
 
 // expandReleases adds to each set with spec.releaseImage the images its release needs on
-// this node (its role, its OS stream). A release that cannot be read keeps the images
-// of its last good expansion, so a registry outage unpins nothing.
-func (a *Agent) expandReleases(ctx context.Context, desired []conf.Set) []conf.Set {
+// this node (its role, its OS stream). Expansion runs off the loop; until it answers, and
+// when a release cannot be read, a set keeps the images of its last good expansion, so
+// neither a slow registry nor an outage unpins anything.
+func (a *Agent) expandReleases(desired []conf.Set) []conf.Set {
 	if a.releases == nil {
 		a.releases = map[string]releaseState{}
+		a.expanding = map[string]bool{}
 	}
 	now := a.deps.Clock.Now()
 	failed := false
@@ -42,22 +48,17 @@ func (a *Agent) expandReleases(ctx context.Context, desired []conf.Set) []conf.S
 		if had && (prev.pullSpec != s.ReleaseImage || prev.stream != s.OSImageStream) {
 			prev, had = releaseState{}, false
 		}
-		st := releaseState{pullSpec: s.ReleaseImage, stream: s.OSImageStream}
-		if had && prev.err == nil && prev.labels == labelString(a.labels) {
-			st = prev // expanded for these labels already
-		} else if had && prev.err != nil && !a.releaseRetry.due(now) {
-			st = prev
-		} else {
-			st = a.expand(ctx, s)
-			st.labels = labelString(a.labels)
-			if st.err != nil {
-				a.log.WithField("set", s.Name).WithError(st.err).Warn("release not expanded")
-				if had && len(prev.images) > 0 {
-					st.images, st.version = prev.images, prev.version
-				}
-			} else if !had || !slices.Equal(prev.images, st.images) {
-				a.log.WithField("set", s.Name).WithField("release", st.version).WithField("images", len(st.images)).Info("release expanded")
-			}
+		st := prev
+		if !had {
+			st = releaseState{pullSpec: s.ReleaseImage, stream: s.OSImageStream, pending: true}
+		}
+		switch {
+		case had && prev.err == nil && !prev.pending && prev.labels == labelString(a.labels):
+			// expanded for these labels already
+		case a.expanding[s.Name]:
+		case had && prev.err != nil && !a.releaseRetry.due(now):
+		default:
+			a.startExpand(s)
 		}
 		if st.err != nil {
 			failed = true
@@ -81,22 +82,49 @@ func (a *Agent) expandReleases(ctx context.Context, desired []conf.Set) []conf.S
 	return desired
 }
 
-func (a *Agent) expand(ctx context.Context, s conf.Set) releaseState {
-	st := releaseState{pullSpec: s.ReleaseImage, stream: s.OSImageStream}
+// startExpand expands s's release for the current labels off the loop.
+func (a *Agent) startExpand(s conf.Set) {
+	a.expanding[s.Name] = true
+	labels := maps.Clone(a.labels)
+	a.background(expandTimeout, func(ctx context.Context) func() {
+		st := a.expand(ctx, s, labels)
+		return func() { a.releaseExpanded(s.Name, st) }
+	})
+}
+
+// releaseExpanded takes an expansion's answer, on the loop. One for a spec the set no
+// longer has is dropped; a failure keeps the last good images.
+func (a *Agent) releaseExpanded(name string, st releaseState) {
+	delete(a.expanding, name)
+	prev, had := a.releases[name]
+	if !had || prev.pullSpec != st.pullSpec || prev.stream != st.stream {
+		return
+	}
+	if st.err != nil {
+		a.log.WithField("set", name).WithError(st.err).Warn("release not expanded")
+		if len(prev.images) > 0 {
+			st.images, st.version = prev.images, prev.version
+		}
+	} else if prev.pending || !slices.Equal(prev.images, st.images) {
+		a.log.WithField("set", name).WithField("release", st.version).WithField("images", len(st.images)).Info("release expanded")
+	}
+	a.releases[name] = st
+}
+
+func (a *Agent) expand(ctx context.Context, s conf.Set, labels map[string]string) releaseState {
+	st := releaseState{pullSpec: s.ReleaseImage, stream: s.OSImageStream, labels: labelString(labels)}
 	if a.deps.Releases == nil {
 		st.err, st.permanent = errors.New("this imagepind cannot expand releases"), true
 		return st
 	}
-	ectx, cancel := context.WithTimeout(ctx, expandTimeout)
-	defer cancel()
-	rel, err := a.deps.Releases.Expand(ectx, s.ReleaseImage)
+	rel, err := a.deps.Releases.Expand(ctx, s.ReleaseImage)
 	if err != nil {
 		st.err = err
 		st.permanent = errors.Is(err, release.ErrNotRelease)
 		return st
 	}
 	st.version = rel.Version
-	images, err := rel.Images(release.IsControlPlane(a.labels), s.OSImageStream)
+	images, err := rel.Images(release.IsControlPlane(labels), s.OSImageStream)
 	if err != nil {
 		st.err, st.permanent = err, true
 		return st
@@ -121,6 +149,9 @@ func (a *Agent) releaseStatus(s conf.Set) *status.Release {
 // releaseProblem is the set's phase override when its release could not be expanded.
 func (a *Agent) releaseProblem(s conf.Set) (status.Phase, string, string, bool) {
 	st, ok := a.releases[s.Name]
+	if ok && st.pending && len(st.images) == 0 {
+		return status.Pending, status.ReasonExpandingRelease, fmt.Sprintf("reading release %s from its registry", st.pullSpec), true
+	}
 	if !ok || st.err == nil {
 		return "", "", "", false
 	}

@@ -39,6 +39,7 @@ const (
 	ReasonPulling            = "Pulling"
 	ReasonRuntimeUnavailable = "RuntimeUnavailable"
 	ReasonPullRetrying       = "PullRetrying"
+	ReasonExpandingRelease   = "ExpandingRelease"
 
 	ReasonInsufficientDiskSpace = "InsufficientDiskSpace"
 	ReasonImageUnavailable      = "ImageUnavailable"

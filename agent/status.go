@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -12,95 +11,9 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
-	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
-
-// checkDisk asks the disk check about the desired sets' missing images and returns the
-// admitted sets. A set the check could not decide (a registry not answering) keeps its
-// earlier verdict: its pins must not go because a registry is down. When the check
-// fails as a whole, every earlier verdict stands.
-func (a *Agent) checkDisk(ctx context.Context, desired []conf.Set) []conf.Set {
-	now := a.deps.Clock.Now()
-	reqs := make([]diskcheck.SetRequest, 0, len(desired))
-	for _, s := range desired {
-		r := diskcheck.SetRequest{Name: s.Name}
-		for _, ref := range s.Images {
-			if img := a.images[ref]; img == nil || !img.present {
-				r.Missing = append(r.Missing, ref)
-			}
-		}
-		reqs = append(reqs, r)
-	}
-	if a.verdicts == nil {
-		a.verdicts = map[string]diskcheck.Verdict{}
-	}
-	if !a.diskRetry.due(now) && !a.diskDirty(reqs) {
-		return a.admitted(desired)
-	}
-	res, err := a.deps.Disk.Check(ctx, reqs)
-	a.diskErr = err
-	a.lastDiskReqs = reqs
-	if err != nil {
-		a.log.WithError(err).Warn("disk check failed; keeping earlier verdicts")
-		a.diskRetry.fail(now, a.cfg.MaxBackoff, a.rand)
-		return a.admitted(desired)
-	}
-	if res.Filesystem.Path != "" {
-		a.imageFS = res.Filesystem
-	}
-	retry := false
-	verdicts := make(map[string]diskcheck.Verdict, len(res.Verdicts))
-	for name, v := range res.Verdicts {
-		undecided := !v.Admitted && v.Condition.Status == status.Unknown
-		if undecided {
-			if prev, ok := a.verdicts[name]; ok && prev.Admitted {
-				v.Admitted = true
-			}
-		}
-		if prev, ok := a.verdicts[name]; ok && prev.Admitted != v.Admitted {
-			a.log.WithField("set", name).WithField("admitted", v.Admitted).Info(v.Condition.Message)
-		} else if !ok && !v.Admitted {
-			a.log.WithField("set", name).Warn(v.Condition.Message)
-		}
-		if !v.Admitted || undecided || len(v.Unavailable) > 0 || len(v.Unsized) > 0 {
-			retry = true
-		}
-		for image, b := range v.Bytes {
-			if a.data.Sizes[image] != b {
-				if a.data.Sizes == nil {
-					a.data.Sizes = map[string]uint64{}
-				}
-				a.data.Sizes[image] = b
-				a.dataDirty = true
-			}
-		}
-		verdicts[name] = v
-	}
-	a.verdicts = verdicts
-	if retry {
-		a.diskRetry.fail(now, a.cfg.MaxBackoff, a.rand)
-	} else {
-		a.diskRetry.reset()
-	}
-	return a.admitted(desired)
-}
-
-// diskDirty says whether what the check would be asked changed since it last ran.
-func (a *Agent) diskDirty(reqs []diskcheck.SetRequest) bool {
-	return !reflect.DeepEqual(reqs, a.lastDiskReqs)
-}
-
-func (a *Agent) admitted(desired []conf.Set) []conf.Set {
-	var out []conf.Set
-	for _, s := range desired {
-		if v, ok := a.verdicts[s.Name]; ok && v.Admitted {
-			out = append(out, s)
-		}
-	}
-	return out
-}
 
 // publish computes the node status and hands it on when it changed.
 func (a *Agent) publish(desired []conf.Set) {
@@ -235,7 +148,7 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 			msg += ": " + a.runtimeErr.Error()
 		}
 	case gated:
-		phase, reason, msg = status.Pending, status.ReasonCheckingDisk, "waiting for the disk check"
+		phase, reason, msg = status.Pending, status.ReasonCheckingDisk, "waiting for the disk check: "+a.diskPending()
 		if verdict.Condition.Message != "" {
 			msg = verdict.Condition.Message
 		}
@@ -289,7 +202,7 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	}
 	disk := verdict.Condition
 	if !checked {
-		disk = status.Condition{Type: status.ConditionDiskChecked, Status: status.Unknown, Reason: status.ReasonCheckingDisk, Message: "not checked yet"}
+		disk = status.Condition{Type: status.ConditionDiskChecked, Status: status.Unknown, Reason: status.ReasonCheckingDisk, Message: a.diskPending()}
 	}
 	disk.Type = status.ConditionDiskChecked
 	for _, c := range []status.Condition{ready, prog, failed, disk} {
