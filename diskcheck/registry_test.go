@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -220,4 +222,44 @@ func TestResolverCachesByDigest(t *testing.T) {
 		t.Fatalf("a cached image cost %d requests", after-before)
 	}
 	t.Logf("one image cold: %d requests (ping, manifest)", before)
+}
+
+// A registry that accepts connections and never answers costs one image its sizing
+// (unsized, retried later), after the per-image timeout; the others are sized.
+func TestStalledRegistryLeavesOnlyItsImagesUnsized(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.certs)
+	good := reg.Host + "/" + reg.Push("a/good", image(t, layer(t, 2000)), "")
+	stalled := l.Addr().String() + "/x/stalled@sha256:" + strings.Repeat("5", 64)
+	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
+		Platform: Platform{OS: "linux", Architecture: "amd64"}, Timeout: 300 * time.Millisecond}, nil)
+	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
+	start := time.Now()
+	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{good, stalled}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the check waited %s for a stalled registry", took)
+	}
+	v := res.Verdicts["s"]
+	if !v.Admitted || v.Bytes[good] == 0 || !strings.Contains(v.Unsized[stalled], "no answer from its registry within 300ms") {
+		t.Fatalf("%+v", v)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/manifest"
@@ -92,6 +93,10 @@ type ResolverConfig struct {
 	// OpenShift points global_auth_file at the pull secret, /var/lib/kubelet/config.json.
 	// "" means none.
 	AuthFile string
+	// Timeout bounds the sizing of one image (default 30 s): a registry that accepts
+	// connections and never answers leaves that image unsized (retried later), not the
+	// whole check waiting.
+	Timeout time.Duration
 }
 
 // Resolver sizes images through containers/image, caching by digest reference
@@ -109,6 +114,9 @@ type Resolver struct {
 func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 8
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
 	}
 	if creds == nil {
 		creds = func(string) *cri.Auth { return nil }
@@ -156,7 +164,12 @@ func (r *Resolver) Resolve(ctx context.Context, image string) (Image, error) {
 		return Image{}, ctx.Err()
 	}
 	defer func() { <-r.sem }()
-	img, err := r.resolve(ctx, image)
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	img, err := r.resolve(rctx, image)
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%s: no answer from its registry within %s: %w", image, r.cfg.Timeout, err)
+	}
 	if err != nil {
 		if cri.Classify(err) == cri.Unavailable {
 			return Image{}, &UnavailableError{Image: image, Err: err}

@@ -4,11 +4,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -243,6 +247,52 @@ func TestSystemdRegistryDownAndSetsDirRemoved(t *testing.T) {
 	after := w.readStatus()
 	if s := after.Set("reg"); s == nil || s.Phase != status.Ready {
 		t.Fatalf("the set must stay: %+v", s)
+	}
+}
+
+// A registry that accepts connections and never answers, under the shipped unit with a
+// 3 s watchdog: imagepind is not restarted (the disk check runs off the loop, each image
+// bounded), another set still becomes Ready, and the stalled set says why it waits.
+func TestSystemdStalledRegistryNoRestart(t *testing.T) {
+	// TLS completes (its CA is in certs.d), then no request is ever answered.
+	release := make(chan struct{})
+	var asked atomic.Int64
+	stall := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	stall.StartTLS()
+	t.Cleanup(func() { close(release); stall.Close() })
+	w, sd := newSystemdWorld(t, worldOptions{}, "3s")
+	refs := w.push("ok", 1)
+	host := strings.TrimPrefix(stall.URL, "https://")
+	os.MkdirAll(filepath.Join(w.crio.CertsDir(), host), 0o755)
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: stall.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(w.crio.CertsDir(), host, "ca.crt"), pemBytes, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startUnits(t, w, sd)
+	pid := sd.Property("imagepind.service", "MainPID")
+	stalled := host + "/x/stalled@sha256:" + strings.Repeat("5", 64)
+	w.writeSet("stall.yaml", alphaSet("stall", stalled))
+	w.writeSet("ok.yaml", alphaSet("ok", refs...))
+	w.waitFor("ok Ready while a registry stalls", 120*time.Second, phaseIs("ok", status.Ready))
+	n := w.waitFor("the stalled set says why", 120*time.Second, func(n status.Node) bool {
+		s := n.Set("stall")
+		return s != nil && strings.Contains(s.Condition(status.ConditionReady).Message, "no answer from its registry within 30s")
+	})
+	t.Logf("stall: %s: %s", n.Set("stall").Phase, n.Set("stall").Condition(status.ConditionReady).Message)
+	if r := sd.Property("imagepind.service", "NRestarts"); r != "0" {
+		t.Fatalf("imagepind restarted %s times while a registry stalled", r)
+	}
+	if now := sd.Property("imagepind.service", "MainPID"); now != pid {
+		t.Fatalf("imagepind's pid changed: %s → %s", pid, now)
+	}
+	if asked.Load() == 0 {
+		t.Fatal("the stalled registry was never asked: the test proves nothing")
 	}
 }
 
