@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"time"
 
@@ -12,7 +13,11 @@ import (
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 )
 
-var reportsBucket = []byte("reports")
+var (
+	reportsBucket = []byte("reports")
+	// receivedBucket holds when each report was received (8 bytes, Unix nanoseconds).
+	receivedBucket = []byte("received")
+)
 
 // Persister keeps the last report of every node in a bbolt file so that the page is not
 // empty right after a restart. Heartbeats stay the truth: restored reports count from
@@ -33,7 +38,10 @@ func OpenPersister(path string, store *Store, interval time.Duration, log logrus
 		return nil, fmt.Errorf("state file %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(reportsBucket)
+		if _, err := tx.CreateBucketIfNotExists(reportsBucket); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(receivedBucket)
 		return err
 	}); err != nil {
 		db.Close()
@@ -42,11 +50,12 @@ func OpenPersister(path string, store *Store, interval time.Duration, log logrus
 	return &Persister{db: db, store: store, interval: interval, log: log}, nil
 }
 
-// Load restores every stored report into the store; a report that no longer parses or
-// validates is skipped.
+// Load restores every stored report into the store, with the time it was received; a
+// report that no longer parses or validates is skipped.
 func (p *Persister) Load() (int, error) {
 	n := 0
 	err := p.db.View(func(tx *bolt.Tx) error {
+		received := tx.Bucket(receivedBucket)
 		return tx.Bucket(reportsBucket).ForEach(func(k, v []byte) error {
 			var r v1.NodeReport
 			if err := proto.Unmarshal(v, &r); err != nil {
@@ -56,6 +65,9 @@ func (p *Persister) Load() (int, error) {
 			if _, err := p.store.Ingest(string(k), &r); err != nil {
 				p.log.WithField("node", string(k)).WithError(err).Warn("stored report skipped")
 				return nil
+			}
+			if t := received.Get(k); len(t) == 8 {
+				p.store.restoreReceived(string(k), time.Unix(0, int64(binary.BigEndian.Uint64(t))))
 			}
 			n++
 			return nil
@@ -90,13 +102,25 @@ func (p *Persister) Flush() error {
 		return nil
 	}
 	return p.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(reportsBucket)
-		for node, r := range dirty {
-			data, err := proto.Marshal(r)
+		b, rb := tx.Bucket(reportsBucket), tx.Bucket(receivedBucket)
+		for node, st := range dirty {
+			if st.report == nil { // forgotten
+				if err := b.Delete([]byte(node)); err != nil {
+					return err
+				}
+				if err := rb.Delete([]byte(node)); err != nil {
+					return err
+				}
+				continue
+			}
+			data, err := proto.Marshal(st.report)
 			if err != nil {
 				return err
 			}
 			if err := b.Put([]byte(node), data); err != nil {
+				return err
+			}
+			if err := rb.Put([]byte(node), binary.BigEndian.AppendUint64(nil, uint64(st.received.UnixNano()))); err != nil {
 				return err
 			}
 		}

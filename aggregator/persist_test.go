@@ -65,3 +65,83 @@ func TestPersistenceRestoresThePage(t *testing.T) {
 		t.Fatalf("dirty after load: %v", dirty)
 	}
 }
+
+// Nodes that stop reporting are forgotten after the horizon, from memory and from the
+// state file; a restart does not make an old report young again; a node the cluster
+// deleted is forgotten once it is Unknown, and one that still reports is kept.
+func TestForgetSilentAndDeletedNodes(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	path := filepath.Join(t.TempDir(), "reports.db")
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	limits := DefaultLimits()
+	limits.MaxNodes = 2
+	s1 := NewStore(limits, clock)
+	p1, err := OpenPersister(path, s1, time.Hour, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"old", "live"} {
+		if _, err := s1.Ingest(node, report1(node, 1, set("s", status.Ready, 1, 1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(20 * time.Hour)
+	if _, err := s1.Ingest("live", report1("live", 2, set("s", status.Ready, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if err := p1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p1.db.Close()
+
+	// A restart 5 hours later: "old" has been silent for 25 h, past a 24 h horizon.
+	now = now.Add(5 * time.Hour)
+	s2 := NewStore(limits, clock)
+	p2, err := OpenPersister(path, s2, time.Hour, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p2.Load(); err != nil || n != 2 {
+		t.Fatalf("loaded %d: %v", n, err)
+	}
+	if gone := s2.Forget(24*time.Hour, nil); !reflect.DeepEqual(gone, []string{"old"}) {
+		t.Fatalf("forgot %v", gone)
+	}
+	if err := p2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := s2.Set("s", true); v.Targeted != 1 || len(s2.Nodes()) != 1 {
+		t.Fatalf("after forgetting: %+v, nodes %+v", v, s2.Nodes())
+	}
+	// The slot is free again (max 2 nodes).
+	if _, err := s2.Ingest("new", report1("new", 1, set("s", status.Ready, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	p2.db.Close()
+	s3 := NewStore(limits, clock)
+	p3, err := OpenPersister(path, s3, time.Hour, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p3.db.Close()
+	if n, _ := p3.Load(); n != 1 {
+		t.Fatalf("the forgotten node came back from the state file: %d reports", n)
+	}
+
+	// The cluster no longer has "live": kept while it reports, forgotten once Unknown.
+	if gone := s2.Forget(0, map[string]bool{"new": true}); len(gone) != 0 {
+		t.Fatalf("a node that still reports was forgotten: %v", gone)
+	}
+	now = now.Add(10 * time.Minute)
+	if _, err := s2.Ingest("new", report1("new", 2, set("s", status.Ready, 1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if gone := s2.Forget(0, map[string]bool{"new": true}); !reflect.DeepEqual(gone, []string{"live"}) {
+		t.Fatalf("forgot %v", gone)
+	}
+}

@@ -44,7 +44,11 @@ type nodeEntry struct {
 	sequence  uint64
 	heartbeat time.Duration
 	received  time.Time
-	status    status.Node
+	// seen is when the report was really received: received, except for a report restored
+	// from the state file, which counts from the restart for Unknown but keeps its own
+	// age for Forget.
+	seen   time.Time
+	status status.Node
 	// progress remembers, per set and spec hash, when progress was first seen, for ETAs.
 	progress map[string]progressSample
 }
@@ -108,7 +112,7 @@ func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
 	} else if e.bootID == r.GetBootId() && r.GetSequence() <= e.sequence {
 		return false, nil // an older (or repeated) report from the same boot
 	}
-	e.bootID, e.sequence, e.received = r.GetBootId(), r.GetSequence(), now
+	e.bootID, e.sequence, e.received, e.seen = r.GetBootId(), r.GetSequence(), now, now
 	e.heartbeat = time.Duration(r.GetHeartbeatMillis()) * time.Millisecond
 	if e.heartbeat <= 0 {
 		e.heartbeat = DefaultHeartbeat
@@ -190,18 +194,62 @@ func (s *Store) validate(r *v1.NodeReport) error {
 	return nil
 }
 
-// takeDirty returns the reports of the nodes that changed since the last call.
-func (s *Store) takeDirty() map[string]*v1.NodeReport {
+// stored is a node's report as persisted; a nil report means the node was forgotten.
+type stored struct {
+	report   *v1.NodeReport
+	received time.Time
+}
+
+// takeDirty returns the reports of the nodes that changed (or were forgotten) since the
+// last call.
+func (s *Store) takeDirty() map[string]stored {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]*v1.NodeReport, len(s.dirty))
+	out := make(map[string]stored, len(s.dirty))
 	for node := range s.dirty {
 		if e := s.nodes[node]; e != nil {
-			out[node] = v1.FromStatus(e.status, e.bootID, e.sequence, e.heartbeat)
+			out[node] = stored{report: v1.FromStatus(e.status, e.bootID, e.sequence, e.heartbeat), received: e.seen}
+		} else {
+			out[node] = stored{}
 		}
 	}
 	s.dirty = nil
 	return out
+}
+
+// restoreReceived sets when a restored report was really received, so that a node silent
+// since before a restart is forgotten on time (Unknown still counts from the restart).
+func (s *Store) restoreReceived(node string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e := s.nodes[node]; e != nil && !at.IsZero() && at.Before(e.seen) {
+		e.seen = at
+	}
+}
+
+// Forget drops the nodes the store should no longer show, from memory and (through the
+// persister) from the state file: those silent for longer than after (0: none by age),
+// and, when cluster is not nil (the names of the cluster's Nodes), those the cluster no
+// longer has that are Unknown too (a node that still reports exists, whatever the API
+// says, and is kept). It returns the names dropped.
+func (s *Store) Forget(after time.Duration, cluster map[string]bool) []string {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []string
+	for name, e := range s.nodes {
+		silent := now.Sub(e.seen)
+		if (after > 0 && silent > after) || (cluster != nil && !cluster[name] && e.unknown(now)) {
+			delete(s.nodes, name)
+			if s.dirty == nil {
+				s.dirty = map[string]bool{}
+			}
+			s.dirty[name] = true
+			gone = append(gone, name)
+		}
+	}
+	sort.Strings(gone)
+	return gone
 }
 
 // nodeNames lists the nodes the store knows and expects, sorted.

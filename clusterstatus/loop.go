@@ -160,6 +160,16 @@ func (l *Loop) refresh() {
 	}
 	l.mu.Unlock()
 	l.store.SetTargets(targets)
+	// A Node deleted from the API is forgotten once it has gone silent too.
+	names := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if m, ok := n.(*metav1.PartialObjectMetadata); ok {
+			names[m.Name] = true
+		}
+	}
+	if gone := l.store.Forget(0, names); len(gone) > 0 {
+		l.cfg.Log.WithField("nodes", gone).Info("forgot nodes deleted from the cluster")
+	}
 }
 
 // parse reads an object exactly as a node reads its file; cached per resourceVersion.

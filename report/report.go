@@ -66,8 +66,8 @@ func (r *Reporter) Update(n status.Node) {
 // Run sends on every change and every heartbeat until ctx ends. Failures are retried
 // with backoff, always with the latest status.
 func (r *Reporter) Run(ctx context.Context) error {
-	tlsConfig, err := r.tlsConfig()
-	if err != nil {
+	tlsConfig, err := r.waitForTLS(ctx)
+	if err != nil || ctx.Err() != nil {
 		return err
 	}
 	conn, err := grpc.NewClient(r.cfg.Aggregator, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)))
@@ -117,6 +117,33 @@ func (r *Reporter) Run(ctx context.Context) error {
 			r.log.WithField("aggregator", r.cfg.Aggregator).Info("reporting again")
 		}
 		failing, retry, backoff = false, nil, time.Second
+	}
+}
+
+// waitForTLS reads the CA and the client certificate, retrying with backoff while they
+// are missing or broken: on a fresh node the certificate appears once its CSR is
+// approved, and reporting must start then, not stay off for the life of the process.
+func (r *Reporter) waitForTLS(ctx context.Context) (*tls.Config, error) {
+	backoff := time.Second
+	logged := ""
+	for {
+		cfg, err := r.tlsConfig()
+		if err == nil {
+			if logged != "" {
+				r.log.Info("report client certificate available")
+			}
+			return cfg, nil
+		}
+		if err.Error() != logged {
+			r.log.WithError(err).Warn("cannot report yet; retrying until the certificate is there")
+			logged = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, r.cfg.Heartbeat)
 	}
 }
 

@@ -35,6 +35,7 @@ type options struct {
 	expectedNodes             string
 	stateFile                 string
 	flushInterval             time.Duration
+	forgetAfter               time.Duration
 	maxNodes, maxSets         int
 
 	// The cluster loop.
@@ -79,6 +80,7 @@ func defineFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.expectedNodes, "expected-nodes", "", "optional file of node names, one a line: nodes that never reported count as Unknown")
 	fs.StringVar(&o.stateFile, "state-file", "", "optional bbolt file keeping the last reports across restarts (heartbeats stay the truth)")
 	fs.DurationVar(&o.flushInterval, "flush-interval", 5*time.Second, "how often changed reports are written to --state-file")
+	fs.DurationVar(&o.forgetAfter, "forget-after", 24*time.Hour, "a node silent this long is forgotten, from memory and --state-file (0: never); with --cluster, a node deleted from the API is forgotten once it is Unknown")
 	fs.IntVar(&o.maxNodes, "max-nodes", aggregator.DefaultLimits().MaxNodes, "nodes the aggregator keeps at most")
 	fs.IntVar(&o.maxSets, "max-sets-per-report", aggregator.DefaultLimits().MaxSetsPerReport, "sets one report may carry")
 
@@ -94,6 +96,16 @@ func defineFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.statusMinInterval, "status-min-interval", 10*time.Second, "a set's status is written at most this often")
 	fs.Float64Var(&o.statusQPS, "status-qps", 5, "status writes per second across all sets, at most")
 	fs.DurationVar(&o.statusWarmup, "status-warmup", 45*time.Second, "a new leader writes no status until every Node reported, or this long")
+}
+
+// forget drops the nodes silent for longer than after.
+func forget(store *aggregator.Store, after time.Duration, log logrus.FieldLogger) {
+	if after <= 0 {
+		return
+	}
+	if gone := store.Forget(after, nil); len(gone) > 0 {
+		log.WithField("nodes", gone).WithField("silent_for", after.String()).Info("forgot nodes that stopped reporting")
+	}
 }
 
 func envOr(key, def string) string {
@@ -133,6 +145,7 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		}
 		log.WithField("nodes", n).Info("reports restored from the state file")
 		persister = p
+		forget(store, o.forgetAfter, log)
 	}
 	tlsConfig, err := aggregator.ServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
 	if err != nil {
@@ -158,6 +171,20 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, store, leading.Load) })
+	if o.forgetAfter > 0 {
+		g.Go(func() error {
+			t := time.NewTicker(min(time.Minute, o.forgetAfter))
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-t.C:
+					forget(store, o.forgetAfter, log)
+				}
+			}
+		})
+	}
 	if persister != nil {
 		g.Go(func() error { return persister.Run(ctx) })
 	}
