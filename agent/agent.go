@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"k8s.io/utils/clock"
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
@@ -54,15 +55,6 @@ type Releases interface {
 	Expand(ctx context.Context, pullSpec string) (release.Release, error)
 }
 
-// Clock is injected so tests control time.
-type Clock interface {
-	Now() time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
 // Config is what the agent needs to know, resolved by the main from conf.Config.
 type Config struct {
 	NodeName        string
@@ -97,8 +89,10 @@ type Deps struct {
 	State    *state.Store
 	// Publish receives every status change (status file, sd_notify, reports).
 	Publish func(status.Node)
-	Clock   Clock
-	Log     logrus.FieldLogger
+	// Clock drives every time the agent schedules (retries, unpins, the wake-up timer,
+	// the heartbeat); tests step a fake one instead of sleeping.
+	Clock clock.WithTicker
+	Log   logrus.FieldLogger
 	// Releases expands release images; nil: sets with spec.releaseImage fail.
 	Releases Releases
 	// Observer counts pulls and reloads (metrics); nil counts nothing.
@@ -112,10 +106,11 @@ type Deps struct {
 
 // Agent is the reconcile loop; New builds it, Run runs it.
 type Agent struct {
-	cfg  Config
-	deps Deps
-	log  logrus.FieldLogger
-	rand *rand.Rand
+	cfg   Config
+	deps  Deps
+	log   logrus.FieldLogger
+	rand  *rand.Rand
+	sched *schedule
 
 	// passStart is when the last pass began: it has seen every time up to then.
 	passStart time.Time
@@ -183,7 +178,7 @@ type Agent struct {
 // New builds an agent. Nothing starts until Run.
 func New(cfg Config, deps Deps) *Agent {
 	if deps.Clock == nil {
-		deps.Clock = realClock{}
+		deps.Clock = clock.RealClock{}
 	}
 	if deps.Log == nil {
 		deps.Log = logrus.StandardLogger()
@@ -209,18 +204,26 @@ func New(cfg Config, deps Deps) *Agent {
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = 30 * time.Minute
 	}
+	sched := newSchedule()
 	return &Agent{
-		cfg:         cfg,
-		deps:        deps,
-		log:         deps.Log,
-		rand:        rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
-		inputsDirty: true,
-		keyring:     &cri.Keyring{},
-		images:      map[string]*imageState{},
-		jobs:        make(chan pullJob, cfg.PullConcurrency),
-		results:     make(chan pullResult, cfg.PullConcurrency),
-		done:        make(chan func(), 4),
-		bgCtx:       context.Background(),
+		sched:        sched,
+		runtimeRetry: retry{key: "runtime", sched: sched},
+		pinRetry:     retry{key: "pins", sched: sched},
+		noSpaceTry:   retry{key: "no-space", sched: sched},
+		diskRetry:    retry{key: "disk", sched: sched},
+		recheck:      retry{key: "recheck", sched: sched},
+		releaseRetry: retry{key: "releases", sched: sched},
+		cfg:          cfg,
+		deps:         deps,
+		log:          deps.Log,
+		rand:         rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
+		inputsDirty:  true,
+		keyring:      &cri.Keyring{},
+		images:       map[string]*imageState{},
+		jobs:         make(chan pullJob, cfg.PullConcurrency),
+		results:      make(chan pullResult, cfg.PullConcurrency),
+		done:         make(chan func(), 4),
+		bgCtx:        context.Background(),
 	}
 }
 
@@ -250,13 +253,13 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 		a.bg.Wait()
 	}()
 
-	timer := time.NewTimer(time.Hour)
+	timer := a.deps.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	var heartbeat <-chan time.Time
 	if a.cfg.Heartbeat > 0 {
-		t := time.NewTicker(a.cfg.Heartbeat)
+		t := a.deps.Clock.NewTicker(a.cfg.Heartbeat)
 		defer t.Stop()
-		heartbeat = t.C
+		heartbeat = t.C()
 	}
 	for {
 		a.Reconcile(ctx)
@@ -300,11 +303,11 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 					more = false
 				}
 			}
-		case <-timer.C:
+		case <-timer.C():
 		}
 		if !timer.Stop() {
 			select {
-			case <-timer.C:
+			case <-timer.C():
 			default:
 			}
 		}
@@ -350,53 +353,10 @@ func (a *Agent) background(timeout time.Duration, work func(ctx context.Context)
 	}()
 }
 
-// nextWake is the earliest time something comes due that no pass has seen yet: a pull
-// retry, a reconcile retry, an unpin. ok is false when nothing is. A pass has seen every
-// time up to its own start, so only later times count: one already due when the pass
-// that scheduled it ends (unpin_delay = 0, or shorter than the pass) wakes the loop at
-// once, and a time the pass handled, or that waits for an event (a free pull worker, an
-// expired backoff whose failure has cleared), never does, so the loop cannot spin.
-func (a *Agent) nextWake() (time.Time, bool) {
-	var at time.Time
-	consider := func(t time.Time) {
-		if t.After(a.passStart) && (at.IsZero() || t.Before(at)) {
-			at = t
-		}
-	}
-	for _, img := range a.images {
-		if img.wanted && !img.present && !img.inflight {
-			consider(img.retry.next)
-		}
-	}
-	consider(a.runtimeRetry.next)
-	consider(a.pinRetry.next)
-	consider(a.noSpaceAt)
-	consider(a.diskRetry.next)
-	consider(a.recheck.next)
-	consider(a.releaseRetry.next)
-	for _, released := range a.data.Pins {
-		if !released.IsZero() {
-			consider(released.Add(a.cfg.UnpinDelay))
-		}
-	}
-	return at, !at.IsZero()
-}
-
-// retry is an exponential backoff with jitter.
-type retry struct {
-	attempts int
-	next     time.Time
-}
-
-func (r *retry) fail(now time.Time, maxDelay time.Duration, rnd *rand.Rand) {
-	r.attempts++
-	d := time.Second << min(r.attempts-1, 16)
-	d = min(d, maxDelay)
-	// ±20% jitter so that a fleet of nodes does not retry in step.
-	d = time.Duration(float64(d) * (0.8 + 0.4*rnd.Float64()))
-	r.next = now.Add(d)
-}
-
-func (r *retry) reset() { *r = retry{} }
-
-func (r *retry) due(now time.Time) bool { return r.next.IsZero() || !now.Before(r.next) }
+// nextWake is the earliest time something on the schedule comes due that no pass has
+// seen yet. A pass has seen every time up to its own start, so only later times count:
+// one already due when the pass that scheduled it ends (unpin_delay = 0, or shorter than
+// the pass) wakes the loop at once, and a time the pass handled, or that waits for an
+// event (a free pull worker, an expired backoff whose failure has cleared), never does,
+// so the loop cannot spin.
+func (a *Agent) nextWake() (time.Time, bool) { return a.sched.next(a.passStart) }

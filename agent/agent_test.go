@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/cri/fakecri"
@@ -50,6 +51,8 @@ type harness struct {
 	disk diskcheck.Checker
 	// alive is Deps.Alive (the watchdog).
 	alive func()
+	// clock, when set, drives the agent's time: the test steps it instead of sleeping.
+	clock *testingclock.FakeClock
 }
 
 func newHarness(t *testing.T) *harness {
@@ -103,6 +106,13 @@ func (h *harness) start() {
 		deps.Disk = h.disk
 	}
 	deps.Alive = h.alive
+	if h.clock != nil {
+		deps.Clock = h.clock
+	}
+	if h.observer == nil {
+		h.observer = &countingObserver{}
+		deps.Observer = h.observer
+	}
 	a := New(h.cfg, deps)
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
@@ -141,6 +151,30 @@ func (h *harness) writeFile(name, content string) {
 		h.t.Fatal(err)
 	}
 	h.trigger()
+}
+
+// pass triggers the loop and waits until a pass has run after the trigger.
+func (h *harness) pass() {
+	h.t.Helper()
+	obs, ok := h.observer.(*countingObserver)
+	if !ok {
+		h.t.Fatal("pass needs the counting observer")
+	}
+	before := obs.count()
+	h.trigger()
+	deadline := time.Now().Add(10 * time.Second)
+	for obs.count() <= before {
+		if time.Now().After(deadline) {
+			h.t.Fatal("no pass after a trigger")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (h *harness) latestStatus() status.Node {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.latest
 }
 
 func (h *harness) waitFor(what string, cond func(status.Node) bool) status.Node {
@@ -725,40 +759,46 @@ func (d *fakeDisk) Check(ctx context.Context, sets []diskcheck.SetRequest) (disk
 // stays Ready; a new image in it is neither pulled nor pinned, and the set says why.
 func TestDiskPressureKeepsPins(t *testing.T) {
 	h := newHarness(t)
+	h.clock = testingclock.NewFakeClock(time.Now())
 	disk := &fakeDisk{mode: "admit"}
 	h.disk = disk
-	a, b, c := img("a", 1), img("b", 2), img("c", 3)
-	h.available(a, b, c)
+	a, b, d := img("a", 1), img("b", 2), img("d", 4)
+	h.available(a, b, d)
 	h.start()
 	h.writeFile("s.yaml", setDoc("s", a, b))
 	h.waitFor("Ready", phase("s", status.Ready))
 
+	// The disk passes the GC threshold; the set gains an image, so the check runs again.
 	disk.set("refuse")
-	h.trigger()
-	time.Sleep(4 * h.cfg.UnpinDelay)
-	h.trigger()
-	n := h.waitFor("a pass after the refusal", func(status.Node) bool { return true })
-	for _, ref := range []string{a, b} {
-		if !slices.Contains(h.rt.Pinned(), ref) {
-			t.Fatalf("disk pressure unpinned %s: %v", ref, h.rt.Pinned())
-		}
-	}
-	if s := n.Set("s"); s.Phase != status.Ready {
-		t.Fatalf("a set with every image present is %s: %+v", s.Phase, s.Condition(status.ConditionReady))
-	}
-
-	h.writeFile("s.yaml", setDoc("s", a, b, c))
-	n = h.waitFor("refused for c", phase("s", status.Failed))
+	h.writeFile("s.yaml", setDoc("s", a, b, d))
+	n := h.waitFor("refused for d", phase("s", status.Failed))
 	if c := n.Set("s").Condition(status.ConditionReady); c.Reason != status.ReasonInsufficientDiskSpace || !strings.Contains(c.Message, "the 2 images already present stay pinned") {
 		t.Fatalf("%+v", c)
 	}
-	time.Sleep(2 * h.cfg.UnpinDelay)
-	if p := h.rt.Pinned(); !slices.Contains(p, a) || !slices.Contains(p, b) || slices.Contains(p, c) || h.rt.PullCount(c) != 0 {
-		t.Fatalf("pinned %v, pulls of c %d", p, h.rt.PullCount(c))
+	h.clock.Step(10 * h.cfg.UnpinDelay) // long past unpin_delay, and past every backoff
+	h.pass()
+	h.pass()
+	if p := h.rt.Pinned(); !slices.Contains(p, a) || !slices.Contains(p, b) || slices.Contains(p, d) || h.rt.PullCount(d) != 0 {
+		t.Fatalf("disk pressure: pinned %v, pulls of d %d", p, h.rt.PullCount(d))
 	}
+
+	// Refused again with every image present: Ready, and pinned however long it lasts.
+	h.writeFile("s.yaml", setDoc("s", a, b))
+	n = h.waitFor("Ready while refused", phase("s", status.Ready))
+	if c := n.Set("s").Condition(status.ConditionDiskChecked); c.Status != status.False {
+		t.Fatalf("the check should have refused the set: %+v", c)
+	}
+	h.clock.Step(10 * h.cfg.UnpinDelay)
+	h.pass()
+	h.pass()
+	if p := h.rt.Pinned(); !slices.Contains(p, a) || !slices.Contains(p, b) {
+		t.Fatalf("disk pressure unpinned a Ready set: %v", p)
+	}
+
 	disk.set("admit")
-	h.trigger()
-	h.waitFor("Ready once the disk has room", func(n status.Node) bool { return phase("s", status.Ready)(n) && slices.Contains(h.rt.Pinned(), c) })
+	h.writeFile("s.yaml", setDoc("s", a, b, d))
+	h.clock.Step(time.Minute)
+	h.waitFor("Ready once the disk has room", func(n status.Node) bool { return phase("s", status.Ready)(n) && slices.Contains(h.rt.Pinned(), d) })
 }
 
 // A restart with the state file corrupt, CRI-O not answering and a disk check that
@@ -766,6 +806,7 @@ func TestDiskPressureKeepsPins(t *testing.T) {
 // outlive unpin_delay; when CRI-O returns the set is Ready with nothing pulled again.
 func TestRestartWithLostStateKeepsTheDropIn(t *testing.T) {
 	h := newHarness(t)
+	h.clock = testingclock.NewFakeClock(time.Now())
 	disk := &fakeDisk{mode: "admit"}
 	h.disk = disk
 	a, b := img("a", 1), img("b", 2)
@@ -785,21 +826,27 @@ func TestRestartWithLostStateKeepsTheDropIn(t *testing.T) {
 		s := n.Set("s")
 		return s != nil && s.Condition(status.ConditionProgressing).Reason == status.ReasonRuntimeUnavailable
 	})
-	time.Sleep(4 * h.cfg.UnpinDelay)
-	h.trigger()
-	time.Sleep(50 * time.Millisecond)
+	h.clock.Step(10 * h.cfg.UnpinDelay)
+	h.pass()
+	h.pass()
 	data, err := os.ReadFile(h.dropIn.Path())
 	if err != nil || !strings.Contains(string(data), a) || !strings.Contains(string(data), b) {
 		t.Fatalf("the drop-in lost the set's pins: %v\n%s", err, data)
 	}
 	h.rt.SetDown(false)
-	h.trigger()
+	h.clock.Step(time.Minute) // the runtime's retry comes due
 	h.waitFor("Ready", phase("s", status.Ready))
 	if h.rt.PullCount(a) != 1 || h.rt.PullCount(b) != 1 {
 		t.Fatalf("pulled again: %d %d", h.rt.PullCount(a), h.rt.PullCount(b))
 	}
 	// A pattern the drop-in held that no set wants goes after unpin_delay, as any other.
 	h.writeFile("s.yaml", setDoc("s", a))
+	h.waitFor("b no longer wanted", func(n status.Node) bool { s := n.Set("s"); return s != nil && s.ImagesTotal == 1 })
+	h.pass()
+	if !slices.Contains(h.rt.Pinned(), b) {
+		t.Fatal("b unpinned before unpin_delay")
+	}
+	h.clock.Step(h.cfg.UnpinDelay)
 	h.waitFor("b unpinned", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), b) })
 }
 

@@ -34,8 +34,7 @@ func (a *Agent) checkDisk(desired []conf.Set) []conf.Set {
 	if a.verdicts == nil {
 		a.verdicts = map[string]diskcheck.Verdict{}
 	}
-	retryDue := !a.diskRetry.next.IsZero() && !now.Before(a.diskRetry.next)
-	if a.diskRunning || (!retryDue && !a.diskDirty(reqs)) {
+	if a.diskRunning || (!a.diskRetry.scheduled(now) && !a.diskDirty(reqs)) {
 		return a.admitted(desired)
 	}
 	a.diskRunning, a.diskStarted = true, now

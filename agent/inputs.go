@@ -20,6 +20,11 @@ func (a *Agent) loadState() error {
 	if a.data.Pins == nil {
 		a.data.Pins = map[string]time.Time{}
 	}
+	for img, released := range a.data.Pins {
+		if !released.IsZero() {
+			a.sched.set(unpinKey(img), released.Add(a.cfg.UnpinDelay))
+		}
+	}
 	return err
 }
 

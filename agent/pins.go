@@ -24,19 +24,18 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
 	wanted := a.keepPinned(desired, admitted)
 	for img := range wanted {
 		if released, ok := a.data.Pins[img]; !ok || !released.IsZero() {
-			a.data.Pins[img] = time.Time{}
-			a.dataDirty = true
+			a.setPin(img, time.Time{})
 		}
 	}
 	for img, released := range a.data.Pins {
 		switch {
 		case wanted[img]:
 		case released.IsZero():
-			a.data.Pins[img] = now
-			a.dataDirty = true
+			a.setPin(img, now)
 			a.log.WithField("image", img).WithField("unpin_in", a.cfg.UnpinDelay.String()).Info("image no longer wanted; keeping its pin for unpin_delay")
 		case now.Sub(released) >= a.cfg.UnpinDelay:
 			delete(a.data.Pins, img)
+			a.sched.clear(unpinKey(img))
 			a.dataDirty = true
 			a.log.WithField("image", img).Info("unpinning image")
 		}
@@ -105,6 +104,20 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
 	a.pinRetry.reset()
 }
 
+// setPin records a pin: wanted (released zero), or released at that time, its unpin on
+// the schedule.
+func (a *Agent) setPin(img string, released time.Time) {
+	a.data.Pins[img] = released
+	a.dataDirty = true
+	if released.IsZero() {
+		a.sched.clear(unpinKey(img))
+	} else {
+		a.sched.set(unpinKey(img), released.Add(a.cfg.UnpinDelay))
+	}
+}
+
+func unpinKey(img string) string { return "unpin/" + img }
+
 // keepPinned is what the desired sets pin. Keeping a pin is separate from being allowed
 // to pull: the images an admitted set's verdict counted, and of every desired set the
 // images that are present or already pinned, whatever the disk check says (or before it has
@@ -146,8 +159,7 @@ func (a *Agent) adoptDropIn() {
 			if _, known := a.data.Pins[p]; known || inherited[strings.ToLower(p)] {
 				continue
 			}
-			a.data.Pins[p] = now
-			a.dataDirty = true
+			a.setPin(p, now)
 			adopted++
 		}
 	}

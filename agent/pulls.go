@@ -46,7 +46,7 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
 		for _, ref := range s.Images {
 			img := a.images[ref]
 			if img == nil {
-				img = &imageState{}
+				img = &imageState{retry: retry{key: pullKey(ref), sched: a.sched}}
 				a.images[ref] = img
 			}
 			img.wanted = true
@@ -55,6 +55,7 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
 	for ref, img := range a.images {
 		if !img.wanted && !img.inflight {
 			delete(a.images, ref)
+			a.sched.clear(pullKey(ref))
 		}
 	}
 	if !a.runtimeUp() {
@@ -104,6 +105,8 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
 		}
 	}
 }
+
+func pullKey(ref string) string { return "pull/" + ref }
 
 // staleUnpinned says whether CRI-O calls a present image unpinned although the patterns
 // it was confirmed to have match it.
