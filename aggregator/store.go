@@ -227,31 +227,6 @@ func (s *Store) restoreReceived(node string, at time.Time) {
 	}
 }
 
-// Forget drops the nodes the store should no longer show, from memory and (through the
-// persister) from the state file: those silent for longer than after (0: none by age),
-// and, when cluster is not nil (the names of the cluster's Nodes), those the cluster no
-// longer has that are Unknown too (a node that still reports exists, whatever the API
-// says, and is kept). It returns the names dropped.
-func (s *Store) Forget(after time.Duration, cluster map[string]bool) []string {
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var gone []string
-	for name, e := range s.nodes {
-		silent := now.Sub(e.seen)
-		if (after > 0 && silent > after) || (cluster != nil && !cluster[name] && e.unknown(now)) {
-			delete(s.nodes, name)
-			if s.dirty == nil {
-				s.dirty = map[string]bool{}
-			}
-			s.dirty[name] = true
-			gone = append(gone, name)
-		}
-	}
-	sort.Strings(gone)
-	return gone
-}
-
 // nodeNames lists the nodes the store knows and expects, sorted.
 func (s *Store) nodeNames() []string {
 	all := map[string]bool{}

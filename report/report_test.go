@@ -2,14 +2,6 @@ package report
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
+	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -25,7 +18,11 @@ import (
 // not switch reporting off: once the file appears, the reporter goes on to report.
 func TestMissingCertificateIsWaitedFor(t *testing.T) {
 	dir := t.TempDir()
-	cert := filepath.Join(dir, "client.pem")
+	cert := filepath.Join(dir, "w1.pem") // where testcerts writes it below
+	ca, err := testcerts.NewCA(dir, "kubelet-client-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
 	log, hook := test.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
 	r := New(Config{Aggregator: "127.0.0.1:1", CertFile: cert, Heartbeat: 200 * time.Millisecond}, log)
@@ -43,7 +40,7 @@ func TestMissingCertificateIsWaitedFor(t *testing.T) {
 	if !logged(hook, "cannot report yet; retrying until the certificate is there") {
 		t.Fatal("the wait is not logged")
 	}
-	if err := os.WriteFile(cert, selfSigned(t, "system:node:w1"), 0o600); err != nil {
+	if _, err := ca.Node(dir, "w1"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -69,24 +66,4 @@ func logged(hook *test.Hook, msg string) bool {
 		}
 	}
 	return false
-}
-
-// selfSigned is a certificate and its key in one PEM, as the kubelet keeps them.
-func selfSigned(t *testing.T, cn string) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})...)
 }

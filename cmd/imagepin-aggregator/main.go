@@ -98,16 +98,6 @@ func defineFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.statusWarmup, "status-warmup", 45*time.Second, "a new leader writes no status until every Node reported, or this long")
 }
 
-// forget drops the nodes silent for longer than after.
-func forget(store *aggregator.Store, after time.Duration, log logrus.FieldLogger) {
-	if after <= 0 {
-		return
-	}
-	if gone := store.Forget(after, nil); len(gone) > 0 {
-		log.WithField("nodes", gone).WithField("silent_for", after.String()).Info("forgot nodes that stopped reporting")
-	}
-}
-
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v
@@ -145,7 +135,6 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		}
 		log.WithField("nodes", n).Info("reports restored from the state file")
 		persister = p
-		forget(store, o.forgetAfter, log)
 	}
 	tlsConfig, err := aggregator.ServerTLS(o.tlsCert, o.tlsKey, o.clientCA)
 	if err != nil {
@@ -171,20 +160,7 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, store, leading.Load) })
-	if o.forgetAfter > 0 {
-		g.Go(func() error {
-			t := time.NewTicker(min(time.Minute, o.forgetAfter))
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-t.C:
-					forget(store, o.forgetAfter, log)
-				}
-			}
-		})
-	}
+	g.Go(func() error { return store.RunForget(ctx, o.forgetAfter, log) })
 	if persister != nil {
 		g.Go(func() error { return persister.Run(ctx) })
 	}
