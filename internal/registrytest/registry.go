@@ -114,28 +114,24 @@ func (r *Registry) options(user string) []remote.Option {
 func (r *Registry) Push(repo string, img v1.Image, user string, tags ...string) string {
 	r.t.Helper()
 	d, _ := img.Digest()
-	for _, ref := range append([]string{"@" + d.String()}, prefixed(":", tags)...) {
-		ref, err := name.ParseReference(r.Host + "/" + repo + ref)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		if err := remote.Write(ref, img, r.options(user)...); err != nil {
-			r.t.Fatal(err)
-		}
-	}
-	return repo + "@" + d.String()
+	return r.put(repo, d, tags, func(ref name.Reference) error { return remote.Write(ref, img, r.options(user)...) })
 }
 
 // PushIndex writes idx like Push.
 func (r *Registry) PushIndex(repo string, idx v1.ImageIndex, user string, tags ...string) string {
 	r.t.Helper()
 	d, _ := idx.Digest()
-	for _, ref := range append([]string{"@" + d.String()}, prefixed(":", tags)...) {
-		ref, err := name.ParseReference(r.Host + "/" + repo + ref)
+	return r.put(repo, d, tags, func(ref name.Reference) error { return remote.WriteIndex(ref, idx, r.options(user)...) })
+}
+
+func (r *Registry) put(repo string, d v1.Hash, tags []string, write func(name.Reference) error) string {
+	r.t.Helper()
+	for _, suffix := range append([]string{"@" + d.String()}, prefixed(":", tags)...) {
+		ref, err := name.ParseReference(r.Host + "/" + repo + suffix)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if err := remote.WriteIndex(ref, idx, r.options(user)...); err != nil {
+		if err := write(ref); err != nil {
 			r.t.Fatal(err)
 		}
 	}
