@@ -53,6 +53,8 @@ type harness struct {
 	alive func()
 	// clock, when set, drives the agent's time: the test steps it instead of sleeping.
 	clock *testingclock.FakeClock
+	// runtime replaces the fake runtime's CRI calls (a wrapper that fails some).
+	runtime Runtime
 }
 
 func newHarness(t *testing.T) *harness {
@@ -108,6 +110,9 @@ func (h *harness) start() {
 	deps.Alive = h.alive
 	if h.clock != nil {
 		deps.Clock = h.clock
+	}
+	if h.runtime != nil {
+		deps.Runtime = h.runtime
 	}
 	if h.observer == nil {
 		h.observer = &countingObserver{}
@@ -921,4 +926,49 @@ func TestHangingDiskCheckDoesNotStallTheLoop(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the loop stopped feeding the watchdog")
 	}
+}
+
+// statusErrors fails ImageStatus for an image while told to, with an error that is not
+// "the runtime is down".
+type statusErrors struct {
+	Runtime
+	mu   sync.Mutex
+	fail map[string]bool
+}
+
+func (s *statusErrors) set(ref string, fail bool) {
+	s.mu.Lock()
+	s.fail[ref] = fail
+	s.mu.Unlock()
+}
+
+func (s *statusErrors) ImageStatus(ctx context.Context, ref string) (cri.Image, error) {
+	s.mu.Lock()
+	fail := s.fail[ref]
+	s.mu.Unlock()
+	if fail {
+		return cri.Image{}, errors.New("rpc error: code = Internal desc = image status: layer lookup failed")
+	}
+	return s.Runtime.ImageStatus(ctx, ref)
+}
+
+// An ImageStatus error that is not "unavailable" schedules a wake-up: once it clears,
+// the image is asked about again without any other event.
+func TestImageStatusErrorSchedulesAWakeUp(t *testing.T) {
+	h := newHarness(t)
+	h.clock = testingclock.NewFakeClock(time.Now())
+	a := img("a", 1)
+	h.available(a)
+	rt := &statusErrors{Runtime: h.rt, fail: map[string]bool{a: true}}
+	h.runtime = rt
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.pass()
+	h.pass()
+	if n := h.latestStatus(); phase("s", status.Ready)(n) || h.rt.PullCount(a) != 0 {
+		t.Fatalf("nothing is known of the image yet: %+v, pulls %d", n.Sets, h.rt.PullCount(a))
+	}
+	rt.set(a, false)
+	h.clock.Step(time.Minute) // no event: only the scheduled wake-up can bring the next pass
+	h.waitFor("Ready", phase("s", status.Ready))
 }

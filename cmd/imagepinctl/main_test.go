@@ -243,3 +243,15 @@ func TestApplyLeavesTheDaemonsStateAlone(t *testing.T) {
 		t.Fatalf("apply changed imagepind's last good files: %v", ents)
 	}
 }
+
+// apply with no set for this node did nothing: that is not a success.
+func TestApplyWithNoSetForThisNode(t *testing.T) {
+	dir := t.TempDir()
+	cfg := write(t, dir, "c.toml", fmt.Sprintf("state_dir = %q\n[node]\nname = \"w1\"\nlabels = {\"node-role.kubernetes.io/worker\" = \"\"}\nlabels_file = \"\"\n[cri]\nendpoint = \"unix://%s\"\n[crio]\nconfig = %q\nconfig_dir = %q\nreload = \"signal\"\n",
+		filepath.Join(dir, "state"), filepath.Join(dir, "no.sock"), filepath.Join(dir, "crio.conf"), filepath.Join(dir, "crio.conf.d")))
+	set := write(t, dir, "m.yaml", "apiVersion: machineconfiguration.openshift.io/v1\nkind: PinnedImageSet\nmetadata: {name: m, labels: {machineconfiguration.openshift.io/role: master}}\nspec: {pinnedImages: [{name: \"quay.io/x/a@"+digest+"\"}]}\n")
+	code, _, errOut := ctl(t, "apply", "--config", cfg, "--timeout", "10s", set)
+	if code != 1 || !strings.Contains(errOut, "no set in "+set+" selects node w1: nothing was done") {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+}
