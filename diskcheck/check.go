@@ -63,7 +63,7 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 	limit := uint64(float64(space.Capacity) * float64(threshold) / 100)
 	for _, s := range sets {
 		v := Verdict{Bytes: map[string]uint64{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
-		var layers uint64
+		var layers, need, uncompressed uint64 // compressed bytes, need, of which sized uncompressed
 		var transient []error
 		sized := 0
 		newLayers := map[string]bool{}
@@ -86,15 +86,18 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 				}
 				newLayers[l.Digest] = true
 				layers += uint64(l.Size)
+				need += l.Need(r.cfg.Multiplier)
+				if l.Uncompressed > 0 {
+					uncompressed += uint64(l.Uncompressed)
+				}
 			}
 		}
-		need := uint64(float64(layers) * r.cfg.Multiplier)
 		total := cumulative + need
 		// A set that needs nothing more (every image present, or every layer counted for
 		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
 		// refusal would let its pins go just as the kubelet's image GC starts deleting.
 		fits := need == 0 || (total <= space.Available && space.Used()+total <= limit)
-		msg := r.describe(s.Name, sized, layers, need, cumulative, path, space, threshold, thresholdFrom, terr)
+		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, path, space, threshold, thresholdFrom, terr)
 		switch {
 		case !fits:
 			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.False, Reason: status.ReasonInsufficientDiskSpace, Message: msg}
@@ -118,8 +121,12 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 	return res, nil
 }
 
-func (r *Registry) describe(set string, images int, layers, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
-	msg := fmt.Sprintf("node %s: %d images need %s (%g × %s of layers) on %s", r.cfg.NodeName, images, Human(need), r.cfg.Multiplier, Human(layers), path)
+func (r *Registry) describe(set string, images int, layers, uncompressed, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
+	how := fmt.Sprintf("%g × %s of layers", r.cfg.Multiplier, Human(layers))
+	if uncompressed > 0 {
+		how += fmt.Sprintf(", or %s uncompressed + compressed where larger", Human(uncompressed))
+	}
+	msg := fmt.Sprintf("node %s: %d images need %s (%s) on %s", r.cfg.NodeName, images, Human(need), how, path)
 	if before > 0 {
 		msg += fmt.Sprintf(", after %s for the sets admitted before it", Human(before))
 	}

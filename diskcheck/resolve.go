@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.podman.io/image/v5/docker"
@@ -41,10 +42,30 @@ func ParsePlatform(s string) (Platform, error) {
 	return p, nil
 }
 
-// Layer is one compressed layer blob.
+// Layer is one layer blob.
 type Layer struct {
 	Digest string
-	Size   int64
+	// Size is the blob's (compressed) size.
+	Size int64
+	// Uncompressed is what it takes once stored, when the blob says so (0: unknown);
+	// From says how it was learned (FromGzipTrailer, FromZstdHeader, FromTar).
+	Uncompressed int64
+	From         string
+}
+
+// Need is what pulling the layer takes on the image filesystem: at least multiplier ×
+// the compressed size (the administrator's rule stays the floor), and, when the
+// uncompressed size is known, the layer stored uncompressed plus its compressed blob
+// held while it is applied.
+func (l Layer) Need(multiplier float64) uint64 {
+	if l.Size <= 0 {
+		return 0
+	}
+	need := uint64(float64(l.Size) * multiplier)
+	if l.Uncompressed > 0 {
+		need = max(need, uint64(l.Uncompressed)+uint64(l.Size))
+	}
+	return need
 }
 
 // Image is what a registry says of one image for the node's platform.
@@ -93,6 +114,9 @@ type ResolverConfig struct {
 	// OpenShift points global_auth_file at the pull secret, /var/lib/kubelet/config.json.
 	// "" means none.
 	AuthFile string
+	// NoUncompressedSizes skips the Range requests that learn each layer's uncompressed
+	// size: the multiplier alone decides (for registries that mishandle Range).
+	NoUncompressedSizes bool
 	// Timeout bounds the sizing of one image (default 30 s): a registry that accepts
 	// connections and never answers leaves that image unsized (retried later), not the
 	// whole check waiting.
@@ -106,8 +130,15 @@ type Resolver struct {
 	creds Credentials
 	sem   chan struct{}
 
-	mu    sync.Mutex
-	cache map[string]Image
+	mu     sync.Mutex
+	cache  map[string]Image
+	usize  map[string]layerSize // by layer digest
+	ranges atomic.Int64
+}
+
+type layerSize struct {
+	size int64
+	from string
 }
 
 // NewResolver returns a resolver; creds may be nil.
@@ -121,8 +152,34 @@ func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
 	if creds == nil {
 		creds = func(string) *cri.Auth { return nil }
 	}
-	return &Resolver{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), cache: map[string]Image{}}
+	return &Resolver{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), cache: map[string]Image{}, usize: map[string]layerSize{}}
 }
+
+// uncompressed is a layer's uncompressed size, asked once per digest (layers are
+// immutable) unless ResolverConfig.NoUncompressedSizes.
+func (r *Resolver) uncompressed(ctx context.Context, src types.ImageSource, l types.BlobInfo) (int64, string) {
+	if r.cfg.NoUncompressedSizes {
+		return 0, ""
+	}
+	key := l.Digest.String()
+	r.mu.Lock()
+	u, ok := r.usize[key]
+	r.mu.Unlock()
+	if ok {
+		return u.size, u.from
+	}
+	size, from, requests := uncompressedSize(ctx, src, l)
+	r.ranges.Add(int64(requests))
+	if from != "" || ctx.Err() == nil { // a cancelled read may work next time
+		r.mu.Lock()
+		r.usize[key] = layerSize{size, from}
+		r.mu.Unlock()
+	}
+	return size, from
+}
+
+// RangeRequests is how many Range requests the resolver made for uncompressed sizes.
+func (r *Resolver) RangeRequests() int64 { return r.ranges.Load() }
 
 // SystemContext is how containers/image reaches image: the node's registries.conf,
 // certs.d, platform, and the credentials the kubelet would hand CRI-O for it.
@@ -218,12 +275,26 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 		return Image{}, fmt.Errorf("parse manifest of %s: %w", image, err)
 	}
 	var img Image
+	var infos []types.BlobInfo
 	for _, l := range m.LayerInfos() {
 		if l.EmptyLayer {
 			continue
 		}
 		img.Layers = append(img.Layers, Layer{Digest: l.Digest.String(), Size: l.Size})
+		infos = append(infos, l.BlobInfo)
 	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4) // an image's layers, a few at a time
+	for i := range img.Layers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			img.Layers[i].Uncompressed, img.Layers[i].From = r.uncompressed(ctx, src, infos[i])
+		}()
+	}
+	wg.Wait()
 	return img, nil
 }
 
