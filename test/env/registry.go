@@ -180,6 +180,19 @@ func FreePort() (int, error) {
 // PushCompressible pushes an image of `layers` layers, each a tar holding size bytes of
 // word-like text, so that gzip shrinks it about as much as real image content.
 func (r *Registry) PushCompressible(ctx context.Context, repo string, layers int, size int64) (Image, error) {
+	return r.PushContent(ctx, repo, layers, size, TextContent)
+}
+
+// Layer contents that compress like real ones.
+const (
+	// TextContent is word-like text (gzip about 3:1 to 4:1).
+	TextContent = "text"
+	// BinaryContent is half random bytes, half structure, like executables (gzip about 2:1).
+	BinaryContent = "binary"
+)
+
+// PushContent pushes an image of `layers` gzip layers, each a tar of size bytes of kind.
+func (r *Registry) PushContent(ctx context.Context, repo string, layers int, size int64, kind string) (Image, error) {
 	img := empty.Image
 	words := []string{"lib", "usr", "bin", "share", "config", "openshift", "kube", "container", "runtime", "image",
 		"node", "etcd", "api", "server", "controller", "manager", "proxy", "network", "storage", "operator"}
@@ -192,6 +205,12 @@ func (r *Registry) PushCompressible(ctx context.Context, repo string, layers int
 			x ^= x << 13
 			x ^= x >> 7
 			x ^= x << 17
+			if kind == BinaryContent {
+				// 8 random bytes, then 8 of a few opcodes-like patterns.
+				binary.Write(&text, binary.LittleEndian, x)
+				text.Write([]byte{0x48, 0x89, 0xe5, 0x41, 0x57, byte(x >> 61), 0x00, 0x00})
+				continue
+			}
 			text.WriteString(words[x%uint64(len(words))])
 			text.WriteByte(" /.\n_-"[x>>60%6])
 			if x%97 == 0 {
@@ -200,7 +219,7 @@ func (r *Registry) PushCompressible(ctx context.Context, repo string, layers int
 		}
 		var tarBuf bytes.Buffer
 		tw := tar.NewWriter(&tarBuf)
-		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("data-%d.txt", i), Mode: 0o644, Size: int64(text.Len())})
+		tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("data-%d.bin", i), Mode: 0o644, Size: int64(text.Len())})
 		tw.Write(text.Bytes())
 		tw.Close()
 		data := tarBuf.Bytes()
