@@ -72,12 +72,15 @@ type CRIOConfig struct {
 
 // DiskConfig is what the disk check reads.
 type DiskConfig struct {
-	RegistriesConf         string  `toml:"registries_conf"`
-	RegistriesConfDir      string  `toml:"registries_conf_dir"`
-	CertsDir               string  `toml:"certs_dir"`
-	LayerSizeMultiplier    float64 `toml:"layer_size_multiplier"`
-	GCHighThresholdPercent int     `toml:"gc_high_threshold_percent"`
-	KubeletConfig          string  `toml:"kubelet_config"`
+	RegistriesConf      string  `toml:"registries_conf"`
+	RegistriesConfDir   string  `toml:"registries_conf_dir"`
+	CertsDir            string  `toml:"certs_dir"`
+	LayerSizeMultiplier float64 `toml:"layer_size_multiplier"`
+	// UncompressedSizes: learn each layer's uncompressed size from the blob (a Range
+	// request per distinct layer); false: the multiplier alone.
+	UncompressedSizes      bool   `toml:"uncompressed_sizes"`
+	GCHighThresholdPercent int    `toml:"gc_high_threshold_percent"`
+	KubeletConfig          string `toml:"kubelet_config"`
 }
 
 // ReportConfig is where node reports go.
@@ -128,6 +131,7 @@ func Default() Config {
 			RegistriesConfDir:   "/etc/containers/registries.conf.d",
 			CertsDir:            "/etc/containers/certs.d",
 			LayerSizeMultiplier: 2.0,
+			UncompressedSizes:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
 		Report: ReportConfig{

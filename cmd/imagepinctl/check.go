@@ -108,7 +108,7 @@ func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels ma
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
 	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
 		RegistriesConf: cfg.Disk.RegistriesConf, RegistriesConfDir: cfg.Disk.RegistriesConfDir, CertsDir: cfg.Disk.CertsDir,
-		AuthFile: cfg.CRI.PullSecret, Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
+		AuthFile: cfg.CRI.PullSecret, NoUncompressedSizes: !cfg.Disk.UncompressedSizes, Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
 	}, keyring.Lookup)
 
 	// A set naming a release needs what imagepind would expand it to on this node.

@@ -127,12 +127,13 @@ func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaul
 func Resolver(cfg conf.Config) *diskcheck.Resolver {
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
 	return diskcheck.NewResolver(diskcheck.ResolverConfig{
-		RegistriesConf:    cfg.Disk.RegistriesConf,
-		RegistriesConfDir: cfg.Disk.RegistriesConfDir,
-		CertsDir:          cfg.Disk.CertsDir,
-		AuthFile:          cfg.CRI.PullSecret,
-		Platform:          diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
-		Concurrency:       cfg.EffectivePullConcurrency(),
+		RegistriesConf:      cfg.Disk.RegistriesConf,
+		RegistriesConfDir:   cfg.Disk.RegistriesConfDir,
+		CertsDir:            cfg.Disk.CertsDir,
+		AuthFile:            cfg.CRI.PullSecret,
+		NoUncompressedSizes: !cfg.Disk.UncompressedSizes,
+		Platform:            diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
+		Concurrency:         cfg.EffectivePullConcurrency(),
 	}, keyring.Lookup)
 }
 
