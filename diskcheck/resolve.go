@@ -284,7 +284,7 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 		infos = append(infos, l.BlobInfo)
 	}
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4) // an image's layers, a few at a time
+	sem := make(chan struct{}, 1) // an image's layers one after another, on its connection
 	for i := range img.Layers {
 		wg.Add(1)
 		go func() {

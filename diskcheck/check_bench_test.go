@@ -1,0 +1,42 @@
+package diskcheck
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/imagepin/imagepin/internal/registrytest"
+)
+
+// BenchmarkCheck500 is the disk check of 500 images (1000+ distinct layers) against an
+// in-process TLS registry, cold (a new resolver each time), by sizing concurrency and
+// with or without the uncompressed sizes: go test -run '^$' -bench Check500 ./diskcheck
+func BenchmarkCheck500(b *testing.B) {
+	t := &testing.T{}
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.certs)
+	var refs []string
+	base := layer(t, 4<<10)
+	for i := 0; i < 500; i++ {
+		refs = append(refs, reg.Host+"/"+reg.Push(fmt.Sprintf("cost/app-%03d", i), image(t, base, layer(t, 1<<10), layer(t, 1<<10)), ""))
+	}
+	for _, c := range []struct {
+		conc   int
+		ranges bool
+	}{{8, false}, {8, true}, {32, false}, {32, true}} {
+		b.Run(fmt.Sprintf("concurrency=%d/ranges=%v", c.conc, c.ranges), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				before := reg.Requests()
+				r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
+					Platform: Platform{OS: "linux", Architecture: "amd64"}, Concurrency: c.conc, NoUncompressedSizes: !c.ranges}, nil)
+				chk := New(Config{NodeName: "b", Multiplier: 2}, r, func(context.Context) (string, error) { return f.dir, nil })
+				res, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: refs}})
+				if err != nil || len(res.Verdicts["s"].Bytes) != 500 {
+					b.Fatalf("%v %d", err, len(res.Verdicts["s"].Bytes))
+				}
+				b.ReportMetric(float64(reg.Requests()-before)/500, "requests/image")
+			}
+		})
+	}
+}
