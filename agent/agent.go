@@ -99,6 +99,9 @@ type Deps struct {
 	Observer Observer
 	// Alive is called after every pass of the loop and every Heartbeat.
 	Alive func()
+	// Idle is called after a pass that leaves nothing in flight and nothing due within a
+	// minute (imagepind gives memory back to the system then); nil: nothing.
+	Idle func()
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string
@@ -271,6 +274,9 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 		wait := time.Hour
 		if at, ok := a.nextWake(); ok {
 			wait = max(at.Sub(a.deps.Clock.Now()), 10*time.Millisecond)
+		}
+		if a.deps.Idle != nil && wait >= time.Minute && a.inflight == 0 && !a.diskRunning && len(a.expanding) == 0 {
+			a.deps.Idle()
 		}
 		timer.Reset(wait)
 	idle:

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -113,6 +114,9 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		// (every call has a timeout), so it cannot get imagepind killed.
 		Alive:     notifier.Watchdog,
 		Heartbeat: notifier.WatchdogInterval(),
+		// Settled: give the memory of the last burst (parsing, sizing, pulls) back now,
+		// not at the Go runtime's leisure, so an idle node's imagepind stays small.
+		Idle: debug.FreeOSMemory,
 	}
 	if syncer != nil {
 		opts.SourceFaults = syncer.Faults

@@ -39,6 +39,8 @@ type Options struct {
 	Observer  agent.Observer
 	Alive     func()
 	Heartbeat time.Duration
+	// Idle is called when the loop settles (agent.Deps.Idle).
+	Idle func()
 	// SourceFaults are the cluster sync's faults, shown in the node's status.
 	SourceFaults func() []string
 }
@@ -84,6 +86,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Log:      opts.Log,
 		Observer: opts.Observer,
 		Alive:    opts.Alive,
+		Idle:     opts.Idle,
 
 		SourceFaults: opts.SourceFaults,
 	})

@@ -404,9 +404,10 @@ func (b *bench) daemonLatencyAndIdle(ctx context.Context) error {
 	cpu1, _ := cpuTicks(pid)
 	crioLines1 := lineCount(c.LogFile)
 	rss := env.RSSKiB(pid)
+	anon, file := env.RSSParts(pid)
 	cpuSec := float64(cpu1-cpu0) / 100
-	fmt.Printf("## Idle, 3 sets Ready (%d images), over %s\n\n| RSS | CPU time | CPU share of one core | CRI-O log lines (each CRI call logs one) |\n|---|---|---|---|\n| %.1f MiB | %.2f s | %.3f%% | %d |\n\n",
-		len(refs), idleFor.String(), float64(rss)/1024, cpuSec, 100*cpuSec/idleFor.Seconds(), crioLines1-crioLines0)
+	fmt.Printf("## Idle, 3 sets Ready (%d images), over %s\n\n| RSS | of which anonymous / file | CPU time | CPU share of one core | CRI-O log lines (each CRI call logs one) |\n|---|---|---|---|---|\n| %.1f MiB | %.1f / %.1f MiB | %.2f s | %.3f%% | %d |\n\n",
+		len(refs), idleFor.String(), float64(rss)/1024, float64(anon)/1024, float64(file)/1024, cpuSec, 100*cpuSec/idleFor.Seconds(), crioLines1-crioLines0)
 	return nil
 }
 

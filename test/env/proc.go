@@ -46,10 +46,18 @@ func logTail(path string, n int) string {
 }
 
 // RSSKiB is a process's resident set size (VmRSS) in KiB; 0 when it cannot be read.
-func RSSKiB(pid int) int64 {
+func RSSKiB(pid int) int64 { return statusKiB(pid, "VmRSS:") }
+
+// RSSParts is the resident memory of pid by kind (KiB): anonymous (heap, stacks) and
+// file-backed (the binary's pages it touched).
+func RSSParts(pid int) (anon, file int64) {
+	return statusKiB(pid, "RssAnon:"), statusKiB(pid, "RssFile:")
+}
+
+func statusKiB(pid int, field string) int64 {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
+		if strings.HasPrefix(line, field) {
 			n, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
 			return n
 		}
