@@ -143,6 +143,8 @@ type Agent struct {
 	overriders     []string
 	effective      []string
 	pinRetry       retry
+	effMatch       patternMatcher // a.effective, compiled
+	confMatch      patternMatcher // a.confirmed, compiled
 	// pinGen counts pin confirmations: a pull result's pinned flag is only as fresh as
 	// the generation it was dispatched in.
 	pinGen int

@@ -70,7 +70,7 @@ func newHarness(t *testing.T) *harness {
 		UnpinDelay:   300 * time.Millisecond, PullConcurrency: 2, PullTimeout: 5 * time.Second,
 		ConfirmTimeout: 2 * time.Second, MaxBackoff: 100 * time.Millisecond,
 	}
-	h.dropIn = crio.DropIn{MainConfig: filepath.Join(root, "crio", "crio.conf"), ConfigDir: filepath.Join(root, "crio", "crio.conf.d")}
+	h.dropIn = crio.DropIn{MainConfig: filepath.Join(root, "crio", "crio.conf"), ConfigDir: filepath.Join(root, "crio", "crio.conf.d"), Cache: crio.NewFileCache()}
 	os.MkdirAll(h.cfg.SetsDir, 0o755)
 	os.MkdirAll(h.dropIn.ConfigDir, 0o755)
 	h.rt = fakecri.New(h.dropIn)

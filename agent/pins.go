@@ -231,7 +231,7 @@ func (a *Agent) probePinned(ctx context.Context) bool {
 	}
 	var probe string
 	for ref, img := range a.images {
-		newlyPinned := crio.Matches(a.effective, ref) && !crio.Matches(a.confirmed, ref)
+		newlyPinned := a.effMatch.match(a.effective, ref) && !a.confMatch.match(a.confirmed, ref)
 		if img.wanted && img.present && newlyPinned && (probe == "" || ref < probe) {
 			probe = ref
 		}
@@ -268,8 +268,23 @@ func (a *Agent) pinsInEffect() bool {
 	return a.confirmedValid || !a.support.PinOnReload
 }
 
-// sameSet compares pattern lists as CRI-O matches them: order-free, case-insensitive.
-func sameSet(a, b []string) bool { return maps.Equal(lowerSet(a), lowerSet(b)) }
+// sameSet compares pattern lists as CRI-O matches them: order-free, case-insensitive
+// (equal lists, the usual case on every pass, are compared without building sets).
+func sameSet(a, b []string) bool { return slices.Equal(a, b) || maps.Equal(lowerSet(a), lowerSet(b)) }
+
+// patternMatcher is a crio.Matcher compiled for the pattern list last asked about
+// (a.effective, a.confirmed): recompiled only when the agent replaces the list.
+type patternMatcher struct {
+	src []string
+	m   *crio.Matcher
+}
+
+func (p *patternMatcher) match(patterns []string, name string) bool {
+	if p.m == nil || len(p.src) != len(patterns) || (len(patterns) > 0 && &p.src[0] != &patterns[0]) {
+		p.src, p.m = patterns, crio.NewMatcher(patterns)
+	}
+	return p.m.Match(name)
+}
 
 func lowerSet(list []string) map[string]bool {
 	m := make(map[string]bool, len(list))

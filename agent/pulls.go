@@ -7,7 +7,6 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
-	"github.com/imagepin/imagepin/crio"
 )
 
 // imageState is what the agent knows of one wanted image, shared by every set that
@@ -111,7 +110,7 @@ func pullKey(ref string) string { return "pull/" + ref }
 // staleUnpinned says whether CRI-O calls a present image unpinned although the patterns
 // it was confirmed to have match it.
 func (a *Agent) staleUnpinned(ref string, st cri.Image) bool {
-	return st.Present && !st.Pinned && a.confirmedValid && a.support.PinnedField && crio.Matches(a.effective, ref)
+	return st.Present && !st.Pinned && a.confirmedValid && a.support.PinnedField && a.effMatch.match(a.effective, ref)
 }
 
 // scheduleRecheck makes sure a pass comes to ask about unchecked images again, with

@@ -10,7 +10,6 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
-	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
@@ -120,7 +119,7 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	overridden := 0
 	if len(a.overriders) > 0 {
 		for _, ref := range s.Images {
-			if !crio.Matches(a.effective, ref) {
+			if !a.effMatch.match(a.effective, ref) {
 				overridden++
 			}
 		}

@@ -27,6 +27,8 @@ type DropIn struct {
 	// MainConfig is crio.conf; ConfigDir is crio.conf.d.
 	MainConfig string
 	ConfigDir  string
+	// Cache, when set, spares re-reading files that did not change (NewFileCache).
+	Cache *FileCache
 }
 
 // Path is the managed drop-in's path.
@@ -46,7 +48,7 @@ type ConfigFile struct {
 // lexical walk of the directory, recursively, any name).
 func (d DropIn) Scan() []ConfigFile {
 	var files []ConfigFile
-	if cf, ok := readConfigFile(d.MainConfig); ok {
+	if cf, ok := d.Cache.read(d.MainConfig); ok {
 		files = append(files, cf)
 	}
 	_ = filepath.Walk(d.ConfigDir, func(p string, info os.FileInfo, err error) error {
@@ -59,7 +61,7 @@ func (d DropIn) Scan() []ConfigFile {
 		if info.IsDir() {
 			return nil
 		}
-		cf, ok := readConfigFile(p)
+		cf, ok := d.Cache.read(p)
 		if ok {
 			cf.Managed = p == d.Path()
 			files = append(files, cf)
@@ -79,13 +81,18 @@ func readConfigFile(path string) (ConfigFile, bool) {
 		cf.Err = err
 		return cf, true
 	}
+	return parseConfigFile(path, data), true
+}
+
+func parseConfigFile(path string, data []byte) ConfigFile {
+	cf := ConfigFile{Path: path}
 	pins, set, err := decodePins(data)
 	if err != nil {
 		cf.Err = fmt.Errorf("parse: %w", err)
-		return cf, true
+		return cf
 	}
 	cf.SetsPins, cf.Pins = set, pins
-	return cf, true
+	return cf
 }
 
 // decodePins reads [crio.image] pinned_images from CRI-O TOML; set says whether the key
@@ -272,7 +279,7 @@ func (d DropIn) Apply(patterns []string) (bool, error) {
 		}
 		return true, nil
 	}
-	content, err := Render(patterns)
+	content, err := d.Cache.render(patterns)
 	if err != nil {
 		return false, err
 	}

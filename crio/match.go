@@ -29,3 +29,45 @@ func Matches(patterns []string, name string) bool {
 	}
 	return false
 }
+
+// Matcher is Matches compiled once for a pattern list: exact names in a set, the
+// wildcard patterns in a list. Asking it about every image of a 2000-image set costs
+// 2000 lookups, not 2000 × 2000 comparisons.
+type Matcher struct {
+	exact    map[string]bool
+	contains []string // "*kw*" and "prefix*", lowercased, without their stars
+}
+
+// NewMatcher compiles patterns (invalid ones are skipped, as Matches skips them).
+func NewMatcher(patterns []string) *Matcher {
+	m := &Matcher{exact: make(map[string]bool, len(patterns))}
+	for _, p := range patterns {
+		if ValidPattern(p) != nil {
+			continue
+		}
+		lp := strings.ToLower(p)
+		switch {
+		case strings.HasPrefix(lp, "*") && strings.HasSuffix(lp, "*"):
+			m.contains = append(m.contains, lp[1:len(lp)-1])
+		case strings.HasSuffix(lp, "*"):
+			m.contains = append(m.contains, lp[:len(lp)-1])
+		default:
+			m.exact[lp] = true
+		}
+	}
+	return m
+}
+
+// Match is Matches(patterns, name) for the compiled patterns.
+func (m *Matcher) Match(name string) bool {
+	lname := strings.ToLower(name)
+	if m.exact[lname] {
+		return true
+	}
+	for _, kw := range m.contains {
+		if strings.Contains(lname, kw) {
+			return true
+		}
+	}
+	return false
+}

@@ -25,6 +25,7 @@ type Runtime struct {
 	down    bool
 	present map[string]bool
 	pinned  []string
+	matcher *crio.Matcher // pinned, compiled (nil: compile on next use)
 	// Registry maps an image to the error its pull returns (nil: pulls fine). An image
 	// not in Registry fails with "manifest unknown".
 	Registry map[string]error
@@ -70,7 +71,7 @@ func (r *Runtime) SetDown(down bool) {
 	defer r.mu.Unlock()
 	r.down = down
 	if !down {
-		r.pinned = r.readPins()
+		r.pinned, r.matcher = r.readPins(), nil
 	}
 }
 
@@ -160,7 +161,10 @@ func (r *Runtime) ImageStatus(_ context.Context, ref string) (cri.Image, error) 
 	if !r.present[ref] {
 		return cri.Image{}, nil
 	}
-	return cri.Image{Present: true, Pinned: crio.Matches(r.pinned, ref), ID: ref}, nil
+	if r.matcher == nil {
+		r.matcher = crio.NewMatcher(r.pinned)
+	}
+	return cri.Image{Present: true, Pinned: r.matcher.Match(ref), ID: ref}, nil
 }
 
 // PullImage implements CRI PullImage.
@@ -234,6 +238,6 @@ func (r *Runtime) Reload(context.Context) error {
 		r.ignoreReloads--
 		return nil
 	}
-	r.pinned = r.readPins()
+	r.pinned, r.matcher = r.readPins(), nil
 	return nil
 }

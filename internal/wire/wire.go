@@ -76,7 +76,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Heartbeat:       opts.Heartbeat,
 	}, agent.Deps{
 		Runtime:  client,
-		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir},
+		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir, Cache: crio.NewFileCache()},
 		Live:     crio.NewLiveConfig(socket),
 		Reloader: Reloader(cfg, opts.Log),
 		Disk:     DiskCheck(cfg, resolver, client, nodeName),

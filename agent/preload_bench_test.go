@@ -1,0 +1,46 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+// BenchmarkPreload is the agent's own cost of taking a set of n images to Ready against
+// the in-memory runtime (pulls cost nothing there): what imagepind spends per image,
+// which must stay flat as the set grows to the enhancement's 2000.
+//
+//	go test -run '^$' -bench Preload -benchtime 3x ./agent
+func BenchmarkPreload(b *testing.B) {
+	for _, n := range []int{250, 1000, 2000} {
+		b.Run(fmt.Sprintf("images=%d", n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				t := &testing.T{}
+				h := newHarness(t)
+				h.cfg.PullConcurrency = 8
+				var refs []string
+				for j := 0; j < n; j++ {
+					refs = append(refs, img(fmt.Sprintf("bench/app-%d", j), j))
+				}
+				h.available(refs...)
+				h.start()
+				b.StartTimer()
+				start := time.Now()
+				h.writeFile("big.yaml", setDoc("big", refs...))
+				deadline := time.Now().Add(5 * time.Minute)
+				for !phase("big", status.Ready)(h.latestStatus()) {
+					if time.Now().After(deadline) {
+						b.Fatalf("not Ready: %+v", h.latestStatus().Sets)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				b.ReportMetric(float64(time.Since(start).Microseconds())/float64(n), "µs/image")
+				b.StopTimer()
+				h.stop()
+			}
+		})
+	}
+}
