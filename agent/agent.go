@@ -161,6 +161,7 @@ type Agent struct {
 	expanding    map[string]bool         // expansions running
 	releaseRetry retry
 	verdicts     map[string]diskcheck.Verdict
+	lastAdmitted []conf.Set // the admitted sets of the last full pass
 	diskErr      error
 	diskRetry    retry
 	diskRunning  bool                       // a check is in flight
@@ -266,8 +267,14 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 		defer t.Stop()
 		heartbeat = t.C()
 	}
+	full := true
 	for {
-		a.Reconcile(ctx)
+		if full {
+			a.Reconcile(ctx)
+			a.sched.clear(passKey)
+		} else {
+			a.dispatchOnly()
+		}
 		a.deps.Alive()
 		if a.onFirstRun != nil {
 			a.onFirstRun()
@@ -281,6 +288,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			a.deps.Idle()
 		}
 		timer.Reset(wait)
+		quick := false // only pull results came: dispatch now, the full pass when due
 	idle:
 		select {
 		case <-ctx.Done():
@@ -311,8 +319,16 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 					more = false
 				}
 			}
+			// While pulls stream in, free workers get the next images at once, and the
+			// full pass (status, pins, presence: O(images)) runs at most every
+			// fullPassEvery: a pass per result made a 2000-image set cost O(images²).
+			if next := a.passStart.Add(fullPassEvery); a.deps.Clock.Now().Before(next) {
+				a.sched.set(passKey, next)
+				quick = true
+			}
 		case <-timer.C():
 		}
+		full = !quick
 		if !timer.Stop() {
 			select {
 			case <-timer.C():
@@ -337,12 +353,27 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.syncPins(ctx, desired, admitted)
 	// A confirmed pin change may have changed present images' pinned flags.
 	a.refreshPresence(ctx, desired)
+	a.lastAdmitted = admitted
 	if a.pinsInEffect() {
 		a.dispatchPulls(admitted)
 	}
 	a.publish(desired)
 	a.saveState()
 	a.deps.Observer.Reconciled(a.deps.Clock.Now())
+}
+
+// fullPassEvery bounds how often pull results alone bring a full pass.
+const fullPassEvery = 100 * time.Millisecond
+
+// passKey is the schedule's entry for a full pass put off while pull results stream in.
+const passKey = "pass"
+
+// dispatchOnly hands free workers the next images of the sets admitted at the last full
+// pass, between full passes.
+func (a *Agent) dispatchOnly() {
+	if a.pinsInEffect() {
+		a.dispatchPulls(a.lastAdmitted)
+	}
 }
 
 // background runs work off the loop with a deadline; the func it returns runs on the

@@ -193,6 +193,12 @@ func (h *harness) waitFor(what string, cond func(status.Node) bool) status.Node 
 			return n
 		}
 		time.Sleep(10 * time.Millisecond)
+		if h.clock != nil {
+			// A fake clock creeps while a test waits, so that short timers (the full pass
+			// put off while pulls stream in) fire; the waits a test asserts on it steps
+			// itself, far beyond this.
+			h.clock.Step(5 * time.Millisecond)
+		}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
