@@ -2,12 +2,8 @@ package crio
 
 import (
 	"bytes"
-	"errors"
-	"os"
 	"slices"
 	"sync"
-
-	"github.com/imagepin/imagepin/internal/fsutil"
 )
 
 // FileCache remembers what CRI-O's config files said, by their content, so that a pass
@@ -38,14 +34,9 @@ func (c *FileCache) read(path string) (ConfigFile, bool) {
 	if c == nil {
 		return readConfigFile(path)
 	}
-	cf := ConfigFile{Path: path}
-	data, err := fsutil.ReadRegular(path, maxConfigFileSize)
-	if errors.Is(err, os.ErrNotExist) {
-		return cf, false
-	}
-	if err != nil {
-		cf.Err = err
-		return cf, true
+	data, cf, exists := readConfigData(path)
+	if !exists || cf.Err != nil {
+		return cf, exists
 	}
 	c.mu.Lock()
 	hit, found := c.files[path]

@@ -72,16 +72,25 @@ func (d DropIn) Scan() []ConfigFile {
 }
 
 func readConfigFile(path string) (ConfigFile, bool) {
-	cf := ConfigFile{Path: path}
+	data, cf, exists := readConfigData(path)
+	if !exists || cf.Err != nil {
+		return cf, exists
+	}
+	return parseConfigFile(path, data), true
+}
+
+// readConfigData reads a config file's bytes; exists is false when it is absent, and a
+// file that cannot be read is cf.Err.
+func readConfigData(path string) (data []byte, cf ConfigFile, exists bool) {
+	cf = ConfigFile{Path: path}
 	data, err := fsutil.ReadRegular(path, maxConfigFileSize)
 	if errors.Is(err, os.ErrNotExist) {
-		return cf, false
+		return nil, cf, false
 	}
 	if err != nil {
 		cf.Err = err
-		return cf, true
 	}
-	return parseConfigFile(path, data), true
+	return data, cf, true
 }
 
 func parseConfigFile(path string, data []byte) ConfigFile {
