@@ -20,7 +20,9 @@ type Path struct {
 	Recursive bool
 }
 
-// Watcher sends on C once per burst of changes, Debounce after the last one.
+// Watcher sends on C shortly after the first change that follows a quiet spell, and
+// for changes that follow a trigger within Debounce, once per burst, Debounce after its
+// last change.
 type Watcher struct {
 	paths    []Path
 	debounce time.Duration
@@ -50,6 +52,21 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	var timer *time.Timer
 	var fire <-chan time.Time
+	// The first change after a quiet spell triggers almost at once (a short settle, so
+	// that a file's create and write are read together); what follows within debounce
+	// of a trigger is debounced as a burst. Nothing waits out the debounce when nothing
+	// else is pending.
+	settle := min(w.debounce/10, 25*time.Millisecond)
+	var lastFire time.Time
+	settling := false
+	arm := func(d time.Duration) {
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		fire = timer.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -64,12 +81,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 				continue
 			}
 			w.log.WithField("path", ev.Name).WithField("op", ev.Op.String()).Debug("file event")
-			if timer == nil {
-				timer = time.NewTimer(w.debounce)
-			} else {
-				timer.Reset(w.debounce)
+			switch {
+			case fire == nil && time.Since(lastFire) >= w.debounce:
+				settling = true
+				arm(settle)
+			case fire == nil || !settling:
+				arm(w.debounce)
 			}
-			fire = timer.C
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return errors.New("fsnotify closed")
@@ -78,7 +96,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.WithError(err).Warn("file watch error; re-reading everything")
 			w.trigger()
 		case <-fire:
-			fire = nil
+			fire, settling, lastFire = nil, false, time.Now()
 			w.trigger()
 		}
 	}

@@ -46,11 +46,24 @@ func TestWatcherFollowsDirectoryLifecycle(t *testing.T) {
 	go w.Run(ctx)
 	time.Sleep(50 * time.Millisecond)
 
-	// A burst of writes is one trigger.
+	// The first change triggers at once, without waiting out the debounce.
+	start := time.Now()
+	os.WriteFile(filepath.Join(sets, "first.yaml"), nil, 0o644)
+	waitTrigger(t, w, "a write after a quiet spell")
+	if took := time.Since(start); took >= testDebounce {
+		t.Errorf("the first change waited %s: the debounce is for what follows it", took)
+	}
+	noTrigger(t, w)
+
+	// A burst of writes is one trigger soon, and at most one more once it is over.
 	for i := 0; i < 5; i++ {
 		os.WriteFile(filepath.Join(sets, "a.yaml"), []byte{byte(i)}, 0o644)
 	}
 	waitTrigger(t, w, "writes in the sets dir")
+	select {
+	case <-w.C():
+	case <-time.After(3 * testDebounce):
+	}
 	noTrigger(t, w)
 
 	os.WriteFile(labels, []byte("{}"), 0o644)
