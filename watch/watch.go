@@ -20,9 +20,8 @@ type Path struct {
 	Recursive bool
 }
 
-// Watcher sends on C shortly after the first change that follows a quiet spell, and
-// for changes that follow a trigger within Debounce, once per burst, Debounce after its
-// last change.
+// Watcher sends on C shortly after a change (a 25 ms settle), or, for a burst of
+// changes, once, Debounce after its last one.
 type Watcher struct {
 	paths    []Path
 	debounce time.Duration
@@ -52,12 +51,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	var timer *time.Timer
 	var fire <-chan time.Time
-	// The first change after a quiet spell triggers almost at once (a short settle, so
-	// that a file's create and write are read together); what follows within debounce
-	// of a trigger is debounced as a burst. Nothing waits out the debounce when nothing
-	// else is pending.
+	// A change triggers almost at once (a short settle, so that a file's create and
+	// write are read together) unless changes are coming in a burst: more than three in the
+	// last debounce (imagepind's own write of its drop-in is one or two), when they are
+	// debounced and read together once the burst is over. Nothing waits out the
+	// debounce when nothing else is pending.
 	settle := min(w.debounce/10, 25*time.Millisecond)
-	var lastFire time.Time
+	var recent []time.Time // relevant events within the last debounce
 	settling := false
 	arm := func(d time.Duration) {
 		if timer == nil {
@@ -81,11 +81,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 				continue
 			}
 			w.log.WithField("path", ev.Name).WithField("op", ev.Op.String()).Debug("file event")
+			now := time.Now()
+			kept := recent[:0]
+			for _, t := range recent {
+				if now.Sub(t) < w.debounce {
+					kept = append(kept, t)
+				}
+			}
+			recent = append(kept, now)
 			switch {
-			case fire == nil && time.Since(lastFire) >= w.debounce:
+			case len(recent) > 3:
+				settling = false
+				arm(w.debounce)
+			case fire == nil:
 				settling = true
 				arm(settle)
-			case fire == nil || !settling:
+			case !settling:
 				arm(w.debounce)
 			}
 		case err, ok := <-fw.Errors:
@@ -96,7 +107,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.WithError(err).Warn("file watch error; re-reading everything")
 			w.trigger()
 		case <-fire:
-			fire, settling, lastFire = nil, false, time.Now()
+			fire, settling = nil, false
 			w.trigger()
 		}
 	}

@@ -53,6 +53,16 @@ func TestWatcherFollowsDirectoryLifecycle(t *testing.T) {
 	if took := time.Since(start); took >= testDebounce {
 		t.Errorf("the first change waited %s: the debounce is for what follows it", took)
 	}
+	// A lone change soon after a trigger (imagepind's own write of its drop-in, then
+	// the set file an administrator saves) triggers at once too.
+	os.WriteFile(filepath.Join(sets, "second.yaml"), nil, 0o644)
+	waitTrigger(t, w, "a write after a quiet spell")
+	start = time.Now()
+	os.WriteFile(filepath.Join(sets, "third.yaml"), nil, 0o644)
+	waitTrigger(t, w, "a second write soon after")
+	if took := time.Since(start); took >= testDebounce {
+		t.Errorf("a lone change after a trigger waited %s: only bursts are debounced", took)
+	}
 	noTrigger(t, w)
 
 	// A burst of writes is one trigger soon, and at most one more once it is over.
