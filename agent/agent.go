@@ -12,8 +12,8 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
-	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -24,16 +24,6 @@ type Runtime interface {
 	Version(ctx context.Context) (cri.Version, error)
 	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
 	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
-}
-
-// LiveConfig reads the pins CRI-O has in effect.
-type LiveConfig interface {
-	PinnedImages(ctx context.Context) ([]string, error)
-}
-
-// Reloader makes CRI-O re-read its config.
-type Reloader interface {
-	Reload(ctx context.Context) error
 }
 
 // Observer receives the events metrics count. Results: pulls "success", "transient",
@@ -81,12 +71,13 @@ type Config struct {
 
 // Deps are the agent's collaborators.
 type Deps struct {
-	Runtime  Runtime
-	DropIn   crio.DropIn
-	Live     LiveConfig
-	Reloader Reloader
-	Disk     diskcheck.Checker
-	State    *state.Store
+	Runtime Runtime
+	// Pinners are the runtime-specific parts, by the runtime's CRI name ("cri-o",
+	// "containerd"). With one, it is used from the start (the config named the runtime);
+	// with several, the runtime's CRI Version picks.
+	Pinners map[string]Pinner
+	Disk    diskcheck.Checker
+	State   *state.Store
 	// Publish receives every status change (status file, sd_notify, reports).
 	Publish func(status.Node)
 	// Clock drives every time the agent schedules (retries, unpins, the wake-up timer,
@@ -131,7 +122,9 @@ type Agent struct {
 
 	// runtime
 	runtime      cri.Version
-	support      crio.Support
+	support      pin.Support
+	pinner       Pinner // the runtime's, once known
+	pinnerErr    error  // why there is none
 	runtimeErr   error
 	runtimeRetry retry
 	socketID     fileID
@@ -179,6 +172,8 @@ type Agent struct {
 	done  chan func()
 	bgCtx context.Context
 	bg    sync.WaitGroup
+	// runtimeEvents wakes the loop when a pinner's watch saw a change.
+	runtimeEvents chan struct{}
 }
 
 // New builds an agent. Nothing starts until Run.
@@ -211,25 +206,33 @@ func New(cfg Config, deps Deps) *Agent {
 		cfg.PullTimeout = 30 * time.Minute
 	}
 	sched := newSchedule()
+	var pinner Pinner
+	if len(deps.Pinners) == 1 {
+		for _, p := range deps.Pinners {
+			pinner = p
+		}
+	}
 	return &Agent{
-		sched:        sched,
-		runtimeRetry: retry{key: "runtime", sched: sched},
-		pinRetry:     retry{key: "pins", sched: sched},
-		noSpaceTry:   retry{key: "no-space", sched: sched},
-		diskRetry:    retry{key: "disk", sched: sched},
-		recheck:      retry{key: "recheck", sched: sched},
-		releaseRetry: retry{key: "releases", sched: sched},
-		cfg:          cfg,
-		deps:         deps,
-		log:          deps.Log,
-		rand:         rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
-		inputsDirty:  true,
-		keyring:      &cri.Keyring{},
-		images:       map[string]*imageState{},
-		jobs:         make(chan pullJob, cfg.PullConcurrency),
-		results:      make(chan pullResult, cfg.PullConcurrency),
-		done:         make(chan func(), 4),
-		bgCtx:        context.Background(),
+		pinner:        pinner,
+		sched:         sched,
+		runtimeRetry:  retry{key: "runtime", sched: sched},
+		pinRetry:      retry{key: "pins", sched: sched},
+		noSpaceTry:    retry{key: "no-space", sched: sched},
+		diskRetry:     retry{key: "disk", sched: sched},
+		recheck:       retry{key: "recheck", sched: sched},
+		releaseRetry:  retry{key: "releases", sched: sched},
+		cfg:           cfg,
+		deps:          deps,
+		log:           deps.Log,
+		rand:          rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
+		inputsDirty:   true,
+		keyring:       &cri.Keyring{},
+		images:        map[string]*imageState{},
+		jobs:          make(chan pullJob, cfg.PullConcurrency),
+		results:       make(chan pullResult, cfg.PullConcurrency),
+		done:          make(chan func(), 4),
+		runtimeEvents: make(chan struct{}, 1),
+		bgCtx:         context.Background(),
 	}
 }
 
@@ -242,7 +245,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 	if err := a.loadState(); err != nil {
 		a.log.WithError(err).Warn("state")
 	}
-	a.adoptDropIn()
+	a.adoptHeld()
 	var wg sync.WaitGroup
 	workerCtx, stopWorkers := context.WithCancel(ctx)
 	a.bgCtx = workerCtx
@@ -252,6 +255,20 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			defer wg.Done()
 			a.pullWorker(workerCtx)
 		}()
+	}
+	for _, p := range a.pinners() {
+		if w, ok := p.(watcher); ok {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.Watch(workerCtx, func() {
+					select {
+					case a.runtimeEvents <- struct{}{}:
+					default:
+					}
+				})
+			}()
+		}
 	}
 	defer func() {
 		stopWorkers()
@@ -298,6 +315,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			goto idle
 		case <-triggers:
 			a.inputsDirty = true
+		case <-a.runtimeEvents:
 		case f := <-a.done:
 			f()
 			for more := true; more; {

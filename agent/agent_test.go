@@ -46,7 +46,7 @@ type harness struct {
 	observer Observer
 	releases Releases
 	// reloader replaces the fake runtime's own reload (a slow one, say).
-	reloader Reloader
+	reloader reloader
 	// disk replaces the admit-everything disk check.
 	disk diskcheck.Checker
 	// alive is Deps.Alive (the watchdog).
@@ -90,7 +90,7 @@ func (h *harness) start() {
 		log.SetLevel(logrus.InfoLevel)
 	}
 	deps := Deps{
-		Runtime: h.rt, DropIn: h.dropIn, Live: h.rt, Reloader: h.rt, Disk: diskcheck.AdmitAll{}, State: h.store,
+		Runtime: h.rt, Disk: diskcheck.AdmitAll{}, State: h.store,
 		Publish: func(n status.Node) {
 			h.mu.Lock()
 			h.latest = n
@@ -101,9 +101,11 @@ func (h *harness) start() {
 		Observer: h.observer,
 		Releases: h.releases,
 	}
+	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {
-		deps.Reloader = h.reloader
+		p.Reloader = h.reloader
 	}
+	deps.Pinners = map[string]Pinner{"cri-o": p}
 	if h.disk != nil {
 		deps.Disk = h.disk
 	}
@@ -521,7 +523,7 @@ func TestReloadFailureIsRetried(t *testing.T) {
 				h.rt.FailReloads(2)
 			} else {
 				h.rt.IgnoreReloads(2)
-				want = "CRI-O reloaded but after"
+				want = "not in effect after"
 			}
 			h.start()
 			h.writeFile("s.yaml", setDoc("s", a))
@@ -676,8 +678,12 @@ func TestReleaseSets(t *testing.T) {
 }
 
 // slowReloader makes every reload, and so the pass that does it, take a while.
+type reloader interface {
+	Reload(ctx context.Context) error
+}
+
 type slowReloader struct {
-	inner Reloader
+	inner reloader
 	delay time.Duration
 }
 
@@ -865,7 +871,7 @@ func TestRestartWithLostStateKeepsTheDropIn(t *testing.T) {
 // about again (it wedged a set as "present but not pinned" for good).
 func TestStalePinnedAnswerIsCheckedAgain(t *testing.T) {
 	h := newHarness(t)
-	a := New(h.cfg, Deps{Runtime: h.rt, DropIn: h.dropIn, Live: h.rt, Reloader: h.rt, Disk: diskcheck.AdmitAll{}, State: h.store})
+	a := New(h.cfg, Deps{Runtime: h.rt, Pinners: map[string]Pinner{"cri-o": &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}}, Disk: diskcheck.AdmitAll{}, State: h.store})
 	ref := img("a", 1)
 	a.support.PinnedField = true
 	a.images[ref] = &imageState{wanted: true, inflight: true}

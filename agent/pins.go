@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -41,43 +40,42 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
 		}
 	}
 
-	files := a.deps.DropIn.Scan()
-	existing := a.deps.DropIn.Existing(files)
-	for _, e := range existing.Errors {
-		a.pinFaults = append(a.pinFaults, fmt.Sprintf("CRI-O config file %v (CRI-O cannot reload until it is fixed)", e))
+	if a.pinner == nil {
+		// The runtime is not known yet (auto): nothing can be written; the pins wait.
+		return
 	}
-	for _, s := range existing.Skipped {
-		a.pinFaults = append(a.pinFaults, "not copied into the managed drop-in: "+s)
-	}
-	patterns := make([]string, 0, len(a.data.Pins)+len(existing.Inherited))
+	patterns := make([]string, 0, len(a.data.Pins))
 	for img := range a.data.Pins {
 		patterns = append(patterns, img)
 	}
-	patterns = append(patterns, existing.Inherited...)
 	sort.Strings(patterns)
-	patterns = slices.Compact(patterns)
-
-	changed, err := a.deps.DropIn.Apply(patterns)
+	images := func(ref string) (bool, bool) {
+		img := a.images[ref]
+		return img != nil && img.present, img != nil && img.pinned
+	}
+	w, err := a.pinner.Write(ctx, patterns, images)
+	a.pinFaults = append(a.pinFaults, w.Faults...)
 	if err != nil {
-		a.pinFaults = append(a.pinFaults, "managed drop-in: "+err.Error())
-		a.log.WithError(err).Error("write managed drop-in")
+		a.log.WithError(err).Error("write pins")
 		a.pinRetry.fail(now, a.cfg.MaxBackoff, a.rand)
 		return
 	}
-	if changed {
-		a.log.WithField("file", a.deps.DropIn.Path()).WithField("patterns", len(patterns)).Info("managed drop-in written")
+	if w.Changed {
+		a.log.WithField("where", a.pinner.Describe()).WithField("patterns", len(patterns)).Info("pins written")
 	}
-	var ours []string
-	if len(patterns) > 0 {
-		ours = patterns
+	for _, ref := range w.Recheck {
+		if img := a.images[ref]; img != nil && !img.inflight {
+			a.log.WithField("image", ref).Info("the runtime changed the image behind imagepind's back (label dropped by a pull, record deleted); looking again")
+			img.checked = false
+		}
 	}
-	a.effective = a.deps.DropIn.Effective(files, ours)
-	if !slices.Equal(existing.Overriders, a.overriders) && len(existing.Overriders) > 0 {
-		a.log.WithField("files", strings.Join(existing.Overriders, ",")).Warn("a CRI-O config file read after ours sets pinned_images and overrides our pins")
+	a.effective = w.Effective
+	if !slices.Equal(w.Overriders, a.overriders) && len(w.Overriders) > 0 {
+		a.log.WithField("files", strings.Join(w.Overriders, ",")).Warn("a CRI-O config file read after ours sets pinned_images and overrides our pins")
 	}
-	a.overriders = existing.Overriders
+	a.overriders = w.Overriders
 
-	if changed {
+	if w.Changed {
 		a.confirmedValid = false
 		a.pinRetry.reset()
 	}
@@ -85,15 +83,15 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
 		return
 	}
 	a.confirmedValid = false
-	if !a.runtimeUp() || !a.support.PinOnReload {
-		// Nothing to reload (CRI-O down), or it would not help (too old): it reads the
-		// drop-in when it starts.
+	if !a.runtimeUp() || !a.support.WithoutRestart {
+		// Nothing to apply (the runtime is down), or it would not help (too old): the
+		// runtime reads the pins when it starts.
 		return
 	}
 	if !a.pinRetry.due(now) {
 		return
 	}
-	if err := a.reloadAndConfirm(ctx, changed); err != nil {
+	if err := a.applyAndConfirm(ctx, w.Changed); err != nil {
 		a.deps.Observer.Reload("failed")
 		a.pinFaults = append(a.pinFaults, err.Error())
 		a.log.WithError(err).Warn("pins not confirmed; retrying")
@@ -142,67 +140,67 @@ func (a *Agent) keepPinned(desired, admitted []conf.Set) map[string]bool {
 	return wanted
 }
 
-// adoptDropIn takes every pattern of the managed drop-in on disk that the state does not
-// know (a state file lost, corrupt, or older than the drop-in) into the state, released
-// now: the first pass keeps those a desired set still wants, and the others go after
-// unpin_delay like any released pin, so a restart never empties the drop-in.
-func (a *Agent) adoptDropIn() {
-	files := a.deps.DropIn.Scan()
-	inherited := lowerSet(a.deps.DropIn.Existing(files).Inherited)
+// adoptHeld takes every pin the runtime holds for imagepind (CRI-O's managed drop-in on
+// disk, the labels imagepind set on containerd) that the state does not know (a state
+// file lost, corrupt, or older) into the state, released now: the first pass keeps those
+// a desired set still wants, and the others go after unpin_delay like any released pin,
+// so a restart never empties the runtime's pins.
+func (a *Agent) adoptHeld() {
 	now := a.deps.Clock.Now()
-	adopted := 0
-	for _, f := range files {
-		if !f.Managed || f.Err != nil {
-			continue
-		}
-		for _, p := range f.Pins {
-			if _, known := a.data.Pins[p]; known || inherited[strings.ToLower(p)] {
+	for _, p := range a.pinners() {
+		adopted := 0
+		for _, ref := range p.Held() {
+			if _, known := a.data.Pins[ref]; known {
 				continue
 			}
-			a.setPin(p, now)
+			a.setPin(ref, now)
 			adopted++
 		}
-	}
-	if adopted > 0 {
-		a.log.WithField("patterns", adopted).WithField("file", a.deps.DropIn.Path()).
-			Warn("the managed drop-in pins images the state does not know (state lost or older): keeping them; those no set wants go after unpin_delay")
+		if adopted > 0 {
+			a.log.WithField("patterns", adopted).WithField("where", p.Describe()).
+				Warn("the runtime holds pins the state does not know (state lost or older): keeping them; those no set wants go after unpin_delay")
+		}
 	}
 }
 
-// reloadAndConfirm reloads CRI-O (unless it has the pins already) and waits until its
-// live config shows them: a reload only sends SIGHUP, and CRI-O re-reads its config
-// after the job is "done".
-func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
-	if !changed {
-		// After a restart the drop-in may be in effect already: look before reloading.
+// applyAndConfirm puts the written pins in effect (CRI-O: a reload) unless the runtime
+// has them already, and waits until the runtime shows them: a reload only sends SIGHUP,
+// and CRI-O re-reads its config after the job is "done"; containerd's CRI plugin learns
+// of a label from an event.
+func (a *Agent) applyAndConfirm(ctx context.Context, changed bool) error {
+	inEffect := func() (bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		live, err := a.deps.Live.PinnedImages(cctx)
-		cancel()
-		if err == nil && sameSet(live, a.effective) && a.probePinned(ctx) {
+		defer cancel()
+		ok, err := a.pinner.InEffect(cctx, a.effective)
+		return ok && err == nil && a.probePinned(ctx), err
+	}
+	if !changed {
+		// After a restart the pins may be in effect already: look before applying.
+		if ok, _ := inEffect(); ok {
 			a.pinsConfirmed(0)
 			return nil
 		}
 	}
 	start := a.deps.Clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-	err := a.deps.Reloader.Reload(rctx)
+	err := a.pinner.Apply(rctx)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("reload CRI-O: %w", err)
+		return err
 	}
 	deadline := time.Now().Add(a.cfg.ConfirmTimeout)
-	delay := 20 * time.Millisecond
-	var live []string
+	delay := 5 * time.Millisecond
 	for {
-		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		live, err = a.deps.Live.PinnedImages(cctx)
-		cancel()
-		if err == nil && sameSet(live, a.effective) && a.probePinned(ctx) {
+		ok, err := inEffect()
+		if ok {
 			a.pinsConfirmed(a.deps.Clock.Now().Sub(start))
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			break
+			if err != nil {
+				return fmt.Errorf("pins applied but not in effect after %s: %w", a.cfg.ConfirmTimeout, err)
+			}
+			return fmt.Errorf("pins applied but not in effect after %s: the runtime does not report a newly pinned image pinned", a.cfg.ConfirmTimeout)
 		}
 		// A wait with a deadline is progress, not a hang: keep systemd's watchdog fed
 		// (CRI-O slow to re-read its config after a restart must not get imagepind killed).
@@ -213,11 +211,6 @@ func (a *Agent) reloadAndConfirm(ctx context.Context, changed bool) error {
 		}
 		delay = min(delay*2, time.Second)
 	}
-	if err != nil {
-		return fmt.Errorf("CRI-O reloaded but its config cannot be read: %w", err)
-	}
-	return fmt.Errorf("CRI-O reloaded but after %s it has %d pinned_images patterns, not the expected %d (a reload that failed is only in CRI-O's log)",
-		a.cfg.ConfirmTimeout, len(live), len(a.effective))
 }
 
 // probePinned checks that CRI-O's image service uses the new patterns too: on SIGHUP
@@ -265,12 +258,11 @@ func (a *Agent) pinsInEffect() bool {
 	if !a.runtimeUp() {
 		return false
 	}
-	return a.confirmedValid || !a.support.PinOnReload
+	return a.confirmedValid || !a.support.WithoutRestart
 }
 
-// sameSet compares pattern lists as CRI-O matches them: order-free, case-insensitive
-// (equal lists, the usual case on every pass, are compared without building sets).
-func sameSet(a, b []string) bool { return slices.Equal(a, b) || maps.Equal(lowerSet(a), lowerSet(b)) }
+// sameSet compares pattern lists as CRI-O matches them: order-free, case-insensitive.
+func sameSet(a, b []string) bool { return crio.SamePatterns(a, b) }
 
 // patternMatcher is a crio.Matcher compiled for the pattern list last asked about
 // (a.effective, a.confirmed): recompiled only when the agent replaces the list.
@@ -284,12 +276,4 @@ func (p *patternMatcher) match(patterns []string, name string) bool {
 		p.src, p.m = patterns, crio.NewMatcher(patterns)
 	}
 	return p.m.Match(name)
-}
-
-func lowerSet(list []string) map[string]bool {
-	m := make(map[string]bool, len(list))
-	for _, x := range list {
-		m[strings.ToLower(x)] = true
-	}
-	return m
 }

@@ -23,9 +23,10 @@ type imageState struct {
 }
 
 type pullJob struct {
-	image string
-	auth  *cri.Auth
-	gen   int // the pin generation it was dispatched in
+	image  string
+	auth   *cri.Auth
+	gen    int    // the pin generation it was dispatched in
+	pinner Pinner // pins the image once pulled, where the runtime pins image records
 }
 
 type pullResult struct {
@@ -152,7 +153,7 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 			}
 			img.inflight = true
 			a.inflight++
-			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen}
+			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen, pinner: a.pinner}
 		}
 	}
 }
@@ -169,12 +170,7 @@ func (a *Agent) pullWorker(ctx context.Context) {
 			cancel()
 			res := pullResult{image: job.image, gen: job.gen, err: err, took: time.Since(start)}
 			if err == nil {
-				sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-				res.after, res.err = a.deps.Runtime.ImageStatus(sctx, job.image)
-				cancel()
-				if res.err == nil && !res.after.Present {
-					res.err = errors.New("the runtime reported the pull done but does not have the image")
-				}
+				res.after, res.err = a.afterPull(ctx, job)
 			}
 			select {
 			case a.results <- res:
@@ -223,4 +219,38 @@ func (a *Agent) handleResult(r pullResult) {
 		a.noSpaceAt = a.noSpaceTry.next
 	}
 	log.WithError(r.err).WithField("attempt", img.retry.attempts).Warn("pull failed")
+}
+
+// afterPull pins what the runtime pins per image record (containerd: at once, the same
+// moment the pull returns) and reads the image's status. A label the runtime's CRI
+// plugin learns of by an event may take a few milliseconds to show: wait for it, briefly.
+func (a *Agent) afterPull(ctx context.Context, job pullJob) (cri.Image, error) {
+	pinned := false
+	if job.pinner != nil {
+		pctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		var err error
+		pinned, err = job.pinner.Pulled(pctx, job.image)
+		cancel()
+		if err != nil {
+			// The next pass pins it (the image is present now); the status says so meanwhile.
+			a.log.WithError(err).WithField("image", job.image).Warn("pin after pull")
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for delay := 2 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
+		sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		st, err := a.deps.Runtime.ImageStatus(sctx, job.image)
+		cancel()
+		if err == nil && !st.Present {
+			err = errors.New("the runtime reported the pull done but does not have the image")
+		}
+		if err != nil || !pinned || st.Pinned || time.Now().After(deadline) {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return st, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
 }

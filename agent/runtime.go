@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/imagepin/imagepin/cri"
-	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/pin"
 )
 
 // rpcTimeout bounds each CRI call: a hung runtime must not stall the loop (and so the
@@ -40,9 +40,22 @@ func (a *Agent) ensureRuntime(ctx context.Context) {
 		a.runtimeDown(err)
 		return
 	}
-	support, perr := crio.SupportOf(v.Version)
-	if perr != nil {
-		a.log.WithError(perr).Warn("unknown runtime version; assuming pins apply on reload")
+	pinner, perr := a.choosePinner(v.Name)
+	if perr != nil && (a.pinnerErr == nil || a.pinnerErr.Error() != perr.Error()) {
+		a.log.WithError(perr).Error("container runtime")
+	}
+	a.pinnerErr = perr
+	var support pin.Support
+	if pinner != nil && perr == nil {
+		var serr error
+		if support, serr = pinner.Support(v.Version); serr != nil {
+			a.log.WithError(serr).Warn("unknown runtime version; assuming pins apply without a restart")
+		}
+		if pinner != a.pinner {
+			a.pinner, a.confirmedValid = pinner, false
+		}
+	} else {
+		support = pin.Support{PinnedField: false, WithoutRestart: false, Problem: perr.Error()}
 	}
 	if a.runtimeErr != nil || a.runtime != v {
 		a.log.WithField("runtime", v.Name+" "+v.Version).Info("container runtime available")
@@ -85,4 +98,15 @@ type fileID struct {
 // isUnavailable says whether a CRI error means the runtime is down or hung.
 func isUnavailable(err error) bool {
 	return errors.Is(err, cri.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// runtimeLabel names the runtime for status messages.
+func (a *Agent) runtimeLabel() string {
+	switch a.runtime.Name {
+	case "cri-o":
+		return "CRI-O"
+	case "":
+		return "the container runtime"
+	}
+	return a.runtime.Name
 }

@@ -151,8 +151,8 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 		if verdict.Condition.Message != "" {
 			msg = verdict.Condition.Message
 		}
-	case a.runtime.Version != "" && a.support.TooOld(a.runtime.Version) != "":
-		phase, reason, msg, progressing = status.Failed, status.ReasonRuntimeTooOld, a.support.TooOld(a.runtime.Version), false
+	case a.runtime.Version != "" && a.support.Problem != "":
+		phase, reason, msg, progressing = status.Failed, status.ReasonRuntimeTooOld, a.support.Problem, false
 	case overridden > 0:
 		phase, reason, progressing = status.Failed, status.ReasonPinsOverridden, false
 		msg = fmt.Sprintf("%d of %d images are not pinned: %s sets pinned_images and is read after imagepin's drop-in, so CRI-O uses its list", overridden, st.ImagesTotal, strings.Join(a.overriders, ", "))
@@ -163,7 +163,7 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 			msg += ": " + a.runtimeErr.Error()
 		}
 	case !a.confirmedValid:
-		phase, reason, msg = status.Pending, status.ReasonWaitingForReload, "pins written; waiting for CRI-O to have them in effect"
+		phase, reason, msg = status.Pending, status.ReasonWaitingForReload, "pins written; waiting for "+a.runtimeLabel()+" to have them in effect"
 		if len(a.pinFaults) > 0 {
 			msg += ": " + a.pinFaults[len(a.pinFaults)-1]
 		}
@@ -182,7 +182,7 @@ func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
 	default:
 		msg = fmt.Sprintf("%d/%d images ready", st.ImagesReady, st.ImagesTotal)
 		if notPinned > 0 {
-			msg += fmt.Sprintf("; %d present but not pinned by CRI-O yet", notPinned)
+			msg += fmt.Sprintf("; %d present but not pinned by %s yet", notPinned, a.runtimeLabel())
 		}
 	}
 	st.Phase = phase

@@ -23,13 +23,14 @@ type Config struct {
 	StatusFile string   `toml:"status_file"`
 	UnpinDelay Duration `toml:"unpin_delay"`
 
-	Node    NodeConfig    `toml:"node"`
-	CRI     CRIConfig     `toml:"cri"`
-	CRIO    CRIOConfig    `toml:"crio"`
-	Disk    DiskConfig    `toml:"disk"`
-	Report  ReportConfig  `toml:"report"`
-	Metrics MetricsConfig `toml:"metrics"`
-	Cluster ClusterConfig `toml:"cluster"`
+	Node       NodeConfig       `toml:"node"`
+	CRI        CRIConfig        `toml:"cri"`
+	CRIO       CRIOConfig       `toml:"crio"`
+	Containerd ContainerdConfig `toml:"containerd"`
+	Disk       DiskConfig       `toml:"disk"`
+	Report     ReportConfig     `toml:"report"`
+	Metrics    MetricsConfig    `toml:"metrics"`
+	Cluster    ClusterConfig    `toml:"cluster"`
 }
 
 // ClusterConfig is the cluster sync: PinnedImageSet objects and this node's labels from
@@ -49,10 +50,32 @@ type NodeConfig struct {
 
 // CRIConfig is how images are pulled.
 type CRIConfig struct {
-	Endpoint        string   `toml:"endpoint"`
+	Endpoint string `toml:"endpoint"`
+	// Runtime is the container runtime behind Endpoint: RuntimeAuto (asked with CRI
+	// Version at start), RuntimeCRIO or RuntimeContainerd.
+	Runtime         string   `toml:"runtime"`
 	PullConcurrency int      `toml:"pull_concurrency"`
 	PullTimeout     Duration `toml:"pull_timeout"`
 	PullSecret      string   `toml:"pull_secret"`
+}
+
+// Runtimes for [cri] runtime: the names CRI Version reports.
+const (
+	RuntimeAuto       = "auto"
+	RuntimeCRIO       = "cri-o"
+	RuntimeContainerd = "containerd"
+)
+
+// ContainerdConfig is how imagepind reaches containerd beyond CRI: its images API (the
+// pinned label) and its registry hosts directory (for the disk check).
+type ContainerdConfig struct {
+	// Address is containerd's API socket; "" means the CRI endpoint's (containerd
+	// serves both on one socket).
+	Address string `toml:"address"`
+	// Namespace is the CRI plugin's containerd namespace.
+	Namespace string `toml:"namespace"`
+	// ConfigPath is the CRI plugin's registry.config_path (hosts.toml per registry).
+	ConfigPath string `toml:"config_path"`
 }
 
 // Reload modes for [crio] reload.
@@ -117,6 +140,7 @@ func Default() Config {
 		},
 		CRI: CRIConfig{
 			Endpoint:    "unix:///var/run/crio/crio.sock",
+			Runtime:     RuntimeAuto,
 			PullTimeout: Duration(30 * time.Minute),
 			PullSecret:  "/var/lib/kubelet/config.json",
 		},
@@ -125,6 +149,10 @@ func Default() Config {
 			ConfigDir: "/etc/crio/crio.conf.d",
 			Unit:      "crio.service",
 			Reload:    ReloadAuto,
+		},
+		Containerd: ContainerdConfig{
+			Namespace:  "k8s.io",
+			ConfigPath: "/etc/containerd/certs.d",
 		},
 		Disk: DiskConfig{
 			RegistriesConf:      "/etc/containers/registries.conf",
@@ -206,7 +234,8 @@ func (c *Config) Validate() error {
 		{"node.labels_file", c.Node.LabelsFile}, {"cri.pull_secret", c.CRI.PullSecret},
 		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
 		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
-		{"cluster.kubeconfig", c.Cluster.Kubeconfig},
+		{"cluster.kubeconfig", c.Cluster.Kubeconfig}, {"containerd.config_path", c.Containerd.ConfigPath},
+		{"containerd.address", strings.TrimPrefix(c.Containerd.Address, "unix://")},
 	} {
 		if kp[1] != "" && !filepath.IsAbs(kp[1]) {
 			bad(kp[0], "must be an absolute path or empty, got %q", kp[1])
@@ -223,6 +252,14 @@ func (c *Config) Validate() error {
 	}
 	if c.CRI.PullTimeout <= 0 {
 		bad("cri.pull_timeout", "must be positive")
+	}
+	switch c.CRI.Runtime {
+	case RuntimeAuto, RuntimeCRIO, RuntimeContainerd:
+	default:
+		bad("cri.runtime", "must be auto, cri-o or containerd, got %q", c.CRI.Runtime)
+	}
+	if c.Containerd.Namespace == "" || strings.ContainsAny(c.Containerd.Namespace, "/ \t\n") {
+		bad("containerd.namespace", "must be a containerd namespace such as k8s.io, got %q", c.Containerd.Namespace)
 	}
 	switch c.CRIO.Reload {
 	case ReloadAuto, ReloadSystemd, ReloadSignal:
@@ -257,6 +294,15 @@ func (c *Config) Validate() error {
 
 // CRISocket is the filesystem path of the CRI endpoint.
 func (c *Config) CRISocket() string { return strings.TrimPrefix(c.CRI.Endpoint, "unix://") }
+
+// ContainerdSocket is containerd's API socket: [containerd] address, else the CRI
+// endpoint's.
+func (c *Config) ContainerdSocket() string {
+	if c.Containerd.Address != "" {
+		return strings.TrimPrefix(c.Containerd.Address, "unix://")
+	}
+	return c.CRISocket()
+}
 
 // EffectivePullConcurrency resolves pull_concurrency = 0 to the default.
 func (c *Config) EffectivePullConcurrency() int {

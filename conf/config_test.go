@@ -43,18 +43,22 @@ reload = "signal"
 
 func TestConfigErrorsNameTheKey(t *testing.T) {
 	for text, want := range map[string]string{
-		`sets_dri = "/x"`:                        "unknown key sets_dri",
-		"[crio]\nreloda = \"x\"":                 "unknown key crio.reloda",
-		"[crio]\nreload = \"dbus\"":              `crio.reload: must be auto, systemd or signal, got "dbus"`,
-		`unpin_delay = "soon"`:                   "unpin_delay",
-		`sets_dir = "relative/path"`:             "sets_dir: must be an absolute path",
-		"[cri]\nendpoint = \"tcp://x\"":          "cri.endpoint",
-		"[cri]\npull_concurrency = -1":           "cri.pull_concurrency",
-		"[disk]\nlayer_size_multiplier = 0.5":    "disk.layer_size_multiplier",
-		"[disk]\ngc_high_threshold_percent=101":  "disk.gc_high_threshold_percent",
-		"[metrics]\naddress = \"nohost\"":        "metrics.address",
-		"[node]\nlabels = {\"bad key!\" = \"\"}": "node.labels",
-		"sets_dir = 3":                           "sets_dir",
+		`sets_dri = "/x"`:                         "unknown key sets_dri",
+		"[crio]\nreloda = \"x\"":                  "unknown key crio.reloda",
+		"[crio]\nreload = \"dbus\"":               `crio.reload: must be auto, systemd or signal, got "dbus"`,
+		`unpin_delay = "soon"`:                    "unpin_delay",
+		`sets_dir = "relative/path"`:              "sets_dir: must be an absolute path",
+		"[cri]\nendpoint = \"tcp://x\"":           "cri.endpoint",
+		"[cri]\npull_concurrency = -1":            "cri.pull_concurrency",
+		"[disk]\nlayer_size_multiplier = 0.5":     "disk.layer_size_multiplier",
+		"[disk]\ngc_high_threshold_percent=101":   "disk.gc_high_threshold_percent",
+		"[metrics]\naddress = \"nohost\"":         "metrics.address",
+		"[node]\nlabels = {\"bad key!\" = \"\"}":  "node.labels",
+		"sets_dir = 3":                            "sets_dir",
+		"[cri]\nruntime = \"docker\"":             `cri.runtime: must be auto, cri-o or containerd, got "docker"`,
+		"[containerd]\nnamespace = \"\"":          "containerd.namespace",
+		"[containerd]\nconfig_path = \"certs.d\"": "containerd.config_path: must be an absolute path",
+		"[containerd]\nsocket = \"/x\"":           "unknown key containerd.socket",
 	} {
 		_, err := ParseConfig(text)
 		if err == nil || !strings.Contains(err.Error(), want) {

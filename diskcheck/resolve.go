@@ -117,6 +117,11 @@ type ResolverConfig struct {
 	// NoUncompressedSizes skips the Range requests that learn each layer's uncompressed
 	// size: the multiplier alone decides (for registries that mishandle Range).
 	NoUncompressedSizes bool
+	// RegistryFiles, when set, gives per image the registries.conf, its drop-in
+	// directory and the certs.d directory to reach it by, in place of RegistriesConf,
+	// RegistriesConfDir and CertsDir (containerd's hosts.toml, translated:
+	// containerd.Hosts.Files).
+	RegistryFiles func(image string) (conf, confDir, certsDir string)
 	// Timeout bounds the sizing of one image (default 30 s): a registry that accepts
 	// connections and never answers leaves that image unsized (retried later), not the
 	// whole check waiting.
@@ -196,6 +201,9 @@ func (r *Resolver) SystemContext(image string) *types.SystemContext {
 		// No ambient credentials: the kubelet's, as CRI-O gets them with each pull, and
 		// for mirrors the global auth file's.
 		AuthFilePath: noAuthFile,
+	}
+	if r.cfg.RegistryFiles != nil {
+		sys.SystemRegistriesConfPath, sys.SystemRegistriesConfDirPath, sys.DockerPerHostCertDirPath = r.cfg.RegistryFiles(image)
 	}
 	if r.cfg.AuthFile != "" {
 		sys.AuthFilePath = r.cfg.AuthFile

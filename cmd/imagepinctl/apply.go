@@ -135,6 +135,8 @@ func apply(ctx context.Context, cfg conf.Config, o *applyOptions, files []string
 	a, client, err := wire.Agent(cfg, store, wire.Options{
 		Version: version,
 		SetsDir: setsDir,
+		// A runtime that does not answer within 2 s cannot pull for apply either.
+		DetectFor: 2 * time.Second,
 		Publish: func(n status.Node) {
 			final = n
 			fmt.Fprintf(stderr, "%s\n", n.Summary())

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"sort"
@@ -106,10 +108,9 @@ func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels ma
 	logrus.StandardLogger().SetLevel(logrus.InfoLevel)
 	logrus.StandardLogger().AddHook(recorder)
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{
-		RegistriesConf: cfg.Disk.RegistriesConf, RegistriesConfDir: cfg.Disk.RegistriesConfDir, CertsDir: cfg.Disk.CertsDir,
-		AuthFile: cfg.CRI.PullSecret, NoUncompressedSizes: !cfg.Disk.UncompressedSizes, Platform: p, Concurrency: cfg.EffectivePullConcurrency(), LogEndpoints: true,
-	}, keyring.Lookup)
+	rc, _ := wire.RegistryAccess(cfg, wire.GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
+	rc.Platform, rc.LogEndpoints = p, true
+	resolver := diskcheck.NewResolver(rc, keyring.Lookup)
 
 	// A set naming a release needs what imagepind would expand it to on this node.
 	releases := expandReleaseSets(ctx, resolver, labels, sets)
@@ -125,7 +126,7 @@ func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels ma
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if _, err := client.Version(vctx); err != nil {
 		reachable = false
-		fmt.Fprintf(stderr, "CRI-O not reachable at %s (%v): every image counts as missing; image filesystem %s\n", cfg.CRI.Endpoint, err, o.storage)
+		fmt.Fprintf(stderr, "the container runtime not reachable at %s (%v): every image counts as missing; image filesystem %s\n", cfg.CRI.Endpoint, err, o.storage)
 	}
 	cancel()
 	var reqs []diskcheck.SetRequest

@@ -73,7 +73,7 @@ kubelet_config = ""
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	if !strings.Contains(errOut, "CRI-O not reachable") {
+	if !strings.Contains(errOut, "container runtime not reachable") {
 		t.Errorf("stderr: %s", errOut)
 	}
 	code, out, _ = ctl(t, "check", "--config", cfg, "--storage", dir, "-o", "json", set)

@@ -1,16 +1,16 @@
-// Package critest is the conformance suite for what imagepind expects of CRI-O: it runs
-// against cri/fakecri in the unit tier and against a real CRI-O in the end-to-end tier,
-// so the fake cannot drift from the real thing unnoticed.
+// Package critest is the conformance suite for what imagepind expects of a container
+// runtime and of its runtime-specific pinner: it runs against cri/fakecri (as CRI-O and
+// as containerd) in the unit tier and against real CRI-O and real containerd in the
+// end-to-end tier, so the fakes cannot drift from the real things unnoticed.
 package critest
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/imagepin/imagepin/cri"
-	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/pin"
 )
 
 // Runtime is the CRI surface imagepind uses.
@@ -20,14 +20,28 @@ type Runtime interface {
 	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
 }
 
-// Subject is one CRI-O (real or fake) to check, with images to use.
+// Pinner is the agent's runtime-specific part (agent.Pinner).
+type Pinner interface {
+	Write(ctx context.Context, patterns []string, images func(ref string) (present, pinned bool)) (pin.Written, error)
+	Apply(ctx context.Context) error
+	InEffect(ctx context.Context, effective []string) (bool, error)
+	Pulled(ctx context.Context, ref string) (bool, error)
+	Support(version string) (pin.Support, error)
+}
+
+// Subject is one runtime (real or fake) to check, with images to use.
 type Subject struct {
+	// Name is the runtime's CRI name ("cri-o", "containerd").
+	Name    string
 	Runtime Runtime
-	Live    interface {
-		PinnedImages(context.Context) ([]string, error)
-	}
-	Reloader interface{ Reload(context.Context) error }
-	DropIn   crio.DropIn
+	Pinner  Pinner
+	// PinByHand pins ref the way an administrator would without imagepind (CRI-O: a
+	// drop-in of their own; containerd: the label set with ctr).
+	PinByHand func(ctx context.Context, ref string) error
+	// RepullUnpins says that a CRI pull of a pinned reference takes its pin away:
+	// containerd 2.x (its CRI plugin stores the pulled record through the transfer
+	// service, which replaces the record's labels); CRI-O's patterns stay.
+	RepullUnpins bool
 	// Available are two distinct images the registry has; Missing one it does not.
 	Available [2]string
 	Missing   string
@@ -41,9 +55,9 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sup, err := crio.SupportOf(v.Version)
-		if v.Name != "cri-o" || err != nil || !sup.PinnedField {
-			t.Fatalf("version %+v (%v): want cri-o ≥ 1.31", v, err)
+		sup, err := s.Pinner.Support(v.Version)
+		if v.Name != s.Name || err != nil || !sup.PinnedField || !sup.WithoutRestart || sup.Problem != "" {
+			t.Fatalf("version %+v: support %+v (%v): want %s that pins without a restart and reports Image.pinned", v, sup, err, s.Name)
 		}
 	})
 	t.Run("AbsentImageIsNotAnError", func(t *testing.T) {
@@ -65,28 +79,86 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 			}
 		}
 		pinned, other := s.Available[0], s.Available[1]
-		if _, err := s.DropIn.Apply([]string{pinned}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Reloader.Reload(ctx); err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, "pin in /config and ImageStatus", func() bool {
-			live, err := s.Live.PinnedImages(ctx)
+		apply(t, s, []string{pinned}, onNode)
+		eventually(t, "pinned in effect and in ImageStatus", func() bool {
 			a, _ := s.Runtime.ImageStatus(ctx, pinned)
 			b, _ := s.Runtime.ImageStatus(ctx, other)
-			return err == nil && slices.Contains(live, pinned) && a.Pinned && !b.Pinned
+			return inEffect(s, []string{pinned}) && a.Pinned && !b.Pinned
 		})
-		if _, err := s.DropIn.Apply(nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Reloader.Reload(ctx); err != nil {
-			t.Fatal(err)
-		}
+		apply(t, s, nil, onNode)
 		eventually(t, "unpinned", func() bool {
-			live, err := s.Live.PinnedImages(ctx)
 			a, _ := s.Runtime.ImageStatus(ctx, pinned)
-			return err == nil && !slices.Contains(live, pinned) && a.Present && !a.Pinned
+			return inEffect(s, nil) && a.Present && !a.Pinned
+		})
+	})
+	// The order imagepind uses for a missing image: pins first, then the pull (CRI-O's
+	// pattern pins it as it lands; containerd's record is labelled by Pulled).
+	t.Run("PinThenPull", func(t *testing.T) {
+		s := newSubject(t)
+		ctx := t.Context()
+		ref := s.Available[0]
+		apply(t, s, []string{ref}, absent)
+		if _, err := s.Runtime.PullImage(ctx, ref, nil); err != nil {
+			t.Fatalf("pull %s: %v", ref, err)
+		}
+		if _, err := s.Pinner.Pulled(ctx, ref); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "pinned once pulled", func() bool {
+			img, _ := s.Runtime.ImageStatus(ctx, ref)
+			return img.Present && img.Pinned
+		})
+	})
+	// The kubelet pulls what a pod needs whether or not it is there (imagePullPolicy:
+	// Always): on CRI-O the pin stays; containerd 2.x drops the label, which imagepind
+	// puts back when the image event arrives.
+	t.Run("Repull", func(t *testing.T) {
+		s := newSubject(t)
+		ctx := t.Context()
+		ref := s.Available[0]
+		if _, err := s.Runtime.PullImage(ctx, ref, nil); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, s, []string{ref}, onNode)
+		eventually(t, "pinned", func() bool { img, _ := s.Runtime.ImageStatus(ctx, ref); return img.Pinned })
+		if _, err := s.Runtime.PullImage(ctx, ref, nil); err != nil {
+			t.Fatal(err)
+		}
+		if s.RepullUnpins {
+			eventually(t, "the pin dropped by the pull", func() bool { img, _ := s.Runtime.ImageStatus(ctx, ref); return img.Present && !img.Pinned })
+			return
+		}
+		for i := 0; i < 10; i++ {
+			if img, err := s.Runtime.ImageStatus(ctx, ref); err != nil || !img.Pinned {
+				t.Fatalf("after a second pull: %+v %v; the pin is gone", img, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	// A pin somebody else made stays when imagepind's own pins go.
+	t.Run("OthersPinsStay", func(t *testing.T) {
+		s := newSubject(t)
+		ctx := t.Context()
+		mine, theirs := s.Available[0], s.Available[1]
+		for _, ref := range s.Available {
+			if _, err := s.Runtime.PullImage(ctx, ref, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.PinByHand(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		apply(t, s, []string{mine, theirs}, onNode)
+		eventually(t, "both pinned", func() bool {
+			a, _ := s.Runtime.ImageStatus(ctx, mine)
+			b, _ := s.Runtime.ImageStatus(ctx, theirs)
+			return a.Pinned && b.Pinned
+		})
+		apply(t, s, nil, onNode)
+		eventually(t, "ours unpinned, theirs kept", func() bool {
+			a, _ := s.Runtime.ImageStatus(ctx, mine)
+			b, _ := s.Runtime.ImageStatus(ctx, theirs)
+			return !a.Pinned && b.Pinned
 		})
 	})
 	t.Run("MissingManifestIsUnavailable", func(t *testing.T) {
@@ -99,6 +171,27 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 			t.Fatalf("Classify(%q) = %v, want Unavailable", err, got)
 		}
 	})
+}
+
+func onNode(string) (bool, bool) { return true, false }
+func absent(string) (bool, bool) { return false, false }
+
+// apply writes and applies patterns as the agent does.
+func apply(t *testing.T, s Subject, patterns []string, images func(string) (bool, bool)) {
+	t.Helper()
+	if _, err := s.Pinner.Write(t.Context(), patterns, images); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pinner.Apply(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inEffect says whether the runtime shows the pins written, with the runtime's own
+// patterns (CRI-O's other files) beside ours: the suite's subjects have none.
+func inEffect(s Subject, patterns []string) bool {
+	ok, err := s.Pinner.InEffect(context.Background(), patterns)
+	return ok && err == nil
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

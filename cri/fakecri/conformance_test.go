@@ -1,15 +1,19 @@
 package fakecri_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri/critest"
 	"github.com/imagepin/imagepin/cri/fakecri"
 	"github.com/imagepin/imagepin/crio"
 )
+
+func img(n int) string { return fmt.Sprintf("registry.example/app@sha256:%064x", n) }
 
 func TestConformance(t *testing.T) {
 	critest.Run(t, func(t *testing.T) critest.Subject {
@@ -17,8 +21,27 @@ func TestConformance(t *testing.T) {
 		d := crio.DropIn{MainConfig: filepath.Join(root, "crio.conf"), ConfigDir: filepath.Join(root, "crio.conf.d")}
 		os.MkdirAll(d.ConfigDir, 0o755)
 		rt := fakecri.New(d)
-		img := func(n int) string { return fmt.Sprintf("registry.example/app@sha256:%064x", n) }
 		rt.Registry[img(1)], rt.Registry[img(2)] = nil, nil
-		return critest.Subject{Runtime: rt, Live: rt, Reloader: rt, DropIn: d, Available: [2]string{img(1), img(2)}, Missing: img(3)}
+		return critest.Subject{
+			Name: "cri-o", Runtime: rt, Pinner: &crio.Pinner{DropIn: d, Live: rt, Reloader: rt},
+			PinByHand: func(_ context.Context, ref string) error {
+				return os.WriteFile(filepath.Join(d.ConfigDir, "10-admin.conf"), []byte(fmt.Sprintf("[crio.image]\npinned_images = [%q]\n", ref)), 0o644)
+			},
+			Available: [2]string{img(1), img(2)}, Missing: img(3),
+		}
+	})
+}
+
+func TestContainerdConformance(t *testing.T) {
+	critest.Run(t, func(t *testing.T) critest.Subject {
+		rt := fakecri.NewContainerd()
+		rt.Registry[img(1)], rt.Registry[img(2)] = nil, nil
+		return critest.Subject{
+			Name: "containerd", Runtime: rt,
+			Pinner:       &containerd.Pinner{Images: rt, Namespace: "k8s.io", Record: filepath.Join(t.TempDir(), "labels.json")},
+			PinByHand:    func(ctx context.Context, ref string) error { return rt.SetPinned(ctx, ref, true) },
+			RepullUnpins: true,
+			Available:    [2]string{img(1), img(2)}, Missing: img(3),
+		}
 	})
 }

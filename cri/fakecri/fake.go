@@ -1,7 +1,9 @@
-// Package fakecri is an in-memory stand-in for CRI-O for unit tests: CRI image calls,
-// the live config (GET /config) and a reload that re-reads the real drop-in files the
-// way CRI-O does (the last file that sets pinned_images wins). The conformance suite in
-// package critest runs against it and against real CRI-O.
+// Package fakecri is an in-memory stand-in for CRI-O and containerd for unit tests: CRI
+// image calls; for CRI-O the live config (GET /config) and a reload that re-reads the
+// real drop-in files the way CRI-O does (the last file that sets pinned_images wins);
+// for containerd the images API's pinned label on each image record, which CRI
+// ImageStatus reports. The conformance suite in package critest runs against both and
+// against real CRI-O and containerd.
 package fakecri
 
 import (
@@ -12,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 )
@@ -20,7 +23,11 @@ import (
 type Runtime struct {
 	mu sync.Mutex
 
+	// Name is the runtime's CRI name: "cri-o" (New) or "containerd" (NewContainerd).
+	Name    string
 	Ver     string
+	labels  map[string]bool // containerd: image records carrying the pinned label
+	subs    []func(containerd.ImageEvent)
 	DropIn  crio.DropIn
 	down    bool
 	present map[string]bool
@@ -59,8 +66,76 @@ func (r *Runtime) IgnoreReloads(n int) {
 
 // New returns a fake CRI-O 1.34.0 reading its config from d.
 func New(d crio.DropIn) *Runtime {
-	return &Runtime{Ver: "1.34.0", DropIn: d, present: map[string]bool{}, Registry: map[string]error{},
-		Pulls: map[string]int{}, Auths: map[string]string{}}
+	return &Runtime{Name: "cri-o", Ver: "1.34.0", DropIn: d, present: map[string]bool{}, Registry: map[string]error{},
+		Pulls: map[string]int{}, Auths: map[string]string{}, labels: map[string]bool{}}
+}
+
+// NewContainerd returns a fake containerd 2.2.9: an image is pinned when its record
+// carries the pinned label (Labels, SetPinned: containerd.ImageLabels).
+func NewContainerd() *Runtime {
+	r := New(crio.DropIn{})
+	r.Name, r.Ver = "containerd", "v2.2.9"
+	return r
+}
+
+// Labels implements containerd.ImageLabels: the image record's labels.
+func (r *Runtime) Labels(_ context.Context, name string) (map[string]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return nil, errDown
+	}
+	if !r.present[name] {
+		return nil, fmt.Errorf("get image %s: %w", name, containerd.ErrNotFound)
+	}
+	l := map[string]string{"io.cri-containerd.image": "managed"}
+	if r.labels[name] {
+		l[containerd.PinnedLabel] = containerd.PinnedLabelValue
+	}
+	return l, nil
+}
+
+// SetPinned implements containerd.ImageLabels.
+func (r *Runtime) SetPinned(_ context.Context, name string, pinned bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return errDown
+	}
+	if !r.present[name] {
+		return fmt.Errorf("label image %s: %w", name, containerd.ErrNotFound)
+	}
+	if pinned {
+		r.labels[name] = true
+	} else {
+		delete(r.labels, name)
+	}
+	r.emit(containerd.ImageEvent{Name: name, Pinned: pinned})
+	return nil
+}
+
+// ImageEvents implements containerd.EventSource: image records created, updated
+// (labels) and deleted, until ctx ends.
+func (r *Runtime) ImageEvents(ctx context.Context, fn func(containerd.ImageEvent)) error {
+	r.mu.Lock()
+	r.subs = append(r.subs, fn)
+	r.mu.Unlock()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// emit sends an event to every subscriber; r.mu is held.
+func (r *Runtime) emit(e containerd.ImageEvent) {
+	for _, fn := range r.subs {
+		go fn(e)
+	}
+}
+
+// Labeled says whether the image record carries the pinned label (containerd).
+func (r *Runtime) Labeled(ref string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.labels[ref]
 }
 
 var errDown = fmt.Errorf("connection error: %w", cri.ErrUnavailable)
@@ -110,11 +185,13 @@ func (r *Runtime) ReloadCount() int {
 	return r.Reloads
 }
 
-// Remove deletes an image from storage (a wipe).
+// Remove deletes an image from storage (a wipe), its record and labels with it.
 func (r *Runtime) Remove(ref string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.present, ref)
+	delete(r.labels, ref)
+	r.emit(containerd.ImageEvent{Name: ref, Deleted: true})
 }
 
 // Present says whether the image is in storage.
@@ -148,7 +225,7 @@ func (r *Runtime) Version(context.Context) (cri.Version, error) {
 	if r.down {
 		return cri.Version{}, errDown
 	}
-	return cri.Version{Name: "cri-o", Version: r.Ver}, nil
+	return cri.Version{Name: r.Name, Version: r.Ver}, nil
 }
 
 // ImageStatus implements CRI ImageStatus.
@@ -160,6 +237,9 @@ func (r *Runtime) ImageStatus(_ context.Context, ref string) (cri.Image, error) 
 	}
 	if !r.present[ref] {
 		return cri.Image{}, nil
+	}
+	if r.Name == "containerd" {
+		return cri.Image{Present: true, Pinned: r.labels[ref], ID: ref}, nil
 	}
 	if r.matcher == nil {
 		r.matcher = crio.NewMatcher(r.pinned)
@@ -209,6 +289,12 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, auth *cri.Auth) (st
 		return "", errDown
 	}
 	r.present[ref] = true
+	if r.Name == "containerd" {
+		// containerd 2.x's CRI pull stores the record through the transfer service, which
+		// replaces its labels: a pull of a pinned reference drops the pinned label.
+		delete(r.labels, ref)
+		r.emit(containerd.ImageEvent{Name: ref})
+	}
 	return ref, nil
 }
 

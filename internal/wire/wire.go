@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -18,6 +19,7 @@ import (
 	"github.com/imagepin/imagepin/agent"
 	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
@@ -43,6 +45,9 @@ type Options struct {
 	Idle func()
 	// SourceFaults are the cluster sync's faults, shown in the node's status.
 	SourceFaults func() []string
+	// DetectFor bounds the wait for the runtime's CRI Version with [cri] runtime = auto
+	// (0: 10 s).
+	DetectFor time.Duration
 }
 
 // Agent builds the agent. The caller closes the returned CRI client.
@@ -60,7 +65,13 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		setsDir = opts.SetsDir
 	}
 	socket := cfg.CRISocket()
-	resolver := Resolver(cfg)
+	runtimeName := DetectRuntime(cfg, client, opts.DetectFor, opts.Log)
+	resolver, registryProblems := ResolverFor(cfg, runtimeName, store.Dir())
+	pinner, err := Pinner(cfg, runtimeName, store.Dir(), opts.Log)
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
 	a := agent.New(agent.Config{
 		NodeName:        nodeName,
 		Architecture:    goruntime.GOARCH,
@@ -76,9 +87,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Heartbeat:       opts.Heartbeat,
 	}, agent.Deps{
 		Runtime:  client,
-		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir, Cache: crio.NewFileCache()},
-		Live:     crio.NewLiveConfig(socket),
-		Reloader: Reloader(cfg, opts.Log),
+		Pinners:  map[string]agent.Pinner{runtimeName: pinner},
 		Disk:     DiskCheck(cfg, resolver, client, nodeName),
 		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(resolver.SystemContext)},
 		State:    store,
@@ -88,9 +97,127 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Alive:    opts.Alive,
 		Idle:     opts.Idle,
 
-		SourceFaults: opts.SourceFaults,
+		SourceFaults: joinFaults(opts.SourceFaults, registryProblems),
 	})
 	return a, client, nil
+}
+
+func joinFaults(fs ...func() []string) func() []string {
+	return func() []string {
+		var out []string
+		for _, f := range fs {
+			if f != nil {
+				out = append(out, f()...)
+			}
+		}
+		return out
+	}
+}
+
+// DetectRuntime is [cri] runtime: named, or (auto) the name the runtime gives in CRI
+// Version, asked for up to wait (0: 10 s) at start (imagepind's unit starts after the
+// runtime's).
+// A runtime that does not answer by then is guessed from the socket's path
+// ("containerd" in it: containerd; else CRI-O) and the guess logged; the agent reports
+// a runtime that answers under another name later as a fault.
+func DetectRuntime(cfg conf.Config, client *cri.Client, wait time.Duration, log logrus.FieldLogger) string {
+	if cfg.CRI.Runtime != conf.RuntimeAuto {
+		return cfg.CRI.Runtime
+	}
+	if wait <= 0 {
+		wait = 10 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		v, err := client.Version(ctx)
+		cancel()
+		if err == nil {
+			switch v.Name {
+			case conf.RuntimeCRIO, conf.RuntimeContainerd:
+				return v.Name
+			}
+			log.WithField("runtime", v.Name).Warn("container runtime neither cri-o nor containerd; pinning as CRI-O")
+			return conf.RuntimeCRIO
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	guess := conf.RuntimeCRIO
+	if strings.Contains(cfg.CRISocket(), "containerd") {
+		guess = conf.RuntimeContainerd
+	}
+	log.WithField("runtime", guess).WithField("endpoint", cfg.CRI.Endpoint).Warn("container runtime not answering; guessed from the socket's path ([cri] runtime names it)")
+	return guess
+}
+
+// Pinner is the runtime-specific part of pinning: CRI-O's managed drop-in, reloaded
+// ([crio]), or containerd's pinned label ([containerd]), its record in the state dir.
+func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogger) (agent.Pinner, error) {
+	if runtimeName == conf.RuntimeContainerd {
+		images, err := containerd.DialImages(cfg.ContainerdSocket(), cfg.Containerd.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		return &containerd.Pinner{Images: images, Events: images, Namespace: cfg.Containerd.Namespace,
+			Record: filepath.Join(stateDir, "containerd-labels.json"), Log: log}, nil
+	}
+	return &crio.Pinner{
+		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir, Cache: crio.NewFileCache()},
+		Live:     crio.NewLiveConfig(cfg.CRISocket()),
+		Reloader: Reloader(cfg, log),
+	}, nil
+}
+
+// ResolverFor is the registry access of the runtime (RegistryAccess), with the
+// credentials the kubelet would hand it, and a func listing its problems for the
+// node's faults.
+func ResolverFor(cfg conf.Config, runtimeName, stateDir string) (*diskcheck.Resolver, func() []string) {
+	rc, problems := RegistryAccess(cfg, runtimeName, stateDir)
+	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
+	return diskcheck.NewResolver(rc, keyring.Lookup), problems
+}
+
+// RegistryAccess is how the runtime reaches registries, for whatever imagepin asks a
+// registry (sizes, releases, tags): CRI-O's registries.conf and certs.d ([disk]), or
+// containerd's hosts directory ([containerd] config_path) translated under dir, whose
+// problems the func lists.
+func RegistryAccess(cfg conf.Config, runtimeName, dir string) (diskcheck.ResolverConfig, func() []string) {
+	rc := diskcheck.ResolverConfig{
+		RegistriesConf:      cfg.Disk.RegistriesConf,
+		RegistriesConfDir:   cfg.Disk.RegistriesConfDir,
+		CertsDir:            cfg.Disk.CertsDir,
+		AuthFile:            cfg.CRI.PullSecret,
+		NoUncompressedSizes: !cfg.Disk.UncompressedSizes,
+		Platform:            diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
+		Concurrency:         cfg.EffectivePullConcurrency(),
+	}
+	if runtimeName != conf.RuntimeContainerd {
+		return rc, func() []string { return nil }
+	}
+	hosts := &containerd.Hosts{ConfigPath: cfg.Containerd.ConfigPath, Dir: filepath.Join(dir, "containerd-hosts")}
+	rc.RegistryFiles = hosts.Files
+	return rc, func() []string {
+		var out []string
+		for _, p := range hosts.Problems() {
+			out = append(out, "containerd registry hosts: "+p)
+		}
+		return out
+	}
+}
+
+// GuessRuntime is [cri] runtime without asking the runtime (the command line's
+// registry access): named, or "containerd" when the CRI socket's path says so.
+func GuessRuntime(cfg conf.Config) string {
+	if cfg.CRI.Runtime != conf.RuntimeAuto {
+		return cfg.CRI.Runtime
+	}
+	if strings.Contains(cfg.CRISocket(), "containerd") {
+		return conf.RuntimeContainerd
+	}
+	return conf.RuntimeCRIO
 }
 
 // NodeName is [node] name, or the host name (the kubelet's default node name).
@@ -125,19 +252,12 @@ func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaul
 	}), nil
 }
 
-// Resolver reaches registries as CRI-O does ([disk] registries.conf, certs.d) with the
-// credentials the kubelet would hand CRI-O for each image (the pull secret).
+// Resolver reaches registries as the node's runtime does (GuessRuntime; containerd's
+// hosts translated under the temporary directory) with the credentials the kubelet
+// would hand it for each image (the pull secret): the command line's registry access.
 func Resolver(cfg conf.Config) *diskcheck.Resolver {
-	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	return diskcheck.NewResolver(diskcheck.ResolverConfig{
-		RegistriesConf:      cfg.Disk.RegistriesConf,
-		RegistriesConfDir:   cfg.Disk.RegistriesConfDir,
-		CertsDir:            cfg.Disk.CertsDir,
-		AuthFile:            cfg.CRI.PullSecret,
-		NoUncompressedSizes: !cfg.Disk.UncompressedSizes,
-		Platform:            diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
-		Concurrency:         cfg.EffectivePullConcurrency(),
-	}, keyring.Lookup)
+	r, _ := ResolverFor(cfg, GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
+	return r
 }
 
 // DiskCheck is the registry-backed disk check of [disk].

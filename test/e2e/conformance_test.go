@@ -3,9 +3,14 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri/critest"
 	"github.com/imagepin/imagepin/crio"
 )
@@ -17,9 +22,32 @@ func TestCRIOConformance(t *testing.T) {
 		refs := w.push("conf", 2)
 		missing := w.reg.Host + "/conf-0@sha256:" + strings.Repeat("0", 64)
 		return critest.Subject{
-			Runtime: w.cri, Live: crio.NewLiveConfig(w.crio.Socket), Reloader: crio.SignalReloader{Socket: w.crio.Socket},
-			DropIn:    crio.DropIn{MainConfig: w.crio.Config, ConfigDir: w.crio.ConfigDir},
+			Name: "cri-o", Runtime: w.cri,
+			Pinner: &crio.Pinner{
+				DropIn: crio.DropIn{MainConfig: w.crio.Config, ConfigDir: w.crio.ConfigDir},
+				Live:   crio.NewLiveConfig(w.crio.Socket), Reloader: crio.SignalReloader{Socket: w.crio.Socket},
+			},
+			PinByHand: func(_ context.Context, ref string) error {
+				return os.WriteFile(filepath.Join(w.crio.ConfigDir, "10-admin.conf"), []byte(fmt.Sprintf("[crio.image]\npinned_images = [%q]\n", ref)), 0o644)
+			},
 			Available: [2]string{refs[0], refs[1]}, Missing: missing,
+		}
+	})
+}
+
+// The same suite against real containerd 2.x.
+func TestContainerdConformance(t *testing.T) {
+	critest.Run(t, func(t *testing.T) critest.Subject {
+		w := newContainerdWorld(t, nil)
+		refs := w.push("conf", 2)
+		missing := w.reg.Host + "/conf-0@sha256:" + strings.Repeat("0", 64)
+		images := w.containerdImages()
+		return critest.Subject{
+			Name: "containerd", Runtime: w.cri,
+			Pinner:       &containerd.Pinner{Images: images, Namespace: "k8s.io", Record: filepath.Join(t.TempDir(), "labels.json")},
+			PinByHand:    func(ctx context.Context, ref string) error { return images.SetPinned(ctx, ref, true) },
+			RepullUnpins: true,
+			Available:    [2]string{refs[0], refs[1]}, Missing: missing,
 		}
 	})
 }

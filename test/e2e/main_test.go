@@ -55,6 +55,7 @@ type world struct {
 	dir      string
 	reg      *env.Registry
 	crio     *env.CRIO
+	ctr      *env.Containerd // a containerd world's, instead of crio
 	cri      *cri.Client
 	setsDir  string
 	labels   string
@@ -131,9 +132,17 @@ func newWorldWith(t *testing.T, options func(registry string) env.CRIOOptions) *
 	return w
 }
 
+// socket is the world's runtime's CRI socket.
+func (w *world) socket() string {
+	if w.ctr != nil {
+		return w.ctr.Socket
+	}
+	return w.crio.Socket
+}
+
 func (w *world) dialCRI() {
 	var err error
-	if w.cri, err = cri.Dial("unix://" + w.crio.Socket); err != nil {
+	if w.cri, err = cri.Dial("unix://" + w.socket()); err != nil {
 		w.t.Fatal(err)
 	}
 	w.t.Cleanup(func() { w.cri.Close() })
@@ -169,8 +178,12 @@ registries_conf = %q
 registries_conf_dir = %q
 certs_dir = %q
 kubelet_config = %q
-`, w.setsDir, filepath.Join(w.dir, "state"), w.status, o.unpinDelay, w.labels, w.crio.Socket, filepath.Join(w.dir, "config.json"),
+`, w.setsDir, filepath.Join(w.dir, "state"), w.status, o.unpinDelay, w.labels, w.socket(), filepath.Join(w.dir, "config.json"),
 		o.pullConcurrency, w.crio.Config, w.crio.ConfigDir, o.reload, w.crio.RegistriesConf(), w.crio.RegistriesConfDir(), w.crio.CertsDir(), o.kubeletConfig)
+	if w.ctr != nil {
+		// [cri] runtime stays auto: imagepind finds containerd by CRI Version.
+		cfg += fmt.Sprintf("[containerd]\nconfig_path = %q\n", w.ctr.HostsDir)
+	}
 	if o.metrics {
 		port, err := env.FreePort()
 		if err != nil {
@@ -216,7 +229,11 @@ func (w *world) stopDaemon() {
 	if w.t.Failed() {
 		b, _ := os.ReadFile(filepath.Join(w.dir, "imagepind.log"))
 		w.t.Logf("imagepind log:\n%s", tail(string(b), 60))
-		w.t.Logf("CRI-O log:\n%s", w.crio.LogTail(30))
+		if w.ctr != nil {
+			w.t.Logf("containerd log:\n%s", w.ctr.LogTail(30))
+		} else {
+			w.t.Logf("CRI-O log:\n%s", w.crio.LogTail(30))
+		}
 	}
 }
 
@@ -305,6 +322,16 @@ func (w *world) livePins() []string {
 		w.t.Fatal(err)
 	}
 	return p
+}
+
+// pins is what the runtime pins: CRI-O's live pinned_images, or the image records
+// containerd's CRI plugin has the pinned label on (sorted).
+func (w *world) pins() []string {
+	w.t.Helper()
+	if w.ctr == nil {
+		return w.livePins()
+	}
+	return w.ctr.PinnedRecords(w.t)
 }
 
 // requireConfigParses checks every file CRI-O reads parses as TOML.

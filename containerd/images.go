@@ -1,0 +1,113 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	imagesapi "github.com/containerd/containerd/api/services/images/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/fieldmaskpb"
+
+	"github.com/imagepin/imagepin/cri"
+)
+
+// The label containerd's CRI plugin reads as "pinned" (internal/cri/labels in 2.x,
+// pkg/cri/labels in 1.7), and the namespace its images live in.
+const (
+	PinnedLabel      = "io.cri-containerd.pinned"
+	PinnedLabelValue = "pinned"
+	DefaultNamespace = "k8s.io"
+)
+
+// ErrNotFound means there is no image record of that name.
+var ErrNotFound = errors.New("no such image")
+
+// Images is containerd's images API on its socket, in one namespace: the labels of an
+// image record, and the pinned label set or removed.
+type Images struct {
+	conn      *grpc.ClientConn
+	client    imagesapi.ImagesClient
+	namespace string
+}
+
+// DialImages connects to containerd's API socket ("unix:///run/containerd/containerd.sock"
+// or a path). Like cri.Dial it does not wait: calls fail until containerd answers.
+func DialImages(address, namespace string) (*Images, error) {
+	if !strings.HasPrefix(address, "unix://") {
+		address = "unix://" + address
+	}
+	if namespace == "" {
+		namespace = DefaultNamespace
+	}
+	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("containerd client for %s: %w", address, err)
+	}
+	return &Images{conn: conn, client: imagesapi.NewImagesClient(conn), namespace: namespace}, nil
+}
+
+// Close closes the connection.
+func (i *Images) Close() error { return i.conn.Close() }
+
+// ctx adds the namespace header containerd's own client sends
+// (namespaces.WithNamespace: gRPC metadata "containerd-namespace").
+func (i *Images) ctx(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "containerd-namespace", i.namespace)
+}
+
+// Labels returns the labels of the image record name; ErrNotFound when there is none.
+func (i *Images) Labels(ctx context.Context, name string) (map[string]string, error) {
+	resp, err := i.client.Get(i.ctx(ctx), &imagesapi.GetImageRequest{Name: name})
+	if err != nil {
+		return nil, convert("get image "+name, err)
+	}
+	labels := resp.GetImage().GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	return labels, nil
+}
+
+// SetPinned sets (pinned) or removes the pinned label of the image record name, leaving
+// every other field and label as it is: an update with the label's field path alone.
+// The update carries the record's target as read, as containerd's own client sends it:
+// containerd 2.2 dereferences the target of every update, and one without it panics
+// the whole daemon (images.imageFromProto), so the record is read first.
+func (i *Images) SetPinned(ctx context.Context, name string, pinned bool) error {
+	resp, err := i.client.Get(i.ctx(ctx), &imagesapi.GetImageRequest{Name: name})
+	if err != nil {
+		return convert("get image "+name, err)
+	}
+	img := resp.GetImage()
+	if img == nil || img.Target == nil {
+		return fmt.Errorf("label image %s: containerd returned a record without a target", name)
+	}
+	labels := map[string]string{}
+	if pinned {
+		labels[PinnedLabel] = PinnedLabelValue
+	}
+	_, err = i.client.Update(i.ctx(ctx), &imagesapi.UpdateImageRequest{
+		Image:      &imagesapi.Image{Name: name, Target: img.Target, Labels: labels},
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels." + PinnedLabel}},
+	})
+	if err != nil {
+		return convert("label image "+name, err)
+	}
+	return nil
+}
+
+func convert(op string, err error) error {
+	switch status.Code(err) {
+	case codes.NotFound:
+		return fmt.Errorf("%s: %w", op, ErrNotFound)
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return fmt.Errorf("%s: %v: %w", op, err, cri.ErrUnavailable)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}

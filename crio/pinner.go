@@ -1,0 +1,123 @@
+package crio
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/imagepin/imagepin/pin"
+)
+
+// Pinner is CRI-O's part of pinning: one managed drop-in holding imagepind's patterns
+// and the pinned_images of CRI-O's config files read before it (ours replaces theirs),
+// put in effect by a reload and confirmed by CRI-O's live config.
+type Pinner struct {
+	DropIn DropIn
+	Live   interface {
+		PinnedImages(ctx context.Context) ([]string, error)
+	}
+	Reloader interface {
+		Reload(ctx context.Context) error
+	}
+}
+
+// Describe names where the pins go, for logs.
+func (p *Pinner) Describe() string { return "CRI-O drop-in " + p.DropIn.Path() }
+
+// Held is every pattern of the managed drop-in on disk that is imagepind's own (not
+// copied in from another config file): what imagepind pinned before a restart.
+func (p *Pinner) Held() []string {
+	files := p.DropIn.Scan()
+	inherited := lowerSet(p.DropIn.Existing(files).Inherited)
+	var held []string
+	for _, f := range files {
+		if !f.Managed || f.Err != nil {
+			continue
+		}
+		for _, pat := range f.Pins {
+			if !inherited[strings.ToLower(pat)] {
+				held = append(held, pat)
+			}
+		}
+	}
+	return held
+}
+
+// Write makes the managed drop-in hold patterns and the other files' patterns. Presence
+// does not matter to CRI-O: a pattern pins whatever is pulled by that name later.
+func (p *Pinner) Write(_ context.Context, patterns []string, _ func(string) (bool, bool)) (pin.Written, error) {
+	var w pin.Written
+	files := p.DropIn.Scan()
+	existing := p.DropIn.Existing(files)
+	for _, e := range existing.Errors {
+		w.Faults = append(w.Faults, fmt.Sprintf("CRI-O config file %v (CRI-O cannot reload until it is fixed)", e))
+	}
+	for _, s := range existing.Skipped {
+		w.Faults = append(w.Faults, "not copied into the managed drop-in: "+s)
+	}
+	all := make([]string, 0, len(patterns)+len(existing.Inherited))
+	all = append(all, patterns...)
+	all = append(all, existing.Inherited...)
+	sort.Strings(all)
+	all = slices.Compact(all)
+	changed, err := p.DropIn.Apply(all)
+	if err != nil {
+		w.Faults = append(w.Faults, "managed drop-in: "+err.Error())
+		return w, fmt.Errorf("write managed drop-in: %w", err)
+	}
+	var ours []string
+	if len(all) > 0 {
+		ours = all
+	}
+	w.Changed = changed
+	w.Effective = p.DropIn.Effective(files, ours)
+	w.Overriders = existing.Overriders
+	return w, nil
+}
+
+// Apply reloads CRI-O. The reload only sends SIGHUP: CRI-O re-reads its config after
+// the call returns, hence InEffect.
+func (p *Pinner) Apply(ctx context.Context) error {
+	if err := p.Reloader.Reload(ctx); err != nil {
+		return fmt.Errorf("reload CRI-O: %w", err)
+	}
+	return nil
+}
+
+// InEffect says whether CRI-O's live config (GET /config) has exactly effective.
+func (p *Pinner) InEffect(ctx context.Context, effective []string) (bool, error) {
+	live, err := p.Live.PinnedImages(ctx)
+	if err != nil {
+		return false, fmt.Errorf("CRI-O's config cannot be read: %w", err)
+	}
+	if !SamePatterns(live, effective) {
+		return false, fmt.Errorf("CRI-O has %d pinned_images patterns, not the expected %d (a reload that failed is only in CRI-O's log)", len(live), len(effective))
+	}
+	return true, nil
+}
+
+// Pulled does nothing: CRI-O's patterns pin an image as it is pulled.
+func (p *Pinner) Pulled(context.Context, string) (bool, error) { return false, nil }
+
+// Support is what this CRI-O version does with pins.
+func (p *Pinner) Support(version string) (pin.Support, error) {
+	s, err := SupportOf(version)
+	return pin.Support{PinnedField: s.PinnedField, WithoutRestart: s.PinOnReload, Problem: s.TooOld(version)}, err
+}
+
+// SamePatterns compares pattern lists as CRI-O matches them: order-free,
+// case-insensitive (equal lists, the usual case, are compared without building sets).
+func SamePatterns(a, b []string) bool {
+	return slices.Equal(a, b) || maps.Equal(lowerSet(a), lowerSet(b))
+}
+
+func lowerSet(list []string) map[string]bool {
+	m := make(map[string]bool, len(list))
+	for _, x := range list {
+		m[strings.ToLower(x)] = true
+	}
+	return m
+}
