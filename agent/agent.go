@@ -369,8 +369,10 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.refreshPresence(ctx, desired)
 	admitted := a.checkDisk(desired)
 	a.syncPins(ctx, desired, admitted)
-	// A confirmed pin change may have changed present images' pinned flags.
+	// A confirmed pin change may have changed present images' pinned flags, and the
+	// runtime may have said an image is gone: a missing image needs the disk check.
 	a.refreshPresence(ctx, desired)
+	admitted = a.checkDisk(desired)
 	a.lastAdmitted = admitted
 	if a.pinsInEffect() {
 		a.dispatchPulls(admitted)

@@ -16,6 +16,7 @@ import (
 	"github.com/sirupsen/logrus"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/cri/fakecri"
 	"github.com/imagepin/imagepin/crio"
@@ -55,6 +56,8 @@ type harness struct {
 	clock *testingclock.FakeClock
 	// runtime replaces the fake runtime's CRI calls (a wrapper that fails some).
 	runtime Runtime
+	// containerd makes the fake runtime containerd and the pinner containerd's.
+	containerd bool
 }
 
 func newHarness(t *testing.T) *harness {
@@ -106,6 +109,10 @@ func (h *harness) start() {
 		p.Reloader = h.reloader
 	}
 	deps.Pinners = map[string]Pinner{"cri-o": p}
+	if h.containerd {
+		deps.Pinners = map[string]Pinner{"containerd": &containerd.Pinner{Images: h.rt, Events: h.rt, Namespace: "k8s.io",
+			Record: filepath.Join(h.store.Dir(), "containerd-labels.json"), Log: log}}
+	}
 	if h.disk != nil {
 		deps.Disk = h.disk
 	}

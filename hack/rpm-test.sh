@@ -27,7 +27,7 @@ for pair in x86_64:x86-64 aarch64:"ARM aarch64"; do
   check "$arch: config(noreplace)" '[ "$(q --qf "[%{FILEFLAGS:fflags} %{FILENAMES}\n]" | grep " /etc/imagepin/imagepind.toml$" | cut -d" " -f1)" = "cn" ]'
   reqs=$(q --requires)
   check "$arch: requires systemd" 'grep -qx "systemd" <<<"$reqs"'
-  check "$arch: requires cri-o >= 1.28" 'grep -qx "cri-o >= 1.28" <<<"$reqs"'
+  check "$arch: requires cri-o >= 1.28 or containerd >= 1.7" 'grep -qx "(cri-o >= 1.28 or containerd >= 1.7 or containerd.io >= 1.7)" <<<"$reqs"'
   x=$(mktemp -d); (cd "$x" && rpm2cpio "$OLDPWD/$rpm" | cpio -idm --quiet)
   for bin in imagepind imagepinctl; do
     desc=$(file -b "$x/usr/bin/$bin")
