@@ -63,8 +63,10 @@ bench: build
 	hack/bench-deps.sh >/dev/null
 	$(GO) run ./test/bench -bin $(BIN) $(BENCH_FLAGS) | tee $(BENCH_OUT)
 
+# RUNTIME=containerd runs the same demo against a real containerd 2.2.9.
+RUNTIME ?= cri-o
 demo: deps build
-	IMAGEPIN_BIN=$(BIN) $(GO) run ./test/demo
+	RUNTIME=$(RUNTIME) IMAGEPIN_BIN=$(BIN) $(GO) run ./test/demo
 
 clean:
 	rm -rf $(BIN)

@@ -1,6 +1,7 @@
-// Command demo is `make demo`: a local registry with a few sample images, a real CRI-O,
-// and imagepind pinning and pre-loading a sample set, with its progress and final status
-// printed. Everything runs under a temporary directory and is removed at the end.
+// Command demo is `make demo`: a local registry with a few sample images, a real CRI-O
+// (or, with RUNTIME=containerd, a real containerd), and imagepind pinning and
+// pre-loading a sample set, with its progress and final status printed. Everything runs
+// under a temporary directory and is removed at the end.
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/status"
@@ -65,16 +67,6 @@ func run(ctx context.Context) error {
 		fmt.Printf("    %s (%d KiB compressed)\n", img.Ref(), img.Size>>10)
 	}
 
-	step("starting CRI-O %s (from %s)", "1.34.0", env.CacheDir())
-	c, err := env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{reg.Host}})
-	if err != nil {
-		return err
-	}
-	if err := c.Start(ctx); err != nil {
-		return err
-	}
-	defer c.Cleanup()
-
 	setsDir := filepath.Join(dir, "sets.d")
 	os.MkdirAll(setsDir, 0o755)
 	statusFile := filepath.Join(dir, "status.json")
@@ -85,13 +77,37 @@ status_file = %q
 name = "demo-worker-0"
 labels = {"node-role.kubernetes.io/worker" = ""}
 labels_file = %q
-[cri]
-endpoint = "unix://%s"
-[crio]
-config = %q
-config_dir = %q
-reload = "signal"
-`, setsDir, filepath.Join(dir, "state"), statusFile, filepath.Join(dir, "labels.json"), c.Socket, c.Config, c.ConfigDir) + c.DiskConfig()
+`, setsDir, filepath.Join(dir, "state"), statusFile, filepath.Join(dir, "labels.json"))
+	var socket string
+	var c *env.CRIO
+	var ctr *env.Containerd
+	switch runtime := os.Getenv("RUNTIME"); runtime {
+	case "", "cri-o", "crio":
+		step("starting CRI-O %s (from %s)", "1.34.0", env.CacheDir())
+		if c, err = env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{reg.Host}}); err != nil {
+			return err
+		}
+		if err := c.Start(ctx); err != nil {
+			return err
+		}
+		defer c.Cleanup()
+		socket = c.Socket
+		cfg += fmt.Sprintf("[cri]\nendpoint = \"unix://%s\"\n[crio]\nconfig = %q\nconfig_dir = %q\nreload = \"signal\"\n", c.Socket, c.Config, c.ConfigDir) + c.DiskConfig()
+	case "containerd":
+		step("starting containerd %s (from %s)", "2.2.9", env.CacheDir())
+		if ctr, err = env.NewContainerd(filepath.Join(dir, "containerd"), env.ContainerdOptions{Insecure: []string{reg.Host}}); err != nil {
+			return err
+		}
+		if err := ctr.Start(ctx); err != nil {
+			return err
+		}
+		defer ctr.Cleanup()
+		socket = ctr.Socket
+		// [cri] runtime stays "auto": imagepind asks CRI Version and finds containerd.
+		cfg += fmt.Sprintf("[cri]\nendpoint = \"unix://%s\"\n[containerd]\nconfig_path = %q\n", ctr.Socket, ctr.HostsDir)
+	default:
+		return fmt.Errorf("RUNTIME=%q: cri-o or containerd", runtime)
+	}
 	cfgPath := filepath.Join(dir, "imagepind.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -152,19 +168,23 @@ spec:
 	out, _ := exec.Command(filepath.Join(bin, "imagepinctl"), "status", "--config", cfgPath).CombinedOutput()
 	fmt.Print(indent(string(out)))
 
-	step("what CRI-O has: its live pinned_images and each image's CRI status")
-	pins, err := crio.NewLiveConfig(c.Socket).PinnedImages(ctx)
-	if err != nil {
-		return err
-	}
-	for _, p := range pins {
-		fmt.Printf("    pinned_images: %s\n", p)
-	}
-	client, err := cri.Dial("unix://" + c.Socket)
+	client, err := cri.Dial("unix://" + socket)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
+	if c != nil {
+		step("what CRI-O has: its live pinned_images and each image's CRI status")
+		pins, err := crio.NewLiveConfig(c.Socket).PinnedImages(ctx)
+		if err != nil {
+			return err
+		}
+		for _, p := range pins {
+			fmt.Printf("    pinned_images: %s\n", p)
+		}
+	} else {
+		step("what containerd has: each image's CRI status and the records carrying the pinned label")
+	}
 	for _, r := range refs {
 		img, err := client.ImageStatus(ctx, r)
 		if err != nil {
@@ -172,9 +192,27 @@ spec:
 		}
 		fmt.Printf("    %-100s present=%v pinned=%v\n", r, img.Present, img.Pinned)
 	}
-	dropIn, _ := os.ReadFile(filepath.Join(c.ConfigDir, crio.ManagedFileName))
-	step("the managed drop-in %s", crio.ManagedFileName)
-	fmt.Print(indent(string(dropIn)))
+	if c != nil {
+		dropIn, _ := os.ReadFile(filepath.Join(c.ConfigDir, crio.ManagedFileName))
+		step("the managed drop-in %s", crio.ManagedFileName)
+		fmt.Print(indent(string(dropIn)))
+	} else {
+		images, err := containerd.DialImages(ctr.Socket, "k8s.io")
+		if err != nil {
+			return err
+		}
+		defer images.Close()
+		for _, r := range refs {
+			labels, err := images.Labels(ctx, r)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("    %s: %s=%s\n", r, containerd.PinnedLabel, labels[containerd.PinnedLabel])
+		}
+		record, _ := os.ReadFile(filepath.Join(dir, "state", "containerd-labels.json"))
+		step("imagepind's record of the labels it set (state_dir/containerd-labels.json)")
+		fmt.Print(indent(string(record)))
+	}
 	step("done; cleaning up")
 	return nil
 }
