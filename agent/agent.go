@@ -14,6 +14,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -32,10 +33,13 @@ type Observer interface {
 	Pull(result string, d time.Duration)
 	Reload(result string)
 	Reconciled(t time.Time)
+	// Width is how many pulls may run at once, when it changes.
+	Width(n int)
 }
 
 type noObserver struct{}
 
+func (noObserver) Width(int)                  {}
 func (noObserver) Pull(string, time.Duration) {}
 func (noObserver) Reload(string)              {}
 func (noObserver) Reconciled(time.Time)       {}
@@ -47,14 +51,16 @@ type Releases interface {
 
 // Config is what the agent needs to know, resolved by the main from conf.Config.
 type Config struct {
-	NodeName        string
-	Architecture    string
-	Version         string
-	SetsDir         string
-	InlineLabels    map[string]string
-	LabelsFile      string
-	PullSecret      string
-	UnpinDelay      time.Duration
+	NodeName     string
+	Architecture string
+	Version      string
+	SetsDir      string
+	InlineLabels map[string]string
+	LabelsFile   string
+	PullSecret   string
+	UnpinDelay   time.Duration
+	// PullConcurrency is the most pulls at once; how many run is found as they go
+	// (package pullwidth).
 	PullConcurrency int
 	PullTimeout     time.Duration
 	// RuntimeSocket is the CRI socket's path: a new socket (inode) means the runtime
@@ -143,6 +149,8 @@ type Agent struct {
 	pinGen int
 
 	// images and pulls
+	width      *pullwidth.Controller // how many pulls at once, at most cfg.PullConcurrency
+	lastWidth  int                   // as last observed
 	images     map[string]*imageState
 	inflight   int
 	jobs       chan pullJob
@@ -227,6 +235,7 @@ func New(cfg Config, deps Deps) *Agent {
 		rand:          rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 		inputsDirty:   true,
 		keyring:       &cri.Keyring{},
+		width:         pullwidth.New(cfg.PullConcurrency),
 		images:        map[string]*imageState{},
 		jobs:          make(chan pullJob, cfg.PullConcurrency),
 		results:       make(chan pullResult, cfg.PullConcurrency),

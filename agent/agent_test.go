@@ -991,3 +991,56 @@ func TestImageStatusErrorSchedulesAWakeUp(t *testing.T) {
 	h.clock.Step(time.Minute) // no event: only the scheduled wake-up can bring the next pass
 	h.waitFor("Ready", phase("s", status.Ready))
 }
+
+// widthObserver records the pull widths the agent used.
+type widthObserver struct {
+	countingObserver
+	wmu    sync.Mutex
+	widths []int
+}
+
+func (w *widthObserver) Width(n int) {
+	w.wmu.Lock()
+	w.widths = append(w.widths, n)
+	w.wmu.Unlock()
+}
+
+func (w *widthObserver) seen() []int {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	return slices.Clone(w.widths)
+}
+
+// Pulls start at pull_concurrency at once (a set that fits in a round never waits for a
+// ramp); transient registry errors halve the width, and the set still goes Ready.
+func TestPullWidthStartsWideAndHalvesOnErrors(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PullConcurrency = 8
+	obs := &widthObserver{}
+	h.observer = obs
+	h.rt.PullDelay = 20 * time.Millisecond
+	var images []string
+	for i := 0; i < 48; i++ {
+		images = append(images, img(fmt.Sprintf("w%d", i), i))
+	}
+	h.available(images...)
+	busy := &cri.PullError{Message: "reading manifest: received unexpected HTTP status: 503 Service Unavailable"}
+	for _, ref := range images[8:12] {
+		h.rt.SetRegistry(ref, busy)
+	}
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", images...))
+	// Four errors: 8 → 4 → 2 → 1 (a narrower probe alone loses here, since the fake's
+	// throughput grows with the width, and would never go below 4).
+	h.waitFor("the width halved by each error", func(status.Node) bool { return slices.Contains(obs.seen(), 1) })
+	if got := h.rt.MaxParallel(); got != 8 {
+		t.Fatalf("at most %d pulls at once before the errors, want 8 from the start", got)
+	}
+	for _, ref := range images[8:12] {
+		h.rt.SetRegistry(ref, nil)
+	}
+	h.waitFor("Ready", phase("s", status.Ready))
+	if ws := obs.seen(); slices.Max(ws) > 8 {
+		t.Fatalf("widths %v exceed pull_concurrency", ws)
+	}
+}

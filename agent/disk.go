@@ -59,6 +59,9 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 	if res.Filesystem.Path != "" {
 		a.imageFS = res.Filesystem
 	}
+	// How far the registry is sets where the pull width starts.
+	a.width.Link(res.RoundTrip)
+	a.observeWidth()
 	retry := false
 	verdicts := make(map[string]diskcheck.Verdict, len(res.Verdicts))
 	for name, v := range res.Verdicts {
@@ -72,6 +75,8 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 			a.log.WithField("set", name).WithField("admitted", v.Admitted).Info(v.Condition.Message)
 		} else if !ok && !v.Admitted {
 			a.log.WithField("set", name).Warn(v.Condition.Message)
+		} else if !ok {
+			a.log.WithField("set", name).WithField("took", now.Sub(a.diskStarted).Round(time.Millisecond).String()).Info("disk check admitted the set: " + v.Condition.Message)
 		}
 		if !v.Admitted || undecided || len(v.Unavailable) > 0 || len(v.Unsized) > 0 {
 			retry = true

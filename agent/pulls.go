@@ -131,7 +131,7 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 	}
 	for _, s := range admitted {
 		for _, ref := range s.Images {
-			if a.inflight >= a.cfg.PullConcurrency {
+			if a.inflight >= a.width.Width() {
 				return
 			}
 			img := a.images[ref]
@@ -156,6 +156,9 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen, pinner: a.pinner}
 		}
 	}
+	// Below the width with nothing more to start: this round measures the work left,
+	// not the width.
+	a.width.Unsaturated()
 }
 
 func (a *Agent) pullWorker(ctx context.Context) {
@@ -190,7 +193,9 @@ func (a *Agent) handleResult(r pullResult) {
 	img.inflight = false
 	log := a.log.WithField("image", r.image).WithField("took", r.took.Round(time.Millisecond).String())
 	now := a.deps.Clock.Now()
+	defer a.observeWidth()
 	if r.err == nil {
+		a.width.Done(now, int64(a.data.Sizes[r.image]))
 		a.deps.Observer.Pull("success", r.took)
 		img.checked, img.present, img.pinned = true, true, r.after.Pinned
 		img.lastErr = nil
@@ -213,6 +218,9 @@ func (a *Agent) handleResult(r pullResult) {
 	case errors.Is(r.err, cri.ErrUnavailable):
 		a.runtimeDown(r.err)
 		img.checked = false
+	case img.failure == cri.Transient:
+		// The registry or the link is struggling: fewer pulls at once.
+		a.width.Transient(now)
 	case img.failure == cri.NoSpace:
 		// Stop every pull at once: the others would fail the same way.
 		a.noSpaceTry.fail(now, a.cfg.MaxBackoff, a.rand)
@@ -252,5 +260,14 @@ func (a *Agent) afterPull(ctx context.Context, job pullJob) (cri.Image, error) {
 			return st, ctx.Err()
 		case <-time.After(delay):
 		}
+	}
+}
+
+// observeWidth tells the observer (metrics) and the log when the pull width changed.
+func (a *Agent) observeWidth() {
+	if w := a.width.Width(); w != a.lastWidth {
+		a.log.WithField("width", w).WithField("was", a.lastWidth).Debug("pull width")
+		a.lastWidth = w
+		a.deps.Observer.Width(w)
 	}
 }

@@ -45,18 +45,25 @@ type resolved struct {
 // Check sizes every missing image (in parallel, cached), then admits sets in order
 // while their cumulative need fits under both the free space and the GC threshold.
 func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error) {
+	// The registries and the runtime's image filesystem are asked at once: neither
+	// waits for the other (ImageFsInfo can be slow on a busy runtime).
+	foundCh := make(chan map[string]resolved, 1)
+	go func() { foundCh <- r.resolveAll(ctx, sets) }()
 	path, err := r.imageFS(ctx)
 	if err != nil {
+		<-foundCh
 		return Result{}, fmt.Errorf("image filesystem: %w", err)
 	}
 	space, err := r.statfs(path)
 	if err != nil {
+		<-foundCh
 		return Result{}, err
 	}
 	threshold, thresholdFrom, terr := GCHighThreshold(r.cfg.GCHighThresholdPercent, r.cfg.KubeletConfig)
 	res := Result{Verdicts: map[string]Verdict{}, Filesystem: Filesystem{Path: path, CapacityBytes: space.Capacity, FreeBytes: space.Available}}
 
-	found := r.resolveAll(ctx, sets)
+	found := <-foundCh
+	res.RoundTrip = r.resolver.RoundTrip()
 
 	counted := map[string]bool{} // layer digests of admitted (or undecided) sets
 	var cumulative uint64        // their need so far

@@ -2,6 +2,7 @@ package diskcheck
 
 import (
 	"context"
+	"time"
 
 	"github.com/imagepin/imagepin/status"
 )
@@ -36,6 +37,9 @@ type Filesystem = status.ImageFilesystem
 type Result struct {
 	Verdicts   map[string]Verdict
 	Filesystem Filesystem
+	// RoundTrip is the median time of a request to the registries sized (0: none
+	// asked): how far they are.
+	RoundTrip time.Duration
 }
 
 // Checker checks sets in the order given (name order).

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/manifest"
@@ -139,6 +142,12 @@ type Resolver struct {
 	cache  map[string]Image
 	usize  map[string]layerSize // by layer digest
 	ranges atomic.Int64
+	// inflight shares one Range request among the images that ask for the same layer
+	// at once (a base layer under many images).
+	inflight singleflight.Group
+	// trips are recent per-request times of sizings (their wall time over their
+	// requests): how far the registry is.
+	trips []time.Duration
 }
 
 type layerSize struct {
@@ -146,10 +155,14 @@ type layerSize struct {
 	from string
 }
 
+// DefaultConcurrency is how many images are sized at once by default: a sizing is a
+// few small requests, so many at once cost the registry little and hide its latency.
+const DefaultConcurrency = 64
+
 // NewResolver returns a resolver; creds may be nil.
 func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 8
+		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
@@ -173,14 +186,44 @@ func (r *Resolver) uncompressed(ctx context.Context, src types.ImageSource, l ty
 	if ok {
 		return u.size, u.from
 	}
-	size, from, requests := uncompressedSize(ctx, src, l)
-	r.ranges.Add(int64(requests))
-	if from != "" || ctx.Err() == nil { // a cancelled read may work next time
-		r.mu.Lock()
-		r.usize[key] = layerSize{size, from}
-		r.mu.Unlock()
+	v, _, _ := r.inflight.Do(key, func() (any, error) {
+		size, from, requests := uncompressedSize(ctx, src, l)
+		r.ranges.Add(int64(requests))
+		if from != "" || ctx.Err() == nil { // a cancelled read may work next time
+			r.mu.Lock()
+			r.usize[key] = layerSize{size, from}
+			r.mu.Unlock()
+		}
+		return layerSize{size, from}, nil
+	})
+	u = v.(layerSize)
+	return u.size, u.from
+}
+
+// RoundTrip is the median time of a request to the registries of the recent sizings
+// (each sizing's wall time over its requests), 0 before any: how far the registry is,
+// which the pull width starts from.
+func (r *Resolver) RoundTrip() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.trips) == 0 {
+		return 0
 	}
-	return size, from
+	s := slices.Clone(r.trips)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func (r *Resolver) recordTrip(took time.Duration, requests int) {
+	if requests <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trips = append(r.trips, took/time.Duration(requests))
+	if len(r.trips) > 64 {
+		r.trips = r.trips[len(r.trips)-64:]
+	}
 }
 
 // RangeRequests is how many Range requests the resolver made for uncompressed sizes.
@@ -231,7 +274,12 @@ func (r *Resolver) Resolve(ctx context.Context, image string) (Image, error) {
 	defer func() { <-r.sem }()
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
+	start, ranges := time.Now(), r.ranges.Load()
 	img, err := r.resolve(rctx, image)
+	if err == nil {
+		// A ping, the manifest, and the Range requests of layers not sized before.
+		r.recordTrip(time.Since(start), 2+int(r.ranges.Load()-ranges))
+	}
 	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("%s: no answer from its registry within %s: %w", image, r.cfg.Timeout, err)
 	}

@@ -1,6 +1,6 @@
 // Package metrics exposes imagepind's Prometheus metrics: per set (images total and
-// ready, bytes ready, phase), pulls by result, pull durations, reloads by result, and
-// the time of the last reconcile. The registry is the caller's, never the global one.
+// ready, bytes ready, phase), pulls by result, pull durations, the pull width, reloads
+// by result, and the time of the last reconcile. The registry is the caller's, never the global one.
 package metrics
 
 import (
@@ -28,6 +28,7 @@ type Metrics struct {
 	pullDuration  *prometheus.HistogramVec
 	reloads       *prometheus.CounterVec
 	lastReconcile prometheus.Gauge
+	pullWidth     prometheus.Gauge
 }
 
 // New registers the collectors on a new registry.
@@ -50,8 +51,10 @@ func New() *Metrics {
 			Help: "CRI-O reloads by result: confirmed, failed."}, []string{"result"}),
 		lastReconcile: prometheus.NewGauge(prometheus.GaugeOpts{Name: "imagepin_last_reconcile_timestamp_seconds",
 			Help: "Unix time of the last reconcile."}),
+		pullWidth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "imagepin_pull_width",
+			Help: "How many pulls may run at once now (found as pulls go, at most pull_concurrency)."}),
 	}
-	m.reg.MustRegister(m.setImages, m.setReady, m.setBytesReady, m.setPhase, m.pulls, m.pullDuration, m.reloads, m.lastReconcile,
+	m.reg.MustRegister(m.setImages, m.setReady, m.setBytesReady, m.setPhase, m.pulls, m.pullDuration, m.reloads, m.lastReconcile, m.pullWidth,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -64,6 +67,9 @@ func (m *Metrics) Pull(result string, d time.Duration) {
 
 // Reload records a reload and its confirmation.
 func (m *Metrics) Reload(result string) { m.reloads.WithLabelValues(result).Inc() }
+
+// Width records how many pulls may run at once.
+func (m *Metrics) Width(n int) { m.pullWidth.Set(float64(n)) }
 
 // Reconciled records a reconcile.
 func (m *Metrics) Reconciled(t time.Time) { m.lastReconcile.Set(float64(t.UnixNano()) / 1e9) }

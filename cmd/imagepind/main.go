@@ -45,8 +45,11 @@ func main() {
 	if lvl, err := logrus.ParseLevel(*logLevel); err == nil {
 		log.SetLevel(lvl)
 	}
+	// Milliseconds: a pass, a reload and a pull are told apart in the log.
+	const stamp = "2006-01-02T15:04:05.000Z07:00"
+	log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: stamp})
 	if *logFormat == "json" {
-		log.SetFormatter(&logrus.JSONFormatter{})
+		log.SetFormatter(&logrus.JSONFormatter{TimestampFormat: stamp})
 	}
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })

@@ -192,7 +192,6 @@ func RegistryAccess(cfg conf.Config, runtimeName, dir string) (diskcheck.Resolve
 		AuthFile:            cfg.CRI.PullSecret,
 		NoUncompressedSizes: !cfg.Disk.UncompressedSizes,
 		Platform:            diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
-		Concurrency:         cfg.EffectivePullConcurrency(),
 	}
 	if runtimeName != conf.RuntimeContainerd {
 		return rc, func() []string { return nil }

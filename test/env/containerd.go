@@ -217,3 +217,11 @@ func (c *Containerd) PinnedRecords(t interface{ Fatal(...any) }) []string {
 	sort.Strings(out)
 	return out
 }
+
+// PID is the containerd process's (0 when not running).
+func (c *Containerd) PID() int {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}

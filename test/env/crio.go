@@ -261,3 +261,11 @@ func unmountUnder(dir string) {
 		syscall.Unmount(mounts[i], syscall.MNT_DETACH)
 	}
 }
+
+// PID is the CRI-O process's (0 when not running).
+func (c *CRIO) PID() int {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}

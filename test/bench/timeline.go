@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// phases of imagepind's way to Ready, by the first (or last) log line that marks each.
+var phases = []struct {
+	name, msg string
+	last      bool
+}{
+	{"disk check admitted", "disk check admitted the set", false},
+	{"pins written", "pins written", false},
+	{"pins confirmed", "pins confirmed in effect", false},
+	{"first pull done", "msg=pulled", false},
+	{"last pull done", "msg=pulled", true},
+	{"Ready", `msg="set Ready"`, false},
+}
+
+var logTime = regexp.MustCompile(`time="([^"]+)"`)
+
+func timelineKey(runtime, host string) string { return runtime + "/" + host }
+
+// recordTimeline reads one imagepind run's log: when each phase came, from start.
+func (b *bench) recordTimeline(n *node, refs []string, start time.Time, logPath string) {
+	if b.timelines == nil {
+		b.timelines, b.phaseRuns = map[string]string{}, map[string]map[string][]time.Duration{}
+	}
+	host, _, _ := strings.Cut(refs[0], "/")
+	key := timelineKey(n.runtime, host)
+	if b.phaseRuns[key] == nil {
+		b.phaseRuns[key] = map[string][]time.Duration{}
+	}
+	data, _ := os.ReadFile(logPath)
+	lines := strings.Split(string(data), "\n")
+	for _, p := range phases {
+		var at time.Time
+		for _, l := range lines {
+			if !strings.Contains(l, p.msg) {
+				continue
+			}
+			m := logTime.FindStringSubmatch(l)
+			if m == nil {
+				continue
+			}
+			t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[1])
+			if err != nil || t.Before(start.Add(-time.Millisecond)) {
+				continue
+			}
+			at = t
+			if !p.last {
+				break
+			}
+		}
+		if !at.IsZero() {
+			b.phaseRuns[key][p.name] = append(b.phaseRuns[key][p.name], at.Sub(start))
+		}
+	}
+	var parts []string
+	for _, p := range phases {
+		if ds := b.phaseRuns[key][p.name]; len(ds) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d ms", p.name, median(ds).Milliseconds()))
+		}
+	}
+	b.timelines[key] = strings.Join(parts, " → ")
+}
