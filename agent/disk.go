@@ -62,6 +62,7 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 	// How far the registry is sets where the pull width starts.
 	a.width.Link(res.RoundTrip)
 	a.observeWidth()
+	a.log.WithField("registry_round_trip", res.RoundTrip.String()).WithField("width", a.width.Width()).Debug("disk check done")
 	retry := false
 	verdicts := make(map[string]diskcheck.Verdict, len(res.Verdicts))
 	for name, v := range res.Verdicts {
@@ -76,7 +77,8 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 		} else if !ok && !v.Admitted {
 			a.log.WithField("set", name).Warn(v.Condition.Message)
 		} else if !ok {
-			a.log.WithField("set", name).WithField("took", now.Sub(a.diskStarted).Round(time.Millisecond).String()).Info("disk check admitted the set: " + v.Condition.Message)
+			a.log.WithField("set", name).WithField("took", now.Sub(a.diskStarted).Round(time.Millisecond).String()).
+				WithField("registry_round_trip", res.RoundTrip.Round(100*time.Microsecond).String()).Info("disk check admitted the set: " + v.Condition.Message)
 		}
 		if !v.Admitted || undecided || len(v.Unavailable) > 0 || len(v.Unsized) > 0 {
 			retry = true

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/imagepin/imagepin/conf"
@@ -67,43 +68,86 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
 			a.recheck.reset()
 		}
 	}()
+	var ask []string
+	asked := map[string]bool{}
 	for _, s := range desired {
 		for _, ref := range s.Images {
-			img := a.images[ref]
-			if img.checked || img.inflight {
-				continue
-			}
-			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-			st, err := a.deps.Runtime.ImageStatus(cctx, ref)
-			cancel()
-			if err != nil {
-				if isUnavailable(err) {
-					a.runtimeDown(err)
-					return
-				}
-				// Any other error: ask again later, and make sure a wake-up comes.
-				a.log.WithError(err).WithField("image", ref).Warn("image status")
-				a.scheduleRecheck()
-				again = true
-				continue
-			}
-			if img.present && !st.Present {
-				a.log.WithField("image", ref).Warn("image is gone from the runtime's storage; pulling it again")
-			}
-			img.checked, img.present, img.pinned = true, st.Present, st.Pinned
-			if a.staleUnpinned(ref, st) {
-				// CRI-O's confirmed patterns match it, yet it says unpinned: its image
-				// service may not have caught up yet. Ask again, with backoff.
-				img.checked = false
-				a.scheduleRecheck()
-				again = true
-			}
-			if st.Present {
-				img.lastErr = nil
-				img.retry.reset()
+			if img := a.images[ref]; !img.checked && !img.inflight && !asked[ref] {
+				asked[ref] = true
+				ask = append(ask, ref)
 			}
 		}
 	}
+	for i, st := range a.imageStatuses(ctx, ask) {
+		ref, img, err := ask[i], a.images[ask[i]], st.err
+		if err != nil {
+			if isUnavailable(err) {
+				a.runtimeDown(err)
+				return
+			}
+			// Any other error: ask again later, and make sure a wake-up comes.
+			a.log.WithError(err).WithField("image", ref).Warn("image status")
+			a.scheduleRecheck()
+			again = true
+			continue
+		}
+		if img.present && !st.Present {
+			a.log.WithField("image", ref).Warn("image is gone from the runtime's storage; pulling it again")
+		}
+		img.checked, img.present, img.pinned = true, st.Present, st.Pinned
+		if a.staleUnpinned(ref, st.Image) {
+			// The runtime's confirmed patterns match it, yet it says unpinned: its image
+			// service may not have caught up yet. Ask again, with backoff.
+			img.checked = false
+			a.scheduleRecheck()
+			again = true
+		}
+		if st.Present {
+			img.lastErr = nil
+			img.retry.reset()
+		}
+	}
+}
+
+type imageStatus struct {
+	cri.Image
+	err error
+}
+
+// statusWidth is how many ImageStatus calls run at once: a new set's images are asked
+// about in a fraction of the time one after another takes.
+const statusWidth = 8
+
+// imageStatuses asks the runtime about refs, statusWidth at a time, each call with its
+// deadline; the answers come in refs' order. A runtime that is down or hung stops the
+// calls not made yet (they fail as it does): one deadline, not one per call.
+func (a *Agent) imageStatuses(ctx context.Context, refs []string) []imageStatus {
+	out := make([]imageStatus, len(refs))
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, statusWidth)
+	for i, ref := range refs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := context.Cause(ctx); err != nil {
+				out[i] = imageStatus{err: err}
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+			defer cancel()
+			st, err := a.deps.Runtime.ImageStatus(cctx, ref)
+			if err != nil && isUnavailable(err) {
+				stop(err)
+			}
+			out[i] = imageStatus{Image: st, err: err}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 func pullKey(ref string) string { return "pull/" + ref }

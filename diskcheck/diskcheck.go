@@ -37,7 +37,7 @@ type Filesystem = status.ImageFilesystem
 type Result struct {
 	Verdicts   map[string]Verdict
 	Filesystem Filesystem
-	// RoundTrip is the median time of a request to the registries sized (0: none
+	// RoundTrip is the least time of a request to the registries sized (0: none
 	// asked): how far they are.
 	RoundTrip time.Duration
 }

@@ -200,24 +200,20 @@ func (r *Resolver) uncompressed(ctx context.Context, src types.ImageSource, l ty
 	return u.size, u.from
 }
 
-// RoundTrip is the median time of a request to the registries of the recent sizings
-// (each sizing's wall time over its requests), 0 before any: how far the registry is,
-// which the pull width starts from.
+// RoundTrip is the least time of a request to the registries of the recent sizings (the
+// ping and the manifest of each, over two), 0 before any: how far the registry is, which
+// the pull width starts from. The least, not the median: sizings run 64 at once, and
+// their queueing (CPU, the registry) is not distance.
 func (r *Resolver) RoundTrip() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.trips) == 0 {
 		return 0
 	}
-	s := slices.Clone(r.trips)
-	slices.Sort(s)
-	return s[len(s)/2]
+	return slices.Min(r.trips)
 }
 
 func (r *Resolver) recordTrip(took time.Duration, requests int) {
-	if requests <= 0 {
-		return
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.trips = append(r.trips, took/time.Duration(requests))
@@ -274,12 +270,7 @@ func (r *Resolver) Resolve(ctx context.Context, image string) (Image, error) {
 	defer func() { <-r.sem }()
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
 	defer cancel()
-	start, ranges := time.Now(), r.ranges.Load()
 	img, err := r.resolve(rctx, image)
-	if err == nil {
-		// A ping, the manifest, and the Range requests of layers not sized before.
-		r.recordTrip(time.Since(start), 2+int(r.ranges.Load()-ranges))
-	}
 	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
 		err = fmt.Errorf("%s: no answer from its registry within %s: %w", image, r.cfg.Timeout, err)
 	}
@@ -303,6 +294,7 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 	sys := r.SystemContext(image)
 	// NewImageSource tries the mirrors in registries.conf order, then the source, as
 	// CRI-O does; its error names every endpoint tried.
+	start := time.Now()
 	src, err := ref.NewImageSource(ctx, sys)
 	if err != nil {
 		return Image{}, err
@@ -312,6 +304,7 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 	if err != nil {
 		return Image{}, fmt.Errorf("read manifest of %s: %w", image, err)
 	}
+	r.recordTrip(time.Since(start), 2) // the ping and the manifest
 	if manifest.MIMETypeIsMultiImage(mime) {
 		list, err := manifest.ListFromBlob(blob, mime)
 		if err != nil {
