@@ -114,6 +114,8 @@ type Agent struct {
 
 	// passStart is when the last pass began: it has seen every time up to then.
 	passStart time.Time
+	// passCost is how long the last full pass took (wall time).
+	passCost time.Duration
 
 	// inputs
 	inputsDirty bool
@@ -348,8 +350,8 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			}
 			// While pulls stream in, free workers get the next images at once, and the
 			// full pass (status, pins, presence: O(images)) runs at most every
-			// fullPassEvery: a pass per result made a 2000-image set cost O(images²).
-			if next := a.passStart.Add(fullPassEvery); a.deps.Clock.Now().Before(next) {
+			// passEvery: a pass per result made a 2000-image set cost O(images²).
+			if next := a.passStart.Add(a.passEvery()); a.deps.Clock.Now().Before(next) {
 				a.sched.set(passKey, next)
 				quick = true
 			}
@@ -369,6 +371,8 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 // for status; none stops the others.
 func (a *Agent) Reconcile(ctx context.Context) {
 	a.passStart = a.deps.Clock.Now()
+	began := time.Now()
+	defer func() { a.passCost = time.Since(began) }()
 	if a.inputsDirty {
 		a.inputsDirty = false
 		a.loadInputs()
@@ -391,8 +395,24 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.deps.Observer.Reconciled(a.deps.Clock.Now())
 }
 
-// fullPassEvery bounds how often pull results alone bring a full pass.
-const fullPassEvery = 100 * time.Millisecond
+// fullPassEvery bounds how often pull results alone bring a full pass, and passShare
+// the share of the loop's time full passes may take while pulls stream in: a pass is
+// O(images), so with a large set the interval grows with it (a 2000-image pass of 5 ms
+// comes every 100 ms, one of 20 ms every 400 ms) and imagepind's cost per image stays
+// flat.
+const (
+	fullPassEvery = 100 * time.Millisecond
+	passShare     = 20
+)
+
+// passEvery is the least time between full passes while pull results stream in; at most
+// maxPassEvery, so that status follows within seconds even after a pass that waited
+// (a reload confirmed slowly).
+func (a *Agent) passEvery() time.Duration {
+	return min(max(fullPassEvery, passShare*a.passCost), maxPassEvery)
+}
+
+const maxPassEvery = 2 * time.Second
 
 // passKey is the schedule's entry for a full pass put off while pull results stream in.
 const passKey = "pass"

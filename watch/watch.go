@@ -75,10 +75,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("fsnotify closed")
 			}
-			// A directory may have appeared (or re-appeared): watch it.
-			w.sync(fw)
 			if !w.relevant(ev.Name) {
-				continue
+				continue // the status file next to the labels file, say: none of ours
+			}
+			// One of ours came or went (a directory created, removed, renamed over):
+			// watch what exists now. A write needs no new watch.
+			if ev.Has(fsnotify.Create) || ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+				w.sync(fw)
 			}
 			w.log.WithField("path", ev.Name).WithField("op", ev.Op.String()).Debug("file event")
 			now := time.Now()
