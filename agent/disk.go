@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/imagepin/imagepin/conf"
@@ -112,9 +111,33 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 	}
 }
 
-// diskDirty says whether what the check would be asked changed since it last ran.
+// diskDirty says whether the check must run again: a set came or went, or a set misses
+// an image the last check was not asked about (a new image, one gone from the node). A
+// set that only misses fewer (images landing as they are pulled) needs no new verdict:
+// each check costs the runtime an ImageFsInfo and the registries their requests.
 func (a *Agent) diskDirty(reqs []diskcheck.SetRequest) bool {
-	return !reflect.DeepEqual(reqs, a.lastDiskReqs)
+	if len(reqs) != len(a.lastDiskReqs) {
+		return true
+	}
+	for i, r := range reqs {
+		last := a.lastDiskReqs[i]
+		if r.Name != last.Name {
+			return true
+		}
+		if len(r.Missing) > len(last.Missing) {
+			return true
+		}
+		asked := make(map[string]bool, len(last.Missing))
+		for _, ref := range last.Missing {
+			asked[ref] = true
+		}
+		for _, ref := range r.Missing {
+			if !asked[ref] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (a *Agent) admitted(desired []conf.Set) []conf.Set {

@@ -67,3 +67,10 @@ func (a *Agent) choosePinner(runtimeName string) (Pinner, error) {
 type watcher interface {
 	Watch(ctx context.Context, changed func()) error
 }
+
+// pinsPerRecord says whether the runtime pins image records (containerd: the label is
+// set after the pull) rather than names (CRI-O: a pattern pins what is pulled by it).
+func (a *Agent) pinsPerRecord() bool {
+	_, ok := a.pinner.(interface{ PinsRecords() bool })
+	return ok
+}

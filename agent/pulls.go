@@ -28,6 +28,10 @@ type pullJob struct {
 	auth   *cri.Auth
 	gen    int    // the pin generation it was dispatched in
 	pinner Pinner // pins the image once pulled, where the runtime pins image records
+	// byName: the runtime pins by name and was confirmed to have a pattern matching
+	// this image when it was dispatched (CRI-O): a successful pull is present and
+	// pinned, and needs no ImageStatus (the runtime's CPU is what loopback pulls wait on).
+	byName bool
 }
 
 type pullResult struct {
@@ -197,7 +201,8 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 			}
 			img.inflight = true
 			a.inflight++
-			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen, pinner: a.pinner}
+			byName := a.confirmedValid && a.support.PinnedField && a.effMatch.match(a.effective, ref) && !a.pinsPerRecord()
+			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen, pinner: a.pinner, byName: byName}
 		}
 	}
 	// Below the width with nothing more to start: this round measures the work left,
@@ -277,6 +282,9 @@ func (a *Agent) handleResult(r pullResult) {
 // moment the pull returns) and reads the image's status. A label the runtime's CRI
 // plugin learns of by an event may take a few milliseconds to show: wait for it, briefly.
 func (a *Agent) afterPull(ctx context.Context, job pullJob) (cri.Image, error) {
+	if job.byName {
+		return cri.Image{Present: true, Pinned: true}, nil
+	}
 	pinned := false
 	if job.pinner != nil {
 		pctx, cancel := context.WithTimeout(ctx, rpcTimeout)

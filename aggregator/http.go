@@ -17,22 +17,40 @@ func ReadHandler(store *Store, ready func() bool) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(&collector{store: store})
 	mux := http.NewServeMux()
-	// ?nodes=all lists every node; by default only those that are not Ready (the counts
-	// always cover all), which keeps answers small at thousands of nodes.
-	mux.HandleFunc("GET /v1/sets", func(w http.ResponseWriter, r *http.Request) {
-		if allNodes(r) {
-			writeJSON(w, store.Sets())
-			return
+	// Set views come from a cache at most ReadFreshness old, recomputed beside the
+	// readers (readcache.go).
+	views := newReadCache(store.now, func(key string) ([]byte, bool) {
+		key, all := strings.CutPrefix(key, "all/")
+		if key == "" {
+			if all {
+				return encodeJSON(store.Sets()), true
+			}
+			return encodeJSON(store.SetsSummary()), true
 		}
-		writeJSON(w, store.SetsSummary())
+		v, ok := store.Set(strings.TrimPrefix(key, "set/"), all)
+		return encodeJSON(v), ok
 	})
-	mux.HandleFunc("GET /v1/sets/{name}", func(w http.ResponseWriter, r *http.Request) {
-		v, ok := store.Set(r.PathValue("name"), allNodes(r))
+	serve := func(w http.ResponseWriter, r *http.Request, key string) {
+		if allNodes(r) {
+			key = "all/" + key
+		}
+		body, ok := views.get(key)
 		if !ok {
 			http.Error(w, "no node reports set "+r.PathValue("name"), http.StatusNotFound)
 			return
 		}
-		writeJSON(w, v)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	}
+	// ?nodes=all lists every node; by default only those that are not Ready (the counts
+	// always cover all), which keeps answers small at thousands of nodes.
+	mux.HandleFunc("GET /v1/sets", func(w http.ResponseWriter, r *http.Request) { serve(w, r, "") })
+	mux.HandleFunc("GET /v1/sets/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("name") == "" {
+			http.NotFound(w, r)
+			return
+		}
+		serve(w, r, "set/"+r.PathValue("name"))
 	})
 	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, store.Nodes()) })
 	mux.HandleFunc("GET /v1/nodes/{name}", func(w http.ResponseWriter, r *http.Request) {

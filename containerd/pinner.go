@@ -228,6 +228,10 @@ func (p *Pinner) Write(ctx context.Context, patterns []string, images func(ref s
 // isDown says whether containerd did not answer: asking about more images is pointless.
 func isDown(err error) bool { return errors.Is(err, cri.ErrUnavailable) }
 
+// PinsRecords says that containerd pins image records, not names: an image is pinned
+// once its record exists and carries the label.
+func (p *Pinner) PinsRecords() bool { return true }
+
 // Apply does nothing: containerd's CRI plugin follows label changes by itself.
 func (p *Pinner) Apply(context.Context) error { return nil }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/imagepin/imagepin/status"
 )
@@ -175,4 +176,31 @@ func (r *Registry) resolveAll(ctx context.Context, sets []SetRequest) map[string
 	}
 	wg.Wait()
 	return out
+}
+
+// CachedImageFS asks f for the image filesystem at most every maxAge and otherwise
+// answers what it said last: the mountpoint does not move while the runtime runs, and
+// CRI-O computes ImageFsInfo by walking its whole storage (the CPU every pull waits for,
+// at thousands of images), which can also fail in passing while pulls write to it. A
+// failure with an answer at hand gives that answer.
+func CachedImageFS(f ImageFS, maxAge time.Duration, now func() time.Time) ImageFS {
+	var mu sync.Mutex
+	var path string
+	var at time.Time
+	return func(ctx context.Context) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if path != "" && now().Sub(at) < maxAge {
+			return path, nil
+		}
+		p, err := f(ctx)
+		if err != nil {
+			if path != "" {
+				return path, nil
+			}
+			return "", err
+		}
+		path, at = p, now()
+		return path, nil
+	}
 }

@@ -2,10 +2,12 @@ package diskcheck
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/status"
@@ -148,5 +150,35 @@ func TestHuman(t *testing.T) {
 		if got := Human(b); got != want {
 			t.Errorf("Human(%d) = %q, want %q", b, got, want)
 		}
+	}
+}
+
+// The image filesystem is asked once per maxAge; a failure with an answer at hand keeps it.
+func TestCachedImageFS(t *testing.T) {
+	now := time.Unix(0, 0)
+	calls := 0
+	fail := false
+	f := CachedImageFS(func(context.Context) (string, error) {
+		calls++
+		if fail {
+			return "", errors.New("get disk usage: lstat .tmp-images.json: no such file or directory")
+		}
+		return "/var/lib/containers/storage/overlay-images", nil
+	}, time.Minute, func() time.Time { return now })
+	for i := 0; i < 5; i++ {
+		if p, err := f(context.Background()); err != nil || p == "" {
+			t.Fatal(p, err)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("%d calls within maxAge", calls)
+	}
+	now = now.Add(2 * time.Minute)
+	fail = true
+	if p, err := f(context.Background()); err != nil || p != "/var/lib/containers/storage/overlay-images" {
+		t.Fatalf("a failure in passing: %q %v", p, err)
+	}
+	if calls != 2 {
+		t.Fatalf("%d calls", calls)
 	}
 }

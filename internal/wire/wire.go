@@ -266,7 +266,7 @@ func DiskCheck(cfg conf.Config, resolver *diskcheck.Resolver, client *cri.Client
 		Multiplier:             cfg.Disk.LayerSizeMultiplier,
 		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent,
 		KubeletConfig:          cfg.Disk.KubeletConfig,
-	}, resolver, ImageFS(client))
+	}, resolver, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
 }
 
 // ImageFS finds the runtime's image filesystem with CRI ImageFsInfo.

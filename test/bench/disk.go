@@ -74,7 +74,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	regConf := filepath.Join(dir, "registries.conf")
 	os.WriteFile(regConf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", host)), 0o644)
 	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
-		CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}, Concurrency: 8}, nil)
+		CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
 	checker := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, resolver,
 		func(context.Context) (string, error) { return dir, nil })
 	sets := []diskcheck.SetRequest{{Name: "release", Missing: viaProxy}}
@@ -117,7 +117,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	}
 	manifestsOnly := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85},
 		diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
-			CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}, Concurrency: 8,
+			CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"},
 			NoUncompressedSizes: true}, nil),
 		func(context.Context) (string, error) { return dir, nil })
 	if err := measure("imagepin check, cold, manifests only (no uncompressed sizes: the baseline)", func() (int, uint64, error) {
@@ -129,18 +129,48 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	}); err != nil {
 		return err
 	}
-	if err := measure("imagepin check, cold (ping + manifest per image, + a Range request per distinct layer; 8 images at once)", check); err != nil {
+	if err := measure(fmt.Sprintf("imagepin check, cold (ping + manifest per image, + a Range request per distinct layer; %d images at once)", diskcheck.DefaultConcurrency), check); err != nil {
 		return err
 	}
 	if err := measure("imagepin check again (manifests cached by digest)", check); err != nil {
 		return err
 	}
-	fmt.Printf("## Disk check cost: %d images, %d layer references (%d distinct), registry on loopback\n\n", n, 3*n, 2*n+len(bases))
+	fmt.Printf("## P3: disk check cost, %d images, %d layer references (%d distinct), registry on loopback\n\n", n, 3*n, 2*n+len(bases))
 	fmt.Printf("Registry requests counted by a proxy in front of docker-registry.\n\n| check | time | registry requests | requests per image |\n|---|---|---|---|\n")
 	for _, r := range rows {
 		fmt.Printf("| %s | %d ms | %d | %.2f |\n", r.name, r.took.Milliseconds(), r.requests, float64(r.requests)/float64(n))
 	}
 	fmt.Println()
+
+	// The same check cold behind each slow link (the counting proxy behind it).
+	for _, l := range b.links {
+		if l.latencyMs == 0 {
+			continue
+		}
+		via := strings.Replace(strings.Join(refs, "\n"), b.reg.Host, l.host, -1)
+		ldir := filepath.Join(b.dir, "disk-cost-"+l.name)
+		os.MkdirAll(filepath.Join(ldir, "registries.conf.d"), 0o755)
+		conf := filepath.Join(ldir, "registries.conf")
+		os.WriteFile(conf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", l.host)), 0o644)
+		r := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: conf, RegistriesConfDir: filepath.Join(ldir, "registries.conf.d"),
+			CertsDir: filepath.Join(ldir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+		chk := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, r,
+			func(context.Context) (string, error) { return ldir, nil })
+		start := time.Now()
+		res, err := chk.Check(ctx, []diskcheck.SetRequest{{Name: "release", Missing: strings.Split(via, "\n")}})
+		took := time.Since(start)
+		if err != nil || len(res.Verdicts["release"].Bytes) != n {
+			return fmt.Errorf("disk check behind %s: %v (%d sized)", l.name, err, len(res.Verdicts["release"].Bytes))
+		}
+		rtt := 2 * time.Duration(l.latencyMs) * time.Millisecond
+		waves := (n + diskcheck.DefaultConcurrency - 1) / diskcheck.DefaultConcurrency
+		// Per image, one after another: connect, ping, manifest, then its 2 unique
+		// layers' Range requests (each needs the manifest): 5 round trips, in waves of
+		// DefaultConcurrency images.
+		floor := time.Duration(waves*5) * rtt
+		fmt.Printf("Behind the %s link (%s round trip): the cold check took %d ms, %.1f round trips; its floor at %d images at once (%d waves × 5 round trips each: connect, ping, manifest, 2 Range requests) is %d ms: %.2f× the floor. %d Range requests.\n\n",
+			l.name, rtt, took.Milliseconds(), float64(took)/float64(rtt), diskcheck.DefaultConcurrency, waves, floor.Milliseconds(), float64(took)/float64(floor), r.RangeRequests())
+	}
 	return nil
 }
 

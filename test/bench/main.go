@@ -127,6 +127,16 @@ func run(ctx context.Context) error {
 		*nImages, layers, float64(bytes)/(1<<20), float64(unique)/(1<<20))
 	fmt.Printf("Machine: %d CPUs. Each run: a fresh CRI-O 1.34.0 with empty storage. %d repetitions; medians.\n\n", numCPU(), *reps)
 
+	if want("release") {
+		if err := b.releaseCost(ctx, 190); err != nil {
+			return err
+		}
+	}
+	stopProxy, err := b.startLinks()
+	if err != nil {
+		return err
+	}
+	defer stopProxy()
 	if want("disk") {
 		if err := b.diskCost(ctx, *costN); err != nil {
 			return err
@@ -135,19 +145,6 @@ func run(ctx context.Context) error {
 			return err
 		}
 	}
-	if want("release") {
-		if err := b.releaseCost(ctx, 190); err != nil {
-			return err
-		}
-	}
-	if !want("preload") && !want("latency") && !want("large") {
-		return nil
-	}
-	stopProxy, err := b.startLinks()
-	if err != nil {
-		return err
-	}
-	defer stopProxy()
 	if want("preload") {
 		for _, l := range b.links {
 			for _, rt := range strings.Split(*runtimes, ",") {
