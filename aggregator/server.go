@@ -59,7 +59,10 @@ func ServeGRPC(ctx context.Context, l net.Listener, tlsConfig *tls.Config, store
 		// is taken from a shared pool for each flush and given back (an idle node's
 		// connection holds none), and streams are served by a fixed pool of workers
 		// rather than a new goroutine each.
-		grpc.ReadBufferSize(8<<10),
+		grpc.ReadBufferSize(4<<10),
+		// HPACK's dynamic table, 4 KiB a connection by default: a report's few headers
+		// fit in 512 bytes.
+		grpc.HeaderTableSize(512),
 		grpc.WriteBufferSize(8<<10),
 		grpc.SharedWriteBuffer(true),
 		grpc.NumStreamWorkers(uint32(runtime.NumCPU())),

@@ -99,6 +99,7 @@ func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
 		return false, err
 	}
 	converted := r.ToStatus() // outside the lock: readers and other nodes wait less
+	intern(&converted)
 	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

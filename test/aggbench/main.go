@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
@@ -40,10 +42,16 @@ var (
 	duration = flag.Duration("duration", 20*time.Second, "how long to load")
 	binDir   = flag.String("bin", "bin", "directory with imagepin-aggregator")
 	readAll  = flag.Bool("read-all", false, "read /v1/sets/{name}?nodes=all (every node listed) instead of the default")
+	readURL  = flag.String("reader", "", "internal: be the reader process, reading this URL for -duration and printing each latency in µs")
+	rateFlag = flag.Int("rate", 0, "reports per second across all senders (0: as fast as they can)")
 )
 
 func main() {
 	flag.Parse()
+	if *readURL != "" {
+		reader(*readURL, *duration)
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "aggbench:", err)
 		os.Exit(1)
@@ -162,6 +170,10 @@ func run() error {
 	}
 	var sent, failed atomic.Int64
 	var firstErr atomic.Value
+	limit := rate.NewLimiter(rate.Inf, 1)
+	if *rateFlag > 0 {
+		limit = rate.NewLimiter(rate.Limit(*rateFlag), *workers)
+	}
 	for w := 0; w < *workers; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -169,6 +181,9 @@ func run() error {
 			seq := uint64(2)
 			for round := 0; ctx.Err() == nil; round++ {
 				for i := w; i < *nodes && ctx.Err() == nil; i += *workers {
+					if limit.Wait(ctx) != nil {
+						break
+					}
 					err := call(clients[i], report(i, seq, round))
 					if err != nil {
 						failed.Add(1)
@@ -181,25 +196,28 @@ func run() error {
 			}
 		}(w)
 	}
-	// The reader: one set's rollup, back to back.
+	// The reader: one set's rollup, 50 times a second, from a process of its own: in this
+	// one it would wait behind the 64 senders in Go's scheduler (10 ms time slices),
+	// and that is the load generator's latency, not the aggregator's.
 	var lat []time.Duration
+	readURL := httpURL + "/v1/sets/set-3"
+	if *readAll {
+		readURL += "?nodes=all"
+	}
+	self, _ := os.Executable()
+	rd := exec.Command(self, "-reader", readURL, "-duration", duration.String())
+	var rdOut strings.Builder
+	rd.Stdout, rd.Stderr = &rdOut, os.Stderr
+	if err := rd.Start(); err != nil {
+		return err
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		client := &http.Client{Timeout: 30 * time.Second}
-		for ctx.Err() == nil {
-			t0 := time.Now()
-			url := httpURL + "/v1/sets/set-3"
-			if *readAll {
-				url += "?nodes=all"
-			}
-			resp, err := client.Get(url)
-			if err != nil {
-				continue
-			}
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				lat = append(lat, time.Since(t0))
+		rd.Wait()
+		for _, f := range strings.Fields(rdOut.String()) {
+			if us, err := strconv.Atoi(f); err == nil {
+				lat = append(lat, time.Duration(us)*time.Microsecond)
 			}
 		}
 	}()
@@ -227,8 +245,12 @@ func run() error {
 	if *readAll {
 		read = "GET /v1/sets/{name}?nodes=all (all 5000 listed)"
 	}
-	fmt.Printf("## Aggregator at scale: %d nodes (own client certificates) × %d sets × %d images, %d senders, %s, 2 CPUs shared with the load\n\nReads: %s.\n\n",
-		*nodes, *sets, *images, *workers, duration.String(), read)
+	load := "as fast as they can"
+	if *rateFlag > 0 {
+		load = fmt.Sprintf("%d reports/s in all", *rateFlag)
+	}
+	fmt.Printf("## Aggregator at scale: %d nodes (own client certificates) × %d sets × %d images, %d senders (%s), %s, 2 CPUs shared with the load\n\nReads: %s, 50 a second from a process of their own.\n\n",
+		*nodes, *sets, *images, *workers, load, duration.String(), read)
 	fmt.Printf("| reports/s sustained | failed | read p50 | read p99 | reads | RSS after connect | peak RSS under load | connect + first report |\n|---|---|---|---|---|---|---|---|\n")
 	fmt.Printf("| %.0f | %d | %.1f ms | %.1f ms | %d | %.0f MiB | %.0f MiB | %s |\n\n", float64(sent.Load())/elapsed.Seconds(), failed.Load(),
 		float64(pct(50).Microseconds())/1000, float64(pct(99).Microseconds())/1000, len(lat), float64(rssIdle)/1024, float64(peak)/1024, connectTime.Round(time.Millisecond))
@@ -236,6 +258,28 @@ func run() error {
 }
 
 func nodeName(i int) string { return fmt.Sprintf("worker-%05d", i) }
+
+// reader reads url 50 times a second for d (a busy dashboard, many times over),
+// printing each answered read's latency in µs.
+func reader(url string, d time.Duration) {
+	client := &http.Client{Timeout: 30 * time.Second}
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		<-tick.C
+		t0 := time.Now()
+		resp, err := client.Get(url)
+		if err != nil {
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			fmt.Println(time.Since(t0).Microseconds())
+		}
+	}
+}
 
 // report is node i's status: sets × images, a few progressing.
 func report(i int, seq uint64, round int) *v1.NodeReport {
