@@ -20,8 +20,8 @@ type Path struct {
 	Recursive bool
 }
 
-// Watcher sends on C shortly after a change (a 25 ms settle), or, for a burst of
-// changes, once, Debounce after its last one.
+// Watcher sends on C once changes have been quiet for a short settle (25 ms at most),
+// and at least every Debounce while they keep coming.
 type Watcher struct {
 	paths    []Path
 	debounce time.Duration
@@ -51,22 +51,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 	var timer *time.Timer
 	var fire <-chan time.Time
-	// A change triggers almost at once (a short settle, so that a file's create and
-	// write are read together) unless changes are coming in a burst: more than three in the
-	// last debounce (imagepind's own write of its drop-in is one or two), when they are
-	// debounced and read together once the burst is over. Nothing waits out the
-	// debounce when nothing else is pending.
+	// A change triggers once the paths have been quiet for a short settle (a file's
+	// create, write and rename are read together), and a stream of changes that never
+	// goes quiet triggers at least every debounce (an rsync of many files is read in a
+	// few passes, not one a file). A lone change, or one soon after imagepind's own
+	// write of its drop-in, waits only the settle.
 	settle := min(w.debounce/10, 25*time.Millisecond)
-	var recent []time.Time // relevant events within the last debounce
-	settling := false
-	arm := func(d time.Duration) {
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
-		fire = timer.C
-	}
+	var first time.Time // the first change not triggered yet
 	for {
 		select {
 		case <-ctx.Done():
@@ -85,23 +76,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 			w.log.WithField("path", ev.Name).WithField("op", ev.Op.String()).Debug("file event")
 			now := time.Now()
-			kept := recent[:0]
-			for _, t := range recent {
-				if now.Sub(t) < w.debounce {
-					kept = append(kept, t)
-				}
+			if fire == nil {
+				first = now
 			}
-			recent = append(kept, now)
-			switch {
-			case len(recent) > 3:
-				settling = false
-				arm(w.debounce)
-			case fire == nil:
-				settling = true
-				arm(settle)
-			case !settling:
-				arm(w.debounce)
+			wait := min(settle, first.Add(w.debounce).Sub(now))
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
 			}
+			fire = timer.C
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return errors.New("fsnotify closed")
@@ -110,7 +94,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.WithError(err).Warn("file watch error; re-reading everything")
 			w.trigger()
 		case <-fire:
-			fire, settling = nil, false
+			fire = nil
 			w.trigger()
 		}
 	}

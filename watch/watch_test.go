@@ -101,3 +101,45 @@ func TestWatcherFollowsDirectoryLifecycle(t *testing.T) {
 	os.Rename(filepath.Join(sets, "..data_tmp"), filepath.Join(sets, "..data"))
 	waitTrigger(t, w, "..data swap")
 }
+
+// A stream of changes that never goes quiet triggers at least every debounce, and a
+// lone change (its create, write and rename) once.
+func TestWatcherStreamTriggersEveryDebounce(t *testing.T) {
+	sets := filepath.Join(t.TempDir(), "sets.d")
+	os.Mkdir(sets, 0o755)
+	w := New(testDebounce, logrus.New(), Path{Name: sets})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	time.Sleep(50 * time.Millisecond)
+
+	// A set written the atomic way, as a sync tool does: one trigger.
+	os.WriteFile(filepath.Join(sets, ".a.yaml.tmp"), []byte("x"), 0o644)
+	os.Rename(filepath.Join(sets, ".a.yaml.tmp"), filepath.Join(sets, "a.yaml"))
+	waitTrigger(t, w, "an atomic write")
+	noTrigger(t, w)
+
+	// Writes every 2 ms for 6 debounces: never quiet for the settle (10 ms here).
+	stop := time.Now().Add(6 * testDebounce)
+	triggers := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; time.Now().Before(stop); i++ {
+			os.WriteFile(filepath.Join(sets, "b.yaml"), []byte{byte(i)}, 0o644)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	for {
+		select {
+		case <-w.C():
+			triggers++
+			continue
+		case <-done:
+		}
+		break
+	}
+	if triggers < 3 {
+		t.Fatalf("%d triggers during 6 debounces of writes, want one at least every debounce", triggers)
+	}
+}

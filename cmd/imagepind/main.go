@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/internal/idle"
 	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/metrics"
 	"github.com/imagepin/imagepin/report"
@@ -118,8 +118,9 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		Alive:     notifier.Watchdog,
 		Heartbeat: notifier.WatchdogInterval(),
 		// Settled: give the memory of the last burst (parsing, sizing, pulls) back now,
-		// not at the Go runtime's leisure, so an idle node's imagepind stays small.
-		Idle: debug.FreeOSMemory,
+		// not at the Go runtime's leisure, and the code pages it ran, so an idle node's
+		// imagepind stays small.
+		Idle: idle.Trim,
 	}
 	if syncer != nil {
 		opts.SourceFaults = syncer.Faults
