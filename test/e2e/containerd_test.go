@@ -35,12 +35,7 @@ func newContainerdWorld(t *testing.T, options func(registry string) env.Containe
 		t.Fatal(err)
 	}
 	w.ctr = c
-	t.Cleanup(c.Cleanup)
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	w.dialCRI()
-	w.writeConfig(worldOptions{})
+	w.run(c.Start, c.Cleanup)
 	return w
 }
 
@@ -217,15 +212,7 @@ func TestContainerdDisconnectedThroughHostsMirror(t *testing.T) {
 	w := newContainerdWorld(t, func(registry string) env.ContainerdOptions {
 		return env.ContainerdOptions{Mirrors: map[string]string{"upstream.example.invalid": registry}}
 	})
-	var refs []string
-	for i := 0; i < 3; i++ {
-		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("ocp/component-%d", i), 1, 256<<10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs = append(refs, "upstream.example.invalid/ocp/"+fmt.Sprintf("component-%d", i)+"@"+img.Digest)
-	}
-	gone := "upstream.example.invalid/ocp/gone@sha256:" + strings.Repeat("0", 64)
+	refs, gone := w.pushUpstreamComponents(3)
 	w.startDaemon()
 	w.writeSet("release.yaml", alphaSet("release", append(refs, gone)...))
 	n := w.waitFor("Failed on the unavailable image only", 60*time.Second, func(n status.Node) bool {

@@ -112,15 +112,7 @@ func TestDiskCheckOnASmallImageFilesystem(t *testing.T) {
 // CRI-O records (the source's).
 func TestDisconnectedClusterThroughMirror(t *testing.T) {
 	w := newMirrorWorld(t)
-	var refs []string
-	for i := 0; i < 3; i++ {
-		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("ocp/component-%d", i), 1, 256<<10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs = append(refs, "upstream.example.invalid/ocp/"+fmt.Sprintf("component-%d", i)+"@"+img.Digest)
-	}
-	gone := "upstream.example.invalid/ocp/gone@sha256:" + strings.Repeat("0", 64)
+	refs, gone := w.pushUpstreamComponents(3)
 	w.startDaemon()
 	w.writeSet("release.yaml", alphaSet("release", append(refs, gone)...))
 	n := w.waitFor("Failed on the unavailable image only", 60*time.Second, func(n status.Node) bool {
@@ -150,4 +142,19 @@ func newMirrorWorld(t *testing.T) *world {
 	return newWorldWith(t, func(registry string) env.CRIOOptions {
 		return env.CRIOOptions{Mirrors: map[string]string{"upstream.example.invalid/ocp": registry + "/ocp"}}
 	})
+}
+
+// pushUpstreamComponents pushes n images as ocp/component-N and names them at a source
+// that does not exist (upstream.example.invalid), which only a mirror serves; gone is
+// one the mirror does not have.
+func (w *world) pushUpstreamComponents(n int) (refs []string, gone string) {
+	w.t.Helper()
+	for i := 0; i < n; i++ {
+		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("ocp/component-%d", i), 1, 256<<10)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		refs = append(refs, fmt.Sprintf("upstream.example.invalid/ocp/component-%d@%s", i, img.Digest))
+	}
+	return refs, "upstream.example.invalid/ocp/gone@sha256:" + strings.Repeat("0", 64)
 }

@@ -102,12 +102,7 @@ func baseWorld(t *testing.T) *world {
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := baseWorld(t)
-	if err := w.crio.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.crio.Cleanup)
-	w.dialCRI()
-	w.writeConfig(worldOptions{})
+	w.run(w.crio.Start, w.crio.Cleanup)
 	return w
 }
 
@@ -123,13 +118,20 @@ func newWorldWith(t *testing.T, options func(registry string) env.CRIOOptions) *
 		t.Fatal(err)
 	}
 	w.crio = c
-	t.Cleanup(c.Cleanup)
-	if err := c.Start(context.Background()); err != nil {
-		t.Fatal(err)
+	w.run(c.Start, c.Cleanup)
+	return w
+}
+
+// run starts the world's runtime (its cleanup registered first), and points a CRI
+// client and imagepind's config at it.
+func (w *world) run(start func(context.Context) error, cleanup func()) {
+	w.t.Helper()
+	w.t.Cleanup(cleanup)
+	if err := start(context.Background()); err != nil {
+		w.t.Fatal(err)
 	}
 	w.dialCRI()
 	w.writeConfig(worldOptions{})
-	return w
 }
 
 // socket is the world's runtime's CRI socket.

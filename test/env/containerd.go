@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 	"google.golang.org/grpc"
@@ -17,7 +16,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/cri"
 )
 
 // Containerd is a real containerd 2.x process (built by hack/e2e-deps.sh) with
@@ -150,29 +148,11 @@ func (c *Containerd) Start(ctx context.Context) error {
 	c.exited = make(chan struct{})
 	go func() { cmd.Wait(); logf.Close(); close(c.exited) }()
 
-	client, err := cri.Dial("unix://" + c.Socket)
-	if err != nil {
+	if err := waitCRI(ctx, c.Socket, "containerd", c.exited, c.LogTail); err != nil {
 		c.Stop()
 		return err
 	}
-	defer client.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-c.exited:
-			return fmt.Errorf("containerd exited at start; its log:\n%s", c.LogTail(30))
-		default:
-		}
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := client.Version(cctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	c.Stop()
-	return fmt.Errorf("containerd did not answer within 30s; its log:\n%s", c.LogTail(30))
+	return nil
 }
 
 // Stop terminates containerd (SIGTERM, then SIGKILL).

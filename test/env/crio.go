@@ -198,7 +198,13 @@ func (c *CRIO) Environment() []string {
 
 // WaitReady waits until CRI-O answers CRI (exited, if not nil, says it died).
 func (c *CRIO) WaitReady(ctx context.Context, exited <-chan struct{}) error {
-	client, err := cri.Dial("unix://" + c.Socket)
+	return waitCRI(ctx, c.Socket, "crio", exited, c.LogTail)
+}
+
+// waitCRI waits up to 30 s until the runtime on socket answers CRI Version; exited (if
+// not nil) says it died, and its log's tail goes into the error.
+func waitCRI(ctx context.Context, socket, name string, exited <-chan struct{}, logTail func(int) string) error {
+	client, err := cri.Dial("unix://" + socket)
 	if err != nil {
 		return err
 	}
@@ -207,7 +213,7 @@ func (c *CRIO) WaitReady(ctx context.Context, exited <-chan struct{}) error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("crio exited at start; its log:\n%s", c.LogTail(30))
+			return fmt.Errorf("%s exited at start; its log:\n%s", name, logTail(30))
 		default:
 		}
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -218,7 +224,7 @@ func (c *CRIO) WaitReady(ctx context.Context, exited <-chan struct{}) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("crio did not answer within 30s; its log:\n%s", c.LogTail(30))
+	return fmt.Errorf("%s did not answer within 30s; its log:\n%s", name, logTail(30))
 }
 
 // Stop terminates CRI-O (SIGTERM, then SIGKILL).
