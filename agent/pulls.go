@@ -279,8 +279,8 @@ func (a *Agent) handleResult(r pullResult) {
 }
 
 // afterPull pins what the runtime pins per image record (containerd: at once, the same
-// moment the pull returns) and reads the image's status. A label the runtime's CRI
-// plugin learns of by an event may take a few milliseconds to show: wait for it, briefly.
+// moment the pull returns) and reads the image's status, unless the label just set says
+// it all.
 func (a *Agent) afterPull(ctx context.Context, job pullJob) (cri.Image, error) {
 	if job.byName {
 		return cri.Image{Present: true, Pinned: true}, nil
@@ -296,23 +296,18 @@ func (a *Agent) afterPull(ctx context.Context, job pullJob) (cri.Image, error) {
 			a.log.WithError(err).WithField("image", job.image).Warn("pin after pull")
 		}
 	}
-	deadline := time.Now().Add(time.Second)
-	for delay := 2 * time.Millisecond; ; delay = min(2*delay, 100*time.Millisecond) {
-		sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		st, err := a.deps.Runtime.ImageStatus(sctx, job.image)
-		cancel()
-		if err == nil && !st.Present {
-			err = errors.New("the runtime reported the pull done but does not have the image")
-		}
-		if err != nil || !pinned || st.Pinned || time.Now().After(deadline) {
-			return st, err
-		}
-		select {
-		case <-ctx.Done():
-			return st, ctx.Err()
-		case <-time.After(delay):
-		}
+	if pinned {
+		// The record exists and carries the label: present and pinned. The CRI plugin
+		// says so too once it has the image event; the next check of the image sees it.
+		return cri.Image{Present: true, Pinned: true}, nil
 	}
+	sctx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	st, err := a.deps.Runtime.ImageStatus(sctx, job.image)
+	if err == nil && !st.Present {
+		err = errors.New("the runtime reported the pull done but does not have the image")
+	}
+	return st, err
 }
 
 // observeWidth tells the observer (metrics) and the log when the pull width changed.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
+	typesapi "github.com/containerd/containerd/api/types"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,6 +36,12 @@ type Images struct {
 	conn      *grpc.ClientConn
 	client    imagesapi.ImagesClient
 	namespace string
+
+	// targets are the records' targets last read, by name: a label update carries the
+	// target (see SetPinned), and for a reference by digest it never changes, so the
+	// read before an update is spared when Labels has just read it.
+	mu      sync.Mutex
+	targets map[string]*typesapi.Descriptor
 }
 
 // DialImages connects to containerd's API socket ("unix:///run/containerd/containerd.sock"
@@ -49,7 +57,7 @@ func DialImages(address, namespace string) (*Images, error) {
 	if err != nil {
 		return nil, fmt.Errorf("containerd client for %s: %w", address, err)
 	}
-	return &Images{conn: conn, client: imagesapi.NewImagesClient(conn), namespace: namespace}, nil
+	return &Images{conn: conn, client: imagesapi.NewImagesClient(conn), namespace: namespace, targets: map[string]*typesapi.Descriptor{}}, nil
 }
 
 // Close closes the connection.
@@ -67,6 +75,14 @@ func (i *Images) Labels(ctx context.Context, name string) (map[string]string, er
 	if err != nil {
 		return nil, convert("get image "+name, err)
 	}
+	if t := resp.GetImage().GetTarget(); t != nil && strings.Contains(name, "@") {
+		i.mu.Lock()
+		if len(i.targets) > 10000 {
+			clear(i.targets)
+		}
+		i.targets[name] = t
+		i.mu.Unlock()
+	}
 	labels := resp.GetImage().GetLabels()
 	if labels == nil {
 		labels = map[string]string{}
@@ -80,23 +96,32 @@ func (i *Images) Labels(ctx context.Context, name string) (map[string]string, er
 // containerd 2.2 dereferences the target of every update, and one without it panics
 // the whole daemon (images.imageFromProto), so the record is read first.
 func (i *Images) SetPinned(ctx context.Context, name string, pinned bool) error {
-	resp, err := i.client.Get(i.ctx(ctx), &imagesapi.GetImageRequest{Name: name})
-	if err != nil {
-		return convert("get image "+name, err)
-	}
-	img := resp.GetImage()
-	if img == nil || img.Target == nil {
-		return fmt.Errorf("label image %s: containerd returned a record without a target", name)
+	i.mu.Lock()
+	target := i.targets[name]
+	i.mu.Unlock()
+	if target == nil {
+		resp, err := i.client.Get(i.ctx(ctx), &imagesapi.GetImageRequest{Name: name})
+		if err != nil {
+			return convert("get image "+name, err)
+		}
+		if target = resp.GetImage().GetTarget(); target == nil {
+			return fmt.Errorf("label image %s: containerd returned a record without a target", name)
+		}
 	}
 	labels := map[string]string{}
 	if pinned {
 		labels[PinnedLabel] = PinnedLabelValue
 	}
-	_, err = i.client.Update(i.ctx(ctx), &imagesapi.UpdateImageRequest{
-		Image:      &imagesapi.Image{Name: name, Target: img.Target, Labels: labels},
+	_, err := i.client.Update(i.ctx(ctx), &imagesapi.UpdateImageRequest{
+		Image:      &imagesapi.Image{Name: name, Target: target, Labels: labels},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels." + PinnedLabel}},
 	})
 	if err != nil {
+		if status.Code(err) == codes.NotFound {
+			i.mu.Lock()
+			delete(i.targets, name)
+			i.mu.Unlock()
+		}
 		return convert("label image "+name, err)
 	}
 	return nil

@@ -248,14 +248,18 @@ func (p *Pinner) InEffect(context.Context, []string) (bool, error) {
 }
 
 // Pulled labels an image imagepind just pulled, if a set wants it, unless it carries the
-// label already (then it is pinned, by imagepind or by someone else).
+// label already (then it is pinned, by imagepind or by someone else). It says whether
+// the image is pinned now: its record exists and carries the label (containerd's CRI
+// plugin reports it pinned once it has the image event, a few milliseconds on).
 func (p *Pinner) Pulled(ctx context.Context, ref string) (bool, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.load()
-	if !p.want[ref] {
+	want := p.want[ref]
+	p.mu.Unlock()
+	if !want {
 		return false, nil
 	}
+	// The calls run unlocked: pulls finish many at once.
 	labels, err := p.Images.Labels(ctx, ref)
 	if err != nil {
 		return false, err
@@ -263,13 +267,16 @@ func (p *Pinner) Pulled(ctx context.Context, ref string) (bool, error) {
 	if labels[PinnedLabel] == PinnedLabelValue {
 		return true, nil
 	}
+	p.mu.Lock()
 	if !p.ours[ref] {
 		p.ours[ref] = true
 		if err := p.save(); err != nil {
 			delete(p.ours, ref)
+			p.mu.Unlock()
 			return false, fmt.Errorf("record of containerd labels %s: %w", p.Record, err)
 		}
 	}
+	p.mu.Unlock()
 	if err := p.Images.SetPinned(ctx, ref, true); err != nil {
 		return false, err
 	}
