@@ -151,14 +151,16 @@ type Agent struct {
 	pinGen int
 
 	// images and pulls
-	width      *pullwidth.Controller // how many pulls at once, at most cfg.PullConcurrency
-	lastWidth  int                   // as last observed
-	images     map[string]*imageState
-	inflight   int
-	jobs       chan pullJob
-	results    chan pullResult
-	noSpaceAt  time.Time
-	noSpaceTry retry
+	width     *pullwidth.Controller // how many pulls at once, at most cfg.PullConcurrency
+	lastWidth int                   // as last observed
+	images    map[string]*imageState
+	inflight  int
+	// dispatchFrom is where the scan for images to pull resumes between full passes.
+	dispatchFrom int
+	jobs         chan pullJob
+	results      chan pullResult
+	noSpaceAt    time.Time
+	noSpaceTry   retry
 
 	releases     map[string]releaseState // by set name
 	expanding    map[string]bool         // expansions running
@@ -387,6 +389,7 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.refreshPresence(ctx, desired)
 	admitted = a.checkDisk(desired)
 	a.lastAdmitted = admitted
+	a.dispatchFrom = 0 // a full pass looks at every image
 	if a.pinsInEffect() {
 		a.dispatchPulls(admitted)
 	}
@@ -396,13 +399,13 @@ func (a *Agent) Reconcile(ctx context.Context) {
 }
 
 // fullPassEvery bounds how often pull results alone bring a full pass, and passShare
-// the share of the loop's time full passes may take while pulls stream in: a pass is
-// O(images), so with a large set the interval grows with it (a 2000-image pass of 5 ms
-// comes every 100 ms, one of 20 ms every 400 ms) and imagepind's cost per image stays
+// the share of the loop's time full passes may take while pulls stream in (1 in 50): a
+// pass is O(images), so with a large set the interval grows with it (a pass of 2 ms
+// comes every 200 ms, one of 10 ms every 500 ms) and imagepind's cost per image stays
 // flat.
 const (
-	fullPassEvery = 100 * time.Millisecond
-	passShare     = 20
+	fullPassEvery = 200 * time.Millisecond
+	passShare     = 50
 )
 
 // passEvery is the least time between full passes while pull results stream in; at most

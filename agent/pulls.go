@@ -177,9 +177,19 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 	if now.Before(a.noSpaceAt) {
 		return
 	}
+	// Between full passes the scan resumes where the last one stopped: what it passed
+	// was started, present, or waiting, and the next full pass (which starts over) looks
+	// at those again. A scan per pull result over the whole set was O(images) each.
+	pos := 0
 	for _, s := range admitted {
 		for _, ref := range s.Images {
+			if pos < a.dispatchFrom {
+				pos++
+				continue
+			}
+			pos++
 			if a.inflight >= a.width.Width() {
+				a.dispatchFrom = pos - 1
 				return
 			}
 			img := a.images[ref]
@@ -205,6 +215,7 @@ func (a *Agent) dispatchPulls(admitted []conf.Set) {
 			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen, pinner: a.pinner, byName: byName}
 		}
 	}
+	a.dispatchFrom = pos
 	// Below the width with nothing more to start: this round measures the work left,
 	// not the width.
 	a.width.Unsaturated()

@@ -50,7 +50,9 @@ type Pinner struct {
 	want   map[string]bool // the last patterns written
 	failed int             // labels the last write could not set or remove
 	dirty  map[string]bool // wanted records an event says changed
-	resync bool            // events were missed: look at every wanted record
+	// effective is the last list written, the same slice while it does not change.
+	effective []string
+	resync    bool // events were missed: look at every wanted record
 }
 
 // Describe names where the pins go, for logs.
@@ -218,7 +220,10 @@ func (p *Pinner) Write(ctx context.Context, patterns []string, images func(ref s
 		}
 	}
 	p.failed = len(errs)
-	w := pin.Written{Changed: changed, Effective: slices.Clone(patterns), Recheck: recheck}
+	if !slices.Equal(patterns, p.effective) {
+		p.effective = slices.Clone(patterns)
+	}
+	w := pin.Written{Changed: changed, Effective: p.effective, Recheck: recheck}
 	if len(errs) > 0 {
 		return w, fmt.Errorf("containerd image labels: %w", errors.Join(errs...))
 	}

@@ -22,6 +22,8 @@ type Pinner struct {
 	Reloader interface {
 		Reload(ctx context.Context) error
 	}
+
+	lastEffective []string
 }
 
 // Describe names where the pins go, for logs.
@@ -74,6 +76,13 @@ func (p *Pinner) Write(_ context.Context, patterns []string, _ func(string) (boo
 	}
 	w.Changed = changed
 	w.Effective = p.DropIn.Effective(files, ours)
+	// The same list as last time comes back as the same slice: what the agent compiled
+	// from it (a matcher of 2000 patterns) stays valid.
+	if slices.Equal(w.Effective, p.lastEffective) {
+		w.Effective = p.lastEffective
+	} else {
+		p.lastEffective = w.Effective
+	}
 	w.Overriders = existing.Overriders
 	return w, nil
 }
