@@ -68,3 +68,19 @@ func (b *bench) recordTimeline(n *node, refs []string, start time.Time, logPath 
 	}
 	b.timelines[key] = strings.Join(parts, " → ")
 }
+
+// firstLogTime is when the first log line containing msg came, from start (0: none).
+func firstLogTime(logPath, msg string, start time.Time) time.Duration {
+	data, _ := os.ReadFile(logPath)
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.Contains(l, msg) {
+			continue
+		}
+		if m := logTime.FindStringSubmatch(l); m != nil {
+			if t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[1]); err == nil && !t.Before(start) {
+				return t.Sub(start)
+			}
+		}
+	}
+	return 0
+}
