@@ -263,3 +263,37 @@ func TestStalledRegistryLeavesOnlyItsImagesUnsized(t *testing.T) {
 		t.Fatalf("%+v", v)
 	}
 }
+
+// A far registry is sized many images at once, within the first check: the sizings that
+// wait for the narrower bound (eight at once, while the registry is near or not measured)
+// go on as soon as two sizings measure it far.
+func TestFarRegistryWidensWithinTheCheck(t *testing.T) {
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.certs)
+	var missing []string
+	for i := range 40 {
+		missing = append(missing, reg.Host+"/"+reg.Push(fmt.Sprintf("far/app%d", i), image(t, layer(t, 100)), ""))
+	}
+	reg.SetDelay(50 * time.Millisecond)
+	reg.MaxInFlight()
+	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
+		Platform: Platform{OS: "linux", Architecture: "amd64"}}, nil)
+	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
+	start := time.Now()
+	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: missing}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.Verdicts["s"]; !v.Admitted || len(v.Bytes) != len(missing) {
+		t.Fatalf("%+v", v)
+	}
+	if got := reg.MaxInFlight(); got <= nearWidth {
+		t.Fatalf("a registry 50 ms away was asked at most %d requests at once: the sizings stayed %d at a time", got, nearWidth)
+	}
+	if rt := res.RoundTrip; rt < farFrom {
+		t.Fatalf("round trip %s, want ≥ %s", rt, farFrom)
+	}
+	t.Logf("40 images, 50 ms a request: %s", time.Since(start))
+}

@@ -149,6 +149,10 @@ type Resolver struct {
 	// trips are recent per-request times of sizings (their wall time over their
 	// requests): how far the registry is.
 	trips []time.Duration
+	// farNow is closed while the registries are measured far: sizings waiting for the
+	// narrower bound go on at once. A new one replaces it when they measure near again.
+	farNow chan struct{}
+	isFar  bool
 }
 
 type layerSize struct {
@@ -172,7 +176,7 @@ func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
 		creds = func(string) *cri.Auth { return nil }
 	}
 	return &Resolver{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
-		cache: map[string]Image{}, usize: map[string]layerSize{}}
+		farNow: make(chan struct{}), cache: map[string]Image{}, usize: map[string]layerSize{}}
 }
 
 // uncompressed is a layer's uncompressed size, asked once per digest (layers are
@@ -222,11 +226,12 @@ const (
 	nearWidth = 8
 )
 
-// far says whether the registries measured so far are far (two sizings at least).
-func (r *Resolver) far() bool {
+// far says whether the registries measured so far are far (two sizings at least), and
+// if not, a channel closed when they are.
+func (r *Resolver) far() (bool, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.trips) >= 2 && slices.Min(r.trips) >= farFrom
+	return r.isFar, r.farNow
 }
 
 func (r *Resolver) recordTrip(took time.Duration, requests int) {
@@ -236,6 +241,14 @@ func (r *Resolver) recordTrip(took time.Duration, requests int) {
 	if len(r.trips) > 64 {
 		r.trips = r.trips[len(r.trips)-64:]
 	}
+	far := len(r.trips) >= 2 && slices.Min(r.trips) >= farFrom
+	switch {
+	case far && !r.isFar:
+		close(r.farNow)
+	case !far && r.isFar:
+		r.farNow = make(chan struct{})
+	}
+	r.isFar = far
 }
 
 // RangeRequests is how many Range requests the resolver made for uncompressed sizes.
@@ -281,14 +294,17 @@ func (r *Resolver) Resolve(ctx context.Context, image string) (Image, error) {
 	// A near registry (or one not measured yet) is asked nearWidth images at a time:
 	// there the registry's and this node's CPU limit, and 64 at once took twice as long
 	// as 8 (`make bench`, 500 images on loopback). A far one, once measured, 64 at a
-	// time: there every request is a round trip to wait for.
-	if !r.far() {
+	// time: there every request is a round trip to wait for. Sizings already waiting
+	// for the narrower bound when the registry is measured far go on at once (a check
+	// asks for every image at the start, before anything is measured).
+	if far, farNow := r.far(); !far {
 		select {
 		case r.near <- struct{}{}:
+			defer func() { <-r.near }()
+		case <-farNow:
 		case <-ctx.Done():
 			return Image{}, ctx.Err()
 		}
-		defer func() { <-r.near }()
 	}
 	select {
 	case r.sem <- struct{}{}:

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -30,6 +31,9 @@ type Registry struct {
 	// Host is host:port.
 	Host     string
 	requests atomic.Int64
+	// delay is how long each request waits before it is served (a far registry).
+	delay                 atomic.Int64
+	inFlight, maxInFlight atomic.Int64
 	// users maps a namespace ("" for the ping and any path) to user:password.
 	users map[string]string
 }
@@ -42,6 +46,11 @@ func New(t *testing.T, users map[string]string) *Registry {
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
+		n := r.inFlight.Add(1)
+		defer r.inFlight.Add(-1)
+		for m := r.maxInFlight.Load(); n > m && !r.maxInFlight.CompareAndSwap(m, n); m = r.maxInFlight.Load() {
+		}
+		time.Sleep(time.Duration(r.delay.Load()))
 		if r.users != nil && !r.authorized(req) {
 			w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
@@ -56,6 +65,12 @@ func New(t *testing.T, users map[string]string) *Registry {
 
 // Requests is how many requests reached the registry.
 func (r *Registry) Requests() int64 { return r.requests.Load() }
+
+// SetDelay makes every request from now on wait d before it is served.
+func (r *Registry) SetDelay(d time.Duration) { r.delay.Store(int64(d)) }
+
+// MaxInFlight is the most requests the registry served at once, since the last call.
+func (r *Registry) MaxInFlight() int64 { return r.maxInFlight.Swap(0) }
 
 func (r *Registry) authorized(req *http.Request) bool {
 	user, pass, ok := req.BasicAuth()
