@@ -1044,3 +1044,28 @@ func TestPullWidthStartsWideAndHalvesOnErrors(t *testing.T) {
 		t.Fatalf("widths %v exceed pull_concurrency", ws)
 	}
 }
+
+// Ready follows the last pull at once: the full pass put off while pull results stream
+// in (passEvery) is not waited for once no pull is left in flight. The fake clock never
+// moves here, so a pass put off by even a millisecond would never come.
+func TestReadyFollowsTheLastPullAtOnce(t *testing.T) {
+	h := newHarness(t)
+	h.clock = testingclock.NewFakeClock(time.Now())
+	imgs := []string{img("a", 1), img("b", 2), img("c", 3), img("d", 4), img("e", 5)}
+	h.available(imgs...)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", imgs...))
+	deadline := time.Now().Add(5 * time.Second)
+	for !phase("s", status.Ready)(h.latestStatus()) {
+		if time.Now().After(deadline) {
+			n := h.latestStatus()
+			t.Fatalf("no Ready without the clock moving: %+v", n.Set("s"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, ref := range imgs {
+		if !h.rt.Present(ref) || !slices.Contains(h.rt.Pinned(), ref) {
+			t.Fatalf("%s: present %v, pinned %v", ref, h.rt.Present(ref), h.rt.Pinned())
+		}
+	}
+}
