@@ -129,7 +129,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	}); err != nil {
 		return err
 	}
-	if err := measure(fmt.Sprintf("imagepin check, cold (ping + manifest per image, + a Range request per distinct layer; %d images at once)", diskcheck.DefaultConcurrency), check); err != nil {
+	if err := measure(fmt.Sprintf("imagepin check, cold (ping + manifest per image, + a Range request per distinct layer; 8 images at once until the registry is measured far, then %d)", diskcheck.DefaultConcurrency), check); err != nil {
 		return err
 	}
 	if err := measure("imagepin check again (manifests cached by digest)", check); err != nil {
