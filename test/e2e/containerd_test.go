@@ -212,24 +212,7 @@ func TestContainerdDisconnectedThroughHostsMirror(t *testing.T) {
 	w := newContainerdWorld(t, func(registry string) env.ContainerdOptions {
 		return env.ContainerdOptions{Mirrors: map[string]string{"upstream.example.invalid": registry}}
 	})
-	refs, gone := w.pushUpstreamComponents(3)
-	w.startDaemon()
-	w.writeSet("release.yaml", alphaSet("release", append(refs, gone)...))
-	n := w.waitFor("Failed on the unavailable image only", 60*time.Second, func(n status.Node) bool {
-		s := n.Set("release")
-		return s != nil && s.Phase == status.Failed && s.ImagesReady == 3
-	})
-	s := n.Set("release")
-	if len(s.FailedImages) != 1 || s.FailedImages[0].Image != gone || !strings.Contains(s.FailedImages[0].Error, w.reg.Host+"/ocp/gone") {
-		t.Fatalf("the unavailable image must name the mirror tried: %+v", s.FailedImages)
-	}
-	if s.BytesTotal == 0 || s.Condition(status.ConditionDiskChecked).Status != status.True {
-		t.Fatalf("sized through the hosts.toml mirror: bytes %d, %+v", s.BytesTotal, s.Condition(status.ConditionDiskChecked))
-	}
-	w.requirePinned(refs...)
-	if w.image(gone).Present {
-		t.Fatal("the unavailable image was pulled")
-	}
+	disconnectedThroughMirror(t, w)
 	// imagepinctl check reads the same hosts.toml.
 	out, err := exec.Command(filepath.Join(binDir, "imagepinctl"), "check", "--config", w.config, filepath.Join(w.setsDir, "release.yaml")).CombinedOutput()
 	if !strings.Contains(string(out), w.reg.Host+"/ocp/gone") {

@@ -112,6 +112,21 @@ func TestDiskCheckOnASmallImageFilesystem(t *testing.T) {
 // CRI-O records (the source's).
 func TestDisconnectedClusterThroughMirror(t *testing.T) {
 	w := newMirrorWorld(t)
+	s := disconnectedThroughMirror(t, w)
+	if c := s.Condition(status.ConditionFailed); c.Reason != status.ReasonImageUnavailable {
+		t.Fatalf("%+v", c)
+	}
+	if !strings.Contains(s.FailedImages[0].Error, "upstream.example.invalid/ocp/gone") {
+		t.Fatalf("the unavailable image must list every endpoint tried: %+v", s.FailedImages)
+	}
+}
+
+// disconnectedThroughMirror runs a disconnected node's set on w, whose runtime reaches
+// upstream.example.invalid only through a mirror on the world's registry: three images
+// the mirror has and one it lacks (gone). The three are sized through the mirror, pulled
+// and pinned; gone is Failed, names the mirror tried, and is never pulled.
+func disconnectedThroughMirror(t *testing.T, w *world) *status.Set {
+	t.Helper()
 	refs, gone := w.pushUpstreamComponents(3)
 	w.startDaemon()
 	w.writeSet("release.yaml", alphaSet("release", append(refs, gone)...))
@@ -120,20 +135,17 @@ func TestDisconnectedClusterThroughMirror(t *testing.T) {
 		return s != nil && s.Phase == status.Failed && s.ImagesReady == 3
 	})
 	s := n.Set("release")
-	if c := s.Condition(status.ConditionFailed); c.Reason != status.ReasonImageUnavailable {
-		t.Fatalf("%+v", c)
-	}
-	if len(s.FailedImages) != 1 || s.FailedImages[0].Image != gone ||
-		!strings.Contains(s.FailedImages[0].Error, w.reg.Host+"/ocp/gone") || !strings.Contains(s.FailedImages[0].Error, "upstream.example.invalid/ocp/gone") {
-		t.Fatalf("the unavailable image must list every endpoint tried: %+v", s.FailedImages)
+	if len(s.FailedImages) != 1 || s.FailedImages[0].Image != gone || !strings.Contains(s.FailedImages[0].Error, w.reg.Host+"/ocp/gone") {
+		t.Fatalf("the unavailable image must name the mirror tried: %+v", s.FailedImages)
 	}
 	if s.BytesTotal == 0 || s.Condition(status.ConditionDiskChecked).Status != status.True {
 		t.Fatalf("sized through the mirror: bytes %d, %+v", s.BytesTotal, s.Condition(status.ConditionDiskChecked))
 	}
 	w.requirePinned(refs...)
-	if img := w.image(gone); img.Present {
+	if w.image(gone).Present {
 		t.Fatal("the unavailable image was pulled")
 	}
+	return s
 }
 
 // newMirrorWorld is a disconnected cluster: upstream.example.invalid/ocp exists only as a
