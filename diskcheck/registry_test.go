@@ -297,3 +297,34 @@ func TestFarRegistryWidensWithinTheCheck(t *testing.T) {
 	}
 	t.Logf("40 images, 50 ms a request: %s", time.Since(start))
 }
+
+// A registry too far for its first sizings to measure it within unmeasuredFor is taken
+// for far then: the other images do not wait out the first eight's round trips.
+func TestUnmeasuredRegistryIsTakenForFar(t *testing.T) {
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.certs)
+	var missing []string
+	for i := range 16 {
+		missing = append(missing, reg.Host+"/"+reg.Push(fmt.Sprintf("far/app%d", i), image(t, layer(t, 100)), ""))
+	}
+	reg.SetDelay(400 * time.Millisecond)
+	reg.MaxInFlight()
+	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
+		Platform: Platform{OS: "linux", Architecture: "amd64"}}, nil)
+	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
+	early := make(chan int64, 1)
+	// Before the first ping and manifest are back (800 ms), every image is asked.
+	time.AfterFunc(600*time.Millisecond, func() { early <- reg.MaxInFlight() })
+	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: missing}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.Verdicts["s"]; !v.Admitted || len(v.Bytes) != len(missing) {
+		t.Fatalf("%+v", v)
+	}
+	if got := <-early; got <= nearWidth {
+		t.Fatalf("%d requests at once before the registry was measured: the others waited for the first %d", got, nearWidth)
+	}
+}

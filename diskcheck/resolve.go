@@ -151,8 +151,9 @@ type Resolver struct {
 	trips []time.Duration
 	// farNow is closed while the registries are measured far: sizings waiting for the
 	// narrower bound go on at once. A new one replaces it when they measure near again.
-	farNow chan struct{}
-	isFar  bool
+	farNow    chan struct{}
+	isFar     bool
+	measuring bool // the wait for the first measure runs
 }
 
 type layerSize struct {
@@ -224,13 +225,31 @@ func (r *Resolver) RoundTrip() time.Duration {
 const (
 	farFrom   = 40 * time.Millisecond
 	nearWidth = 8
+	// unmeasuredFor: a registry whose first sizings have not measured it within this
+	// is far. A sizing is measured after its ping and manifest (with the connection,
+	// four round trips and more); on loopback that takes milliseconds, behind a 200 ms
+	// link most of a second, which the other images would wait out eight at a time.
+	unmeasuredFor = 150 * time.Millisecond
 )
 
 // far says whether the registries measured so far are far (two sizings at least), and
-// if not, a channel closed when they are.
+// if not, a channel closed when they are. Before any measure, the first call starts the
+// wait that takes the registry for far if no two sizings have measured it by then.
 func (r *Resolver) far() (bool, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.trips) < 2 && !r.isFar && !r.measuring {
+		r.measuring = true
+		time.AfterFunc(unmeasuredFor, func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.measuring = false
+			if len(r.trips) < 2 && !r.isFar {
+				r.isFar = true
+				close(r.farNow)
+			}
+		})
+	}
 	return r.isFar, r.farNow
 }
 
@@ -241,7 +260,10 @@ func (r *Resolver) recordTrip(took time.Duration, requests int) {
 	if len(r.trips) > 64 {
 		r.trips = r.trips[len(r.trips)-64:]
 	}
-	far := len(r.trips) >= 2 && slices.Min(r.trips) >= farFrom
+	if len(r.trips) < 2 {
+		return // not measured yet: the first sizings' wait decides (unmeasuredFor)
+	}
+	far := slices.Min(r.trips) >= farFrom
 	switch {
 	case far && !r.isFar:
 		close(r.farNow)
