@@ -88,7 +88,7 @@ RestartSec=500ms
 	return w, sd
 }
 
-// startUnits starts imagepind.service (which pulls in crio.service) and waits for both.
+// startUnits starts crio.service, then imagepind.service (which only orders itself after it), and waits for both.
 func startUnits(t *testing.T, w *world, sd *env.Systemd) {
 	t.Helper()
 	if err := sd.Start("crio.service"); err != nil {
