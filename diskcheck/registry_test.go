@@ -268,27 +268,9 @@ func TestStalledRegistryLeavesOnlyItsImagesUnsized(t *testing.T) {
 // wait for the narrower bound (eight at once, while the registry is near or not measured)
 // go on as soon as two sizings measure it far.
 func TestFarRegistryWidensWithinTheCheck(t *testing.T) {
-	reg := registrytest.New(t, nil)
-	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
-	var missing []string
-	for i := range 40 {
-		missing = append(missing, reg.Host+"/"+reg.Push(fmt.Sprintf("far/app%d", i), image(t, layer(t, 100)), ""))
-	}
-	reg.SetDelay(50 * time.Millisecond)
-	reg.MaxInFlight()
-	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
-		Platform: Platform{OS: "linux", Architecture: "amd64"}}, nil)
-	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
-	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
+	reg, check := farRegistry(t, 40, 50*time.Millisecond)
 	start := time.Now()
-	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: missing}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := res.Verdicts["s"]; !v.Admitted || len(v.Bytes) != len(missing) {
-		t.Fatalf("%+v", v)
-	}
+	res := check()
 	if got := reg.MaxInFlight(); got <= nearWidth {
 		t.Fatalf("a registry 50 ms away was asked at most %d requests at once: the sizings stayed %d at a time", got, nearWidth)
 	}
@@ -301,30 +283,40 @@ func TestFarRegistryWidensWithinTheCheck(t *testing.T) {
 // A registry too far for its first sizings to measure it within unmeasuredFor is taken
 // for far then: the other images do not wait out the first eight's round trips.
 func TestUnmeasuredRegistryIsTakenForFar(t *testing.T) {
+	reg, check := farRegistry(t, 16, 400*time.Millisecond)
+	early := make(chan int64, 1)
+	// Before the first ping and manifest are back (800 ms), every image is asked.
+	time.AfterFunc(600*time.Millisecond, func() { early <- reg.MaxInFlight() })
+	check()
+	if got := <-early; got <= nearWidth {
+		t.Fatalf("%d requests at once before the registry was measured: the others waited for the first %d", got, nearWidth)
+	}
+}
+
+// farRegistry is a registry with n one-layer images whose every request waits delay, and
+// a cold disk check of them all that must admit the set with each image sized.
+func farRegistry(t *testing.T, n int, delay time.Duration) (*registrytest.Registry, func() Result) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
 	reg.WriteCA(f.certs)
 	var missing []string
-	for i := range 16 {
+	for i := range n {
 		missing = append(missing, reg.Host+"/"+reg.Push(fmt.Sprintf("far/app%d", i), image(t, layer(t, 100)), ""))
 	}
-	reg.SetDelay(400 * time.Millisecond)
+	reg.SetDelay(delay)
 	reg.MaxInFlight()
 	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
 		Platform: Platform{OS: "linux", Architecture: "amd64"}}, nil)
 	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
-	early := make(chan int64, 1)
-	// Before the first ping and manifest are back (800 ms), every image is asked.
-	time.AfterFunc(600*time.Millisecond, func() { early <- reg.MaxInFlight() })
-	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: missing}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := res.Verdicts["s"]; !v.Admitted || len(v.Bytes) != len(missing) {
-		t.Fatalf("%+v", v)
-	}
-	if got := <-early; got <= nearWidth {
-		t.Fatalf("%d requests at once before the registry was measured: the others waited for the first %d", got, nearWidth)
+	return reg, func() Result {
+		res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: missing}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := res.Verdicts["s"]; !v.Admitted || len(v.Bytes) != len(missing) {
+			t.Fatalf("%+v", v)
+		}
+		return res
 	}
 }
