@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
@@ -70,7 +71,13 @@ func (r *Reporter) Run(ctx context.Context) error {
 	if err != nil || ctx.Err() != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(r.cfg.Aggregator, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)))
+	// gRPC redials a lost connection with its own backoff, up to 120 s by default; a new
+	// aggregator leader waits 1.5 heartbeats for every node before it writes status, so a
+	// node must be back within a heartbeat: redial at most a heartbeat apart.
+	redial := backoff.DefaultConfig
+	redial.MaxDelay = max(r.cfg.Heartbeat, redial.BaseDelay)
+	conn, err := grpc.NewClient(r.cfg.Aggregator, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: redial, MinConnectTimeout: 5 * time.Second}))
 	if err != nil {
 		return fmt.Errorf("aggregator %s: %w", r.cfg.Aggregator, err)
 	}
@@ -81,7 +88,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 	heartbeat := time.NewTicker(r.cfg.Heartbeat)
 	defer heartbeat.Stop()
 	var retry <-chan time.Time
-	backoff := time.Second
+	retryIn := time.Second
 	failing := false
 	for {
 		select {
@@ -109,14 +116,14 @@ func (r *Reporter) Run(ctx context.Context) error {
 				r.log.WithError(err).WithField("aggregator", r.cfg.Aggregator).Warn("report failed; retrying with the latest status")
 			}
 			failing = true
-			retry = time.After(backoff)
-			backoff = min(backoff*2, r.cfg.Heartbeat)
+			retry = time.After(retryIn)
+			retryIn = min(retryIn*2, r.cfg.Heartbeat)
 			continue
 		}
 		if failing {
 			r.log.WithField("aggregator", r.cfg.Aggregator).Info("reporting again")
 		}
-		failing, retry, backoff = false, nil, time.Second
+		failing, retry, retryIn = false, nil, time.Second
 	}
 }
 

@@ -2,13 +2,20 @@ package report
 
 import (
 	"context"
+	"crypto/tls"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 
 	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
@@ -66,4 +73,81 @@ func logged(hook *test.Hook, msg string) bool {
 		}
 	}
 	return false
+}
+
+// An aggregator that is gone for a while (a leader killed, its standby not taking
+// reports yet) is reported to again within about a heartbeat of its return: gRPC's own
+// redial backoff (up to 120 s) must not outlast the new leader's warm-up (1.5 heartbeats).
+func TestReportsResumeWithinAHeartbeatOfTheAggregatorsReturn(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testcerts.NewCA(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCert, srvKey, err := ca.Server(dir, "aggregator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCert, err := ca.Node(dir, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	agg := &countingAggregator{}
+	serve := func(l net.Listener) *grpc.Server {
+		kp, err := tls.LoadX509KeyPair(srvCert, srvKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{kp}})))
+		v1.RegisterReportsServer(s, agg)
+		go s.Serve(l)
+		return s
+	}
+	srv := serve(l)
+	heartbeat := 500 * time.Millisecond
+	r := New(Config{Aggregator: addr, CertFile: nodeCert, CAFile: ca.File, Heartbeat: heartbeat}, logrus.New())
+	r.Update(status.Node{Node: status.NodeInfo{Name: "w1"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	waitReports := func(n int64, within time.Duration) time.Duration {
+		start := time.Now()
+		for agg.n.Load() < n {
+			if time.Since(start) > within {
+				t.Fatalf("%d reports after %s, want %d", agg.n.Load(), within, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	waitReports(1, 5*time.Second)
+	// Gone for 10 s: gRPC's default redials (1, 1.6, 2.6, 4.1, 6.6 s apart, ±20%) would
+	// come back 2.6 s after the return at the earliest; a heartbeat apart, within 1.2 s,
+	// and the report follows within a heartbeat more.
+	srv.Stop()
+	time.Sleep(10 * time.Second)
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	before := agg.n.Load()
+	srv = serve(l)
+	defer srv.Stop()
+	took := waitReports(before+1, 2200*time.Millisecond)
+	t.Logf("reporting again %s after the aggregator's return", took.Round(time.Millisecond))
+}
+
+type countingAggregator struct {
+	v1.UnimplementedReportsServer
+	n atomic.Int64
+}
+
+func (a *countingAggregator) Report(context.Context, *v1.NodeReport) (*v1.ReportAck, error) {
+	a.n.Add(1)
+	return &v1.ReportAck{}, nil
 }
