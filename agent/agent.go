@@ -299,18 +299,16 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 	}
 	full := true
 	for {
+		if !full {
+			a.dispatchOnly()
+			// The pulls drained (the last one landed, or what is left waits for a retry):
+			// no result is streaming in that the pass was put off for, and status should
+			// say Ready now, not up to passEvery later.
+			full = a.inflight == 0
+		}
 		if full {
 			a.Reconcile(ctx)
 			a.sched.clear(passKey)
-		} else {
-			a.dispatchOnly()
-			if a.inflight == 0 {
-				// The pulls drained (the last one landed, or what is left waits for a
-				// retry): no result is streaming in that the pass was put off for, and
-				// status should say Ready now, not up to passEvery later.
-				a.Reconcile(ctx)
-				a.sched.clear(passKey)
-			}
 		}
 		a.deps.Alive()
 		if a.onFirstRun != nil {

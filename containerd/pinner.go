@@ -220,9 +220,7 @@ func (p *Pinner) Write(ctx context.Context, patterns []string, images func(ref s
 		}
 	}
 	p.failed = len(errs)
-	if !slices.Equal(patterns, p.effective) {
-		p.effective = slices.Clone(patterns)
-	}
+	p.effective = pin.Stable(p.effective, patterns)
 	w := pin.Written{Changed: changed, Effective: p.effective, Recheck: recheck}
 	if len(errs) > 0 {
 		return w, fmt.Errorf("containerd image labels: %w", errors.Join(errs...))

@@ -75,14 +75,8 @@ func (p *Pinner) Write(_ context.Context, patterns []string, _ func(string) (boo
 		ours = all
 	}
 	w.Changed = changed
-	w.Effective = p.DropIn.Effective(files, ours)
-	// The same list as last time comes back as the same slice: what the agent compiled
-	// from it (a matcher of 2000 patterns) stays valid.
-	if slices.Equal(w.Effective, p.lastEffective) {
-		w.Effective = p.lastEffective
-	} else {
-		p.lastEffective = w.Effective
-	}
+	p.lastEffective = pin.Stable(p.lastEffective, p.DropIn.Effective(files, ours))
+	w.Effective = p.lastEffective
 	w.Overriders = existing.Overriders
 	return w, nil
 }

@@ -5,6 +5,8 @@
 // produced. It has no dependencies.
 package pin
 
+import "slices"
+
 // Support is what a runtime version can do with pins.
 type Support struct {
 	// PinnedField: CRI ImageStatus reports Image.pinned, so a pin can be confirmed
@@ -34,4 +36,14 @@ type Written struct {
 	// Recheck are images the runtime changed behind imagepind's back (a record
 	// deleted, a label dropped): what the agent knows of them is stale.
 	Recheck []string
+}
+
+// Stable returns prev when next holds the same patterns, else a copy of next: a list that
+// did not change comes back as the same slice, so what the agent compiled from it (a
+// matcher of thousands of patterns) stays valid.
+func Stable(prev, next []string) []string {
+	if slices.Equal(prev, next) {
+		return prev
+	}
+	return slices.Clone(next)
 }

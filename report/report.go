@@ -76,8 +76,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 	// node must be back within a heartbeat: redial at most a heartbeat apart.
 	redial := backoff.DefaultConfig
 	redial.MaxDelay = max(r.cfg.Heartbeat, redial.BaseDelay)
+	// ConnectParams replaces every dial setting: MinConnectTimeout stays gRPC's default.
 	conn, err := grpc.NewClient(r.cfg.Aggregator, grpc.WithTransportCredentials(credentials.NewTLS(tlsConfig)),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: redial, MinConnectTimeout: 5 * time.Second}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: redial, MinConnectTimeout: 20 * time.Second}))
 	if err != nil {
 		return fmt.Errorf("aggregator %s: %w", r.cfg.Aggregator, err)
 	}

@@ -43,12 +43,8 @@ func (b *bench) recordTimeline(n *node, refs []string, start time.Time, logPath 
 			if !strings.Contains(l, p.msg) {
 				continue
 			}
-			m := logTime.FindStringSubmatch(l)
-			if m == nil {
-				continue
-			}
-			t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[1])
-			if err != nil || t.Before(start.Add(-time.Millisecond)) {
+			t, ok := lineTime(l, start)
+			if !ok {
 				continue
 			}
 			at = t
@@ -76,11 +72,23 @@ func firstLogTime(logPath, msg string, start time.Time) time.Duration {
 		if !strings.Contains(l, msg) {
 			continue
 		}
-		if m := logTime.FindStringSubmatch(l); m != nil {
-			if t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[1]); err == nil && !t.Before(start) {
-				return t.Sub(start)
-			}
+		if t, ok := lineTime(l, start); ok {
+			return t.Sub(start)
 		}
 	}
 	return 0
+}
+
+// lineTime is a log line's time, if it has one and it is not before start (logrus writes
+// milliseconds: a line of start's own millisecond may read up to 1 ms before it).
+func lineTime(l string, start time.Time) (time.Time, bool) {
+	m := logTime.FindStringSubmatch(l)
+	if m == nil {
+		return time.Time{}, false
+	}
+	t, err := time.Parse("2006-01-02T15:04:05.000Z07:00", m[1])
+	if err != nil || t.Before(start.Add(-time.Millisecond)) {
+		return time.Time{}, false
+	}
+	return t, true
 }
