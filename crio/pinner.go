@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/imagepin/imagepin/pin"
 )
@@ -22,6 +23,9 @@ type Pinner struct {
 	Reloader interface {
 		Reload(ctx context.Context) error
 	}
+	// Settle is how long Apply waits after the reload before anyone reads CRI-O's
+	// config (ReloadSettle on a node; 0 in tests with a fake CRI-O).
+	Settle time.Duration
 
 	lastEffective []string
 }
@@ -81,13 +85,32 @@ func (p *Pinner) Write(_ context.Context, patterns []string, _ func(string) (boo
 	return w, nil
 }
 
-// Apply reloads CRI-O. The reload only sends SIGHUP: CRI-O re-reads its config after
-// the call returns, hence InEffect.
+// ReloadSettle is how long a reload is left alone before CRI-O's config is read. CRI-O
+// 1.34 re-reads its config on SIGHUP without a lock, and GET /config (like CRI Status)
+// walks the runtime-handler map that the reload replaces and, when a configured
+// handler fails validation (crun configured but not installed), deletes from: a read
+// at that moment is "concurrent map iteration and map write", which kills CRI-O (seen
+// in our CI: exit status 2). A reload takes ~15 ms on an idle node; 100 ms is a margin
+// under load, paid once per pin change.
+const ReloadSettle = 100 * time.Millisecond
+
+// Apply reloads CRI-O and lets the reload run (Settle) before InEffect reads the result.
+// The reload only sends SIGHUP: CRI-O re-reads its config after the call returns.
 func (p *Pinner) Apply(ctx context.Context) error {
 	if err := p.Reloader.Reload(ctx); err != nil {
 		return fmt.Errorf("reload CRI-O: %w", err)
 	}
-	return nil
+	if p.Settle <= 0 {
+		return nil
+	}
+	t := time.NewTimer(p.Settle)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("reload CRI-O: %w", ctx.Err())
+	}
 }
 
 // InEffect says whether CRI-O's live config (GET /config) has exactly effective.

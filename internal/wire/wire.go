@@ -168,6 +168,7 @@ func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogge
 		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir, Cache: crio.NewFileCache()},
 		Live:     crio.NewLiveConfig(cfg.CRISocket()),
 		Reloader: Reloader(cfg, log),
+		Settle:   crio.ReloadSettle,
 	}, nil
 }
 

@@ -26,6 +26,7 @@ func TestCRIOConformance(t *testing.T) {
 			Pinner: &crio.Pinner{
 				DropIn: crio.DropIn{MainConfig: w.crio.Config, ConfigDir: w.crio.ConfigDir},
 				Live:   crio.NewLiveConfig(w.crio.Socket), Reloader: crio.SignalReloader{Socket: w.crio.Socket},
+				Settle: crio.ReloadSettle,
 			},
 			PinByHand: func(_ context.Context, ref string) error {
 				return os.WriteFile(filepath.Join(w.crio.ConfigDir, "10-admin.conf"), []byte(fmt.Sprintf("[crio.image]\npinned_images = [%q]\n", ref)), 0o644)

@@ -80,6 +80,7 @@ RestartSec=500ms
 			t.Logf("imagepind log:\n%s", tail(string(b), 80))
 			out, _ := sd.Systemctl("status", "--no-pager", "imagepind.service", "crio.service")
 			t.Logf("systemctl status:\n%s", out)
+			t.Logf("CRI-O log:\n%s", c.LogTail(80))
 		}
 		sd.Stop()
 		c.Cleanup()
