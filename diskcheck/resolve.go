@@ -273,6 +273,14 @@ func (r *Resolver) recordTrip(took time.Duration, requests int) {
 	r.isFar = far
 }
 
+// Far says whether the registries are taken for far now (measured so, or not measured
+// within unmeasuredFor): sizings then run Concurrency at once, not nearWidth.
+func (r *Resolver) Far() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.isFar
+}
+
 // RangeRequests is how many Range requests the resolver made for uncompressed sizes.
 func (r *Resolver) RangeRequests() int64 { return r.ranges.Load() }
 

@@ -140,7 +140,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	for _, r := range rows {
 		fmt.Printf("| %s | %d ms | %d | %.2f |\n", r.name, r.took.Milliseconds(), r.requests, float64(r.requests)/float64(n))
 	}
-	fmt.Println()
+	fmt.Printf("\nThe cold check took the registry for %s (least request %s).\n\n", nearOrFar(resolver.Far()), resolver.RoundTrip().Round(100*time.Microsecond))
 
 	// The same check cold behind each slow link (the counting proxy behind it).
 	for _, l := range b.links {
@@ -168,10 +168,17 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 		// layers' Range requests (each needs the manifest): 5 round trips, in waves of
 		// DefaultConcurrency images.
 		floor := time.Duration(waves*5) * rtt
-		fmt.Printf("Behind the %s link (%s round trip): the cold check took %d ms, %.1f round trips; its floor at %d images at once (%d waves × 5 round trips each: connect, ping, manifest, 2 Range requests) is %d ms: %.2f× the floor. %d Range requests.\n\n",
-			l.name, rtt, took.Milliseconds(), float64(took)/float64(rtt), diskcheck.DefaultConcurrency, waves, floor.Milliseconds(), float64(took)/float64(floor), r.RangeRequests())
+		fmt.Printf("Behind the %s link (%s round trip, taken for %s): the cold check took %d ms, %.1f round trips; its floor at %d images at once (%d waves × 5 round trips each: connect, ping, manifest, 2 Range requests) is %d ms: %.2f× the floor. %d Range requests.\n\n",
+			l.name, rtt, nearOrFar(r.Far()), took.Milliseconds(), float64(took)/float64(rtt), diskcheck.DefaultConcurrency, waves, floor.Milliseconds(), float64(took)/float64(floor), r.RangeRequests())
 	}
 	return nil
+}
+
+func nearOrFar(far bool) string {
+	if far {
+		return "far"
+	}
+	return "near"
 }
 
 // countingProxy is a reverse proxy to registry that counts requests.
