@@ -304,7 +304,7 @@ func farRegistry(t *testing.T, n int, delay time.Duration) (*registrytest.Regist
 		missing = append(missing, reg.Host+"/"+reg.Push(fmt.Sprintf("far/app%d", i), image(t, layer(t, 100)), ""))
 	}
 	reg.SetDelay(delay)
-	reg.MaxInFlight()
+	reg.MaxInFlight() // reset: the pushes above are not the check's requests
 	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
 		Platform: Platform{OS: "linux", Architecture: "amd64"}}, nil)
 	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
