@@ -141,7 +141,7 @@ func (l *Loop) refresh() {
 		}
 		p := l.parse(u)
 		seen[u.GetUID()] = true
-		t := aggregator.Target{SpecHash: p.set.SpecHash, File: conf.ClusterSubdir + "/" + u.GetName() + ".json"}
+		t := aggregator.Target{SpecHash: p.set.SpecHash, File: conf.ClusterFile(u.GetName())}
 		if p.invalid == "" {
 			for _, n := range nodes {
 				if m, ok := n.(*metav1.PartialObjectMetadata); ok && p.set.Selector.Matches(m.Labels) {
@@ -183,7 +183,7 @@ func (l *Loop) parse(u *unstructured.Unstructured) parsedSet {
 	doc, err := v1alpha1.NodeDocument(u)
 	if err == nil {
 		var res conf.ParseResult
-		res, err = conf.ParseSetFile(conf.ClusterSubdir+"/"+u.GetName()+".json", doc)
+		res, err = conf.ParseSetFile(conf.ClusterFile(u.GetName()), doc)
 		if err == nil && len(res.Sets) == 1 {
 			p.set = res.Sets[0]
 		}

@@ -303,9 +303,6 @@ func (s *Syncer) nodeListWatch() *cache.ListWatch {
 		})
 }
 
-// FileName is the file of a set object in the cluster subdirectory.
-func FileName(name string) string { return name + ".json" }
-
 // writeSets makes the cluster subdirectory hold exactly the objects: changed files are
 // replaced atomically, files of deleted objects removed (the agent unpins them after
 // unpin_delay). A missing sets directory is a sync fault of its own: nothing is created
@@ -338,7 +335,7 @@ func (s *Syncer) writeSets(objs []any) bool {
 			problems = append(problems, fmt.Sprintf("PinnedImageSet %s: %v", name, err))
 			continue
 		}
-		want[FileName(name)] = data
+		want[conf.ClusterFileName(name)] = data
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	dynfake "k8s.io/client-go/dynamic/fake"
 	metafake "k8s.io/client-go/metadata/fake"
@@ -266,5 +268,52 @@ func TestUnknownNodeIsAFault(t *testing.T) {
 	})
 	if b, _ := os.ReadFile(w.labels); string(b) != `{"a":"b"}` {
 		t.Fatalf("labels file changed: %s", b)
+	}
+}
+
+// A set name of 235 to 253 characters is a valid object name; its file and the temp file
+// written before it must both fit NAME_MAX (255). Before the fix the temp name did not,
+// and the sync retried every 200 ms forever.
+func TestLongSetNamesReachTheNode(t *testing.T) {
+	var objs []runtime.Object
+	var names []string
+	for _, n := range []int{234, 235, 250, 251, 253} {
+		name := strings.Repeat("a", n-2) + "-b"
+		names = append(names, name)
+		o := setObject(name, "quay.io/x/a"+digest)
+		o.SetUID(types.UID(fmt.Sprintf("550a1d88-2976-4447-9fc7-b65e457a7%03d", n)))
+		objs = append(objs, o)
+	}
+	w := newWorld(t, objs...)
+	w.run(t)
+	eventually(t, "every long-named set written", func() bool {
+		for _, name := range names {
+			if _, err := os.Stat(filepath.Join(w.dir, conf.ClusterFile(name))); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	files, err := conf.ReadSetsDir(w.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, f := range files {
+		res, err := conf.ParseSetFile(f.Name, f.Data)
+		if err != nil {
+			t.Fatalf("%s: %v", f.Name, err)
+		}
+		for _, s := range res.Sets {
+			got[s.Name] = true
+		}
+	}
+	for _, name := range names {
+		if !got[name] {
+			t.Errorf("set of %d characters not read back by its full name", len(name))
+		}
+	}
+	if f := w.syncer.Faults(); len(f) != 0 {
+		t.Fatalf("faults: %v", f)
 	}
 }

@@ -1,6 +1,8 @@
 package conf
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -39,6 +41,25 @@ func IsSetFileName(name string) bool {
 // one file per PinnedImageSet object of the API, <sets_dir>/cluster/<name>.json. Nothing
 // else writes there; every other subdirectory is ignored.
 const ClusterSubdir = "cluster"
+
+// maxFileName is NAME_MAX on Linux filesystems: the longest name of one directory entry.
+const maxFileName = 255
+
+// ClusterFileName is the file of the API object named name in the cluster
+// subdirectory: <name>.json, or for a name too long for a file name with its ".json"
+// (DNS-1123 allows 253 characters; NAME_MAX is 255) its first 200 characters, "_" and 16
+// hex digits of its SHA-256. "_" is not allowed in an object name, so no other object's
+// file can take that name. The file holds the object, so the set keeps its full name.
+func ClusterFileName(name string) string {
+	if len(name)+len(".json") <= maxFileName {
+		return name + ".json"
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:200] + "_" + hex.EncodeToString(sum[:8]) + ".json"
+}
+
+// ClusterFile is the object's file relative to the sets directory, as status names it.
+func ClusterFile(name string) string { return ClusterSubdir + "/" + ClusterFileName(name) }
 
 // ReadSetsDir reads every set file of dir (not its subdirectories) in name order, then
 // those of its cluster subdirectory (named "cluster/<file>"), so that a local file wins

@@ -265,3 +265,20 @@ func TestReleaseImageFields(t *testing.T) {
 		}
 	}
 }
+
+func TestClusterFileNameFitsAndIsUnique(t *testing.T) {
+	short := "upgrade-workers"
+	if got := ClusterFileName(short); got != short+".json" {
+		t.Fatalf("short name: %s", got)
+	}
+	long1 := strings.Repeat("a", 253)
+	long2 := strings.Repeat("a", 252) + "b"
+	f1, f2 := ClusterFileName(long1), ClusterFileName(long2)
+	if len(f1) > 255 || len(f2) > 255 || f1 == f2 || !IsSetFileName(f1) {
+		t.Fatalf("long names: %q (%d) %q (%d)", f1, len(f1), f2, len(f2))
+	}
+	// The hashed form has a character no object name may have: no short name maps there.
+	if !strings.Contains(f1, "_") || ClusterFile(long1) != "cluster/"+f1 {
+		t.Fatalf("hashed form %q", f1)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -70,5 +71,17 @@ func TestWriteAtomicTempElsewhere(t *testing.T) {
 	fi, _ := os.Stat(target)
 	if fi.Mode().Perm() != 0o644 {
 		t.Fatalf("mode %v", fi.Mode())
+	}
+}
+
+// A file name of NAME_MAX (255) bytes can be written: the temp name does not grow past it.
+func TestWriteAtomicLongName(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, strings.Repeat("x", 250)+".json")
+	if err := WriteAtomic(p, "", []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "{}" {
+		t.Fatalf("read back: %q %v", b, err)
 	}
 }

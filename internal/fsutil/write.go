@@ -14,7 +14,13 @@ func WriteAtomic(path, tmpDir string, data []byte, perm os.FileMode) error {
 	if tmpDir == "" {
 		tmpDir = dir
 	}
-	tmp, err := os.CreateTemp(tmpDir, "."+filepath.Base(path)+".tmp-*")
+	// The temp name carries at most 200 bytes of the file's name: with the dot, ".tmp-"
+	// and CreateTemp's random digits it stays within NAME_MAX (255) for any file name.
+	base := filepath.Base(path)
+	if len(base) > 200 {
+		base = base[:200]
+	}
+	tmp, err := os.CreateTemp(tmpDir, "."+base+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("create temp file: %w", err)
 	}
