@@ -42,16 +42,18 @@ func IsSetFileName(name string) bool {
 // else writes there; every other subdirectory is ignored.
 const ClusterSubdir = "cluster"
 
-// maxFileName is NAME_MAX on Linux filesystems: the longest name of one directory entry.
-const maxFileName = 255
+// maxClusterFileName is the longest file name the cluster sync writes: NAME_MAX (255)
+// less room for what other names are built from it (the state directory keeps a file's
+// last good content as "cluster%2F<file>").
+const maxClusterFileName = 230
 
 // ClusterFileName is the file of the API object named name in the cluster
-// subdirectory: <name>.json, or for a name too long for a file name with its ".json"
-// (DNS-1123 allows 253 characters; NAME_MAX is 255) its first 200 characters, "_" and 16
-// hex digits of its SHA-256. "_" is not allowed in an object name, so no other object's
+// subdirectory: <name>.json, or for a name too long for that (DNS-1123 allows 253
+// characters; NAME_MAX is 255) its first 200 characters, "_" and 16 hex digits of its
+// SHA-256. "_" is not allowed in an object name, so no other object's
 // file can take that name. The file holds the object, so the set keeps its full name.
 func ClusterFileName(name string) string {
-	if len(name)+len(".json") <= maxFileName {
+	if len(name)+len(".json") <= maxClusterFileName {
 		return name + ".json"
 	}
 	sum := sha256.Sum256([]byte(name))

@@ -4,8 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/imagepin/imagepin/conf"
 )
 
 func TestStoreRoundTrip(t *testing.T) {
@@ -71,4 +74,23 @@ func TestLockIsExclusive(t *testing.T) {
 		t.Fatal(err)
 	}
 	unlock2()
+}
+
+// The last good content of a cluster set with the longest name an object can have is kept:
+// its stored name ("cluster%2F<file>") fits NAME_MAX.
+func TestLongClusterFileNameIsStored(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := conf.ClusterFile(strings.Repeat("a", 253))
+	if err := s.SaveGood(name, []byte("content")); err != nil {
+		t.Fatal(err)
+	}
+	if b, ok := s.Good(name); !ok || string(b) != "content" {
+		t.Fatal("good content lost")
+	}
+	if names := s.GoodNames(); len(names) != 1 || names[0] != name {
+		t.Fatalf("names %v", names)
+	}
 }
