@@ -55,6 +55,9 @@ type Config struct {
 	Architecture string
 	Version      string
 	SetsDir      string
+	// ClusterSync says that the cluster sync manages the sets directory's cluster
+	// subdirectory: its disappearance is a fault, not the deletion of every cluster set.
+	ClusterSync  bool
 	InlineLabels map[string]string
 	LabelsFile   string
 	PullSecret   string

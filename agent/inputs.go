@@ -58,18 +58,35 @@ func (a *Agent) loadInputs() {
 }
 
 func (a *Agent) loadSets() {
-	files, err := conf.ReadSetsDir(a.cfg.SetsDir)
-	if err != nil {
+	files, err := conf.ReadSetsDir(a.cfg.SetsDir, a.cfg.ClusterSync)
+	var replay []string // last good contents read in place of files that are not there
+	switch {
+	case errors.Is(err, conf.ErrClusterDirMissing):
+		// The local files are read as usual; the cluster sets keep their last good
+		// contents until the cluster sync puts the directory back.
+		a.inputFaults = append(a.inputFaults, fmt.Sprintf("%v: keeping the cluster sets' last good contents until the cluster sync restores it; nothing is unpinned", err))
+		a.log.WithError(err).Warn("cluster subdirectory missing: keeping the cluster sets")
+		for _, name := range a.deps.State.GoodNames() {
+			if conf.IsClusterFile(name) {
+				replay = append(replay, name)
+			}
+		}
+		err = nil
+	case err != nil:
 		a.inputFaults = append(a.inputFaults, fmt.Sprintf("%v: keeping the current sets; nothing is unpinned", err))
 		a.log.WithError(err).Warn("sets directory unreadable: keeping the current sets")
 		if a.setsLoaded {
 			return
 		}
 		// First load after a restart: the sets are those of the last good contents.
-		for _, name := range a.deps.State.GoodNames() {
-			files = append(files, conf.SetFile{Name: name, Err: errors.New("sets directory unavailable")})
-		}
+		replay = a.deps.State.GoodNames()
 	}
+	for _, name := range replay {
+		files = append(files, conf.SetFile{Name: name, Err: errors.New("not readable now")})
+	}
+	// A replay takes files in exactly the order a live read does: the same file wins a
+	// name clash after a restart as before it.
+	conf.SortSetFiles(files)
 	a.setsLoaded = true
 	present := map[string]bool{}
 	var perFile []conf.FileSets

@@ -28,6 +28,7 @@ import (
 	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
+	fswatch "github.com/imagepin/imagepin/watch"
 )
 
 // NodesResource is the core Nodes resource.
@@ -133,10 +134,21 @@ func (s *Syncer) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	// What the sync wrote is watched: a file or the whole cluster subdirectory removed or
+	// changed behind its back (an rsync --delete of the sets directory, an rm -rf) is
+	// written again from what the API holds, not left for the agent to unpin.
+	owned := fswatch.New(s.cfg.Debounce, s.cfg.Log,
+		fswatch.Path{Name: s.cfg.SetsDir}, fswatch.Path{Name: s.Dir()}, fswatch.Path{Name: s.cfg.LabelsFile})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); setsInf.RunWithContext(ctx) }()
 	go func() { defer wg.Done(); nodeInf.RunWithContext(ctx) }()
+	go func() {
+		defer wg.Done()
+		if err := owned.Run(ctx); err != nil {
+			s.cfg.Log.WithError(err).Warn("cluster sync: cannot watch its files; they are checked on API events only")
+		}
+	}()
 	defer wg.Wait()
 
 	// Each side is written once when its first list completes (an empty list fires no
@@ -154,6 +166,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-nodeChanged:
 			nodeDirty = true
 		case <-poll.C:
+		case <-owned.C():
+			// Compared with what they should hold, so the sync's own writes end here.
+			setsDirty, nodeDirty = true, true
 		}
 		// Debounce: a burst of events (many sets in the first list) is one write.
 		select {

@@ -294,7 +294,7 @@ func TestLongSetNamesReachTheNode(t *testing.T) {
 		}
 		return true
 	})
-	files, err := conf.ReadSetsDir(w.dir)
+	files, err := conf.ReadSetsDir(w.dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,6 +313,49 @@ func TestLongSetNamesReachTheNode(t *testing.T) {
 			t.Errorf("set of %d characters not read back by its full name", len(name))
 		}
 	}
+	if f := w.syncer.Faults(); len(f) != 0 {
+		t.Fatalf("faults: %v", f)
+	}
+}
+
+// The sync keeps what it owns true: a file of the cluster subdirectory, the whole
+// subdirectory or the labels file removed or changed behind its back is written again
+// from the API with no API event. Before the fix nothing restored them until the next
+// event, and the agent unpinned the cluster sets after unpin_delay.
+func TestRemovedFilesAreRestoredWithoutAnAPIEvent(t *testing.T) {
+	w := newWorld(t, setObject("a", "quay.io/x/a"+digest), setObject("b", "quay.io/x/b"+digest))
+	w.run(t)
+	fileA := filepath.Join(w.syncer.Dir(), "a.json")
+	fileB := filepath.Join(w.syncer.Dir(), "b.json")
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	eventually(t, "synced", func() bool { return exists(fileA) && exists(fileB) && exists(w.labels) })
+	want, _ := os.ReadFile(fileA)
+
+	if err := os.Remove(fileA); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a file restored", func() bool { return exists(fileA) })
+
+	if err := os.WriteFile(fileB, []byte(`{"tampered": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a changed file rewritten", func() bool {
+		b, _ := os.ReadFile(fileB)
+		return !strings.Contains(string(b), "tampered") && len(b) > 0
+	})
+
+	if err := os.RemoveAll(w.syncer.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the directory restored", func() bool {
+		got, _ := os.ReadFile(fileA)
+		return string(got) == string(want) && exists(fileB)
+	})
+
+	if err := os.Remove(w.labels); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "labels restored", func() bool { return exists(w.labels) })
 	if f := w.syncer.Faults(); len(f) != 0 {
 		t.Fatalf("faults: %v", f)
 	}

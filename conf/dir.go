@@ -63,10 +63,18 @@ func ClusterFileName(name string) string {
 // ClusterFile is the object's file relative to the sets directory, as status names it.
 func ClusterFile(name string) string { return ClusterSubdir + "/" + ClusterFileName(name) }
 
-// ReadSetsDir reads every set file of dir (not its subdirectories) in name order, then
-// those of its cluster subdirectory (named "cluster/<file>"), so that a local file wins
-// a name clash with a cluster set. A missing cluster subdirectory holds no sets.
-func ReadSetsDir(dir string) ([]SetFile, error) {
+// ErrClusterDirMissing means the cluster subdirectory is missing while the cluster sync
+// manages it: a sync fault (an rsync --delete, an rm -rf) that keeps the cluster sets, not
+// "no cluster sets". The sync re-creates it.
+var ErrClusterDirMissing = errors.New("the cluster subdirectory is missing")
+
+// ReadSetsDir reads every set file of dir (not its subdirectories), then those of its
+// cluster subdirectory (named "cluster/<file>"), in SortSetFiles order, so that a local
+// file wins a name clash with a cluster set. Without the cluster sync (clusterSync
+// false) a missing cluster subdirectory holds no sets; with it, ReadSetsDir returns the
+// local files and an error wrapping ErrClusterDirMissing, and the caller keeps the
+// cluster sets it had.
+func ReadSetsDir(dir string, clusterSync bool) ([]SetFile, error) {
 	files, err := readSetFiles(dir, "")
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -74,17 +82,42 @@ func ReadSetsDir(dir string) ([]SetFile, error) {
 		}
 		return nil, fmt.Errorf("read sets directory: %w", err)
 	}
-	cluster, err := readSetFiles(filepath.Join(dir, ClusterSubdir), ClusterSubdir+"/")
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("read sets directory: %w", err)
+	clusterDir := filepath.Join(dir, ClusterSubdir)
+	cluster, cerr := readSetFiles(clusterDir, ClusterSubdir+"/")
+	if cerr != nil && !errors.Is(cerr, os.ErrNotExist) {
+		return nil, fmt.Errorf("read sets directory: %w", cerr)
 	}
 	files = append(files, cluster...)
+	SortSetFiles(files)
 	// A directory being removed (rm -rf) first loses its files: if it is gone now, what
 	// we read is not a set of deletions but a sync fault.
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%w: %s", ErrSetsDirMissing, dir)
 	}
+	if clusterSync {
+		if _, err := os.Stat(clusterDir); errors.Is(err, os.ErrNotExist) || errors.Is(cerr, os.ErrNotExist) {
+			return files[:len(files)-len(cluster)], fmt.Errorf("%w: %s", ErrClusterDirMissing, clusterDir)
+		}
+	}
 	return files, nil
+}
+
+// IsClusterFile says whether a set file name (relative to the sets directory) is one of
+// the cluster sync's.
+func IsClusterFile(name string) bool { return strings.HasPrefix(name, ClusterSubdir+"/") }
+
+// SortSetFiles puts set files in the one order every reader uses, live or replaying the
+// last good contents after a restart: local files by name, then the cluster sync's by
+// name. The first file to define a set name wins a clash (UniqueNames).
+func SortSetFiles(files []SetFile) {
+	sort.SliceStable(files, func(i, j int) bool { return setFileLess(files[i].Name, files[j].Name) })
+}
+
+func setFileLess(a, b string) bool {
+	if ca, cb := IsClusterFile(a), IsClusterFile(b); ca != cb {
+		return cb
+	}
+	return a < b
 }
 
 func readSetFiles(dir, prefix string) ([]SetFile, error) {
@@ -103,7 +136,6 @@ func readSetFiles(dir, prefix string) ([]SetFile, error) {
 		}
 		files = append(files, SetFile{Name: prefix + e.Name(), Data: data, Err: err})
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
 	return files, nil
 }
 

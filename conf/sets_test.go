@@ -229,14 +229,14 @@ func TestReadSetsDirConfigMapLayout(t *testing.T) {
 	os.Symlink(filepath.Base(ts), filepath.Join(dir, "..data"))
 	os.Symlink("..data/cm.yaml", filepath.Join(dir, "cm.yaml"))
 	os.Symlink("..data/gone.yaml", filepath.Join(dir, "gone.yaml")) // dangling: skipped
-	files, err := ReadSetsDir(dir)
+	files, err := ReadSetsDir(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(files) != 1 || files[0].Name != "cm.yaml" || files[0].Err != nil || string(files[0].Data) != doc {
 		t.Fatalf("%+v", files)
 	}
-	if _, err := ReadSetsDir(filepath.Join(dir, "nope")); !errors.Is(err, ErrSetsDirMissing) {
+	if _, err := ReadSetsDir(filepath.Join(dir, "nope"), false); !errors.Is(err, ErrSetsDirMissing) {
 		t.Fatalf("missing dir: %v", err)
 	}
 }

@@ -77,6 +77,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Architecture:    goruntime.GOARCH,
 		Version:         opts.Version,
 		SetsDir:         setsDir,
+		ClusterSync:     cfg.Cluster.Kubeconfig != "" && opts.SetsDir == "",
 		InlineLabels:    cfg.Node.Labels,
 		LabelsFile:      cfg.Node.LabelsFile,
 		PullSecret:      cfg.CRI.PullSecret,

@@ -41,7 +41,7 @@ func run(configPath, out, pools, setsDir string) error {
 	}
 	sets := map[string][]byte{}
 	if setsDir != "" {
-		files, err := conf.ReadSetsDir(setsDir)
+		files, err := conf.ReadSetsDir(setsDir, false)
 		if err != nil {
 			return err
 		}
