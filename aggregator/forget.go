@@ -19,7 +19,7 @@ func (s *Store) Forget(after time.Duration, cluster map[string]bool) []string {
 	defer s.mu.Unlock()
 	var gone []string
 	for name, e := range s.nodes {
-		silent := now.Sub(e.seen)
+		silent := now.Sub(e.received)
 		if (after > 0 && silent > after) || (cluster != nil && !cluster[name] && e.unknown(now)) {
 			delete(s.nodes, name)
 			if s.dirty == nil {

@@ -20,8 +20,9 @@ var (
 )
 
 // Persister keeps the last report of every node in a bbolt file so that the page is not
-// empty right after a restart. Heartbeats stay the truth: restored reports count from
-// the restart, and a node that stays silent goes Unknown as usual. Writes are batched:
+// empty right after a restart. Heartbeats stay the truth: a restored report keeps the
+// time it was really received (a node silent since before the restart is Unknown), and
+// it does not count as reported for a new leader's warm-up until a live one follows. Writes are batched:
 // the nodes that changed are flushed in one transaction every interval, not one fsync
 // per report.
 type Persister struct {
@@ -62,12 +63,14 @@ func (p *Persister) Load() (int, error) {
 				p.log.WithField("node", string(k)).WithError(err).Warn("stored report skipped")
 				return nil
 			}
-			if _, err := p.store.Ingest(string(k), &r); err != nil {
-				p.log.WithField("node", string(k)).WithError(err).Warn("stored report skipped")
+			t := received.Get(k)
+			if len(t) != 8 {
+				p.log.WithField("node", string(k)).Warn("stored report skipped: no receive time")
 				return nil
 			}
-			if t := received.Get(k); len(t) == 8 {
-				p.store.restoreReceived(string(k), time.Unix(0, int64(binary.BigEndian.Uint64(t))))
+			if _, err := p.store.restore(string(k), &r, time.Unix(0, int64(binary.BigEndian.Uint64(t))).UTC()); err != nil {
+				p.log.WithField("node", string(k)).WithError(err).Warn("stored report skipped")
+				return nil
 			}
 			n++
 			return nil

@@ -43,12 +43,13 @@ type nodeEntry struct {
 	bootID    string
 	sequence  uint64
 	heartbeat time.Duration
-	received  time.Time
-	// seen is when the report was really received: received, except for a report restored
-	// from the state file, which counts from the restart for Unknown but keeps its own
-	// age for Forget.
-	seen   time.Time
-	status status.Node
+	// received is when the report was really received, also for one restored from the
+	// state file: a node silent for 20 h is Unknown after a restart too.
+	received time.Time
+	// restored marks a report restored from the state file and not yet followed by a live
+	// one: it shows on the page, but a new leader's warm-up waits for a live report.
+	restored bool
+	status   status.Node
 	// progress remembers, per set and spec hash, when progress was first seen, for ETAs.
 	progress map[string]progressSample
 }
@@ -92,6 +93,16 @@ func (s *Store) SetExpected(nodes []string) {
 // Ingest validates a report of node (the certificate's name) and keeps it when it is
 // newer than what the store has. A rejected report changes nothing.
 func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
+	return s.ingest(node, r, s.now(), false)
+}
+
+// restore puts a report from the state file back, with the time it was really received.
+func (s *Store) restore(node string, r *v1.NodeReport, received time.Time) (bool, error) {
+	return s.ingest(node, r, received, true)
+}
+
+// ingest keeps a report received at now; restored says it comes from the state file.
+func (s *Store) ingest(node string, r *v1.NodeReport, now time.Time, restored bool) (bool, error) {
 	if r.GetNode() != node {
 		return false, fmt.Errorf("%w: certificate says %q, report says %q", ErrIdentity, node, r.GetNode())
 	}
@@ -100,7 +111,6 @@ func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
 	}
 	converted := r.ToStatus() // outside the lock: readers and other nodes wait less
 	intern(&converted)
-	now := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.nodes[node]
@@ -113,7 +123,7 @@ func (s *Store) Ingest(node string, r *v1.NodeReport) (bool, error) {
 	} else if e.bootID == r.GetBootId() && r.GetSequence() <= e.sequence {
 		return false, nil // an older (or repeated) report from the same boot
 	}
-	e.bootID, e.sequence, e.received, e.seen = r.GetBootId(), r.GetSequence(), now, now
+	e.bootID, e.sequence, e.received, e.restored = r.GetBootId(), r.GetSequence(), now, restored
 	e.heartbeat = time.Duration(r.GetHeartbeatMillis()) * time.Millisecond
 	if e.heartbeat <= 0 {
 		e.heartbeat = DefaultHeartbeat
@@ -209,23 +219,13 @@ func (s *Store) takeDirty() map[string]stored {
 	out := make(map[string]stored, len(s.dirty))
 	for node := range s.dirty {
 		if e := s.nodes[node]; e != nil {
-			out[node] = stored{report: v1.FromStatus(e.status, e.bootID, e.sequence, e.heartbeat), received: e.seen}
+			out[node] = stored{report: v1.FromStatus(e.status, e.bootID, e.sequence, e.heartbeat), received: e.received}
 		} else {
 			out[node] = stored{}
 		}
 	}
 	s.dirty = nil
 	return out
-}
-
-// restoreReceived sets when a restored report was really received, so that a node silent
-// since before a restart is forgotten on time (Unknown still counts from the restart).
-func (s *Store) restoreReceived(node string, at time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e := s.nodes[node]; e != nil && !at.IsZero() && at.Before(e.seen) {
-		e.seen = at
-	}
 }
 
 // nodeNames lists the nodes the store knows and expects, sorted.

@@ -59,10 +59,8 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 		if set == nil {
 			n := SetNode{Node: node, Phase: PhaseUnknown, Reason: ReasonNotReceived, LastReport: &received,
 				Message: "the node reports but not this set yet (its cluster sync is behind, or its labels are)"}
-			for _, fe := range e.status.FileErrors {
-				if fe.File == t.File || strings.Contains(fe.Error, `set "`+name+`"`) {
-					n.Reason, n.Message = ReasonFileError, fe.Error
-				}
+			if msg, ok := fileError(e.status, name, t.File); ok {
+				n.Reason, n.Message = ReasonFileError, msg
 			}
 			v.UnknownNodes++
 			v.Nodes = append(v.Nodes, n)
@@ -77,7 +75,16 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 		if c := set.Condition(status.ConditionReady); c != nil {
 			n.Reason, n.Message = c.Reason, c.Message
 		}
+		fileErr, hasFileErr := "", false
+		if t.SpecHash != "" && set.SpecHash != t.SpecHash {
+			fileErr, hasFileErr = fileError(e.status, name, t.File)
+		}
 		switch {
+		case hasFileErr:
+			// The node reports a set of this name from another file (a local file wins a
+			// name clash) and cannot use the API's: that does not go away by waiting.
+			v.UnknownNodes++
+			n.Phase, n.Reason, n.Message = PhaseUnknown, ReasonFileError, fileErr
 		case t.SpecHash != "" && set.SpecHash != t.SpecHash:
 			// Ready on an older spec is not ready on this one.
 			v.ProgressingNodes++
@@ -99,10 +106,22 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 	return v
 }
 
-// Reported says whether a node has reported since the aggregator started (or restored).
+// fileError is the node's error for the set's file (cluster/<name>.json), or for a file
+// defining a set of this name, if it reports one.
+func fileError(n status.Node, name, file string) (string, bool) {
+	for _, fe := range n.FileErrors {
+		if fe.File == file || strings.Contains(fe.Error, `set "`+name+`"`) {
+			return fe.Error, true
+		}
+	}
+	return "", false
+}
+
+// Reported says whether a node has reported live to this process: a report restored
+// from the state file does not count (its node may have been gone for hours).
 func (s *Store) Reported(node string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, ok := s.nodes[node]
-	return ok
+	e, ok := s.nodes[node]
+	return ok && !e.restored
 }

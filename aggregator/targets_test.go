@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -61,5 +62,28 @@ func TestTargetRollup(t *testing.T) {
 		if sv.Name == "s" && sv.FailedNodes != 0 {
 			t.Fatalf("an untargeted node counted: %+v", sv)
 		}
+	}
+}
+
+// A name clash between a local file and a cluster set: the node reports the local set
+// (another spec) and a FileError for the cluster file. That is a FileError, Unknown, not
+// SpecNotSynced: waiting does not fix it. Before the fix it stayed SpecNotSynced,
+// Progressing forever, Degraded=False.
+func TestNameClashIsAFileErrorNotSpecNotSynced(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	s := NewStore(DefaultLimits(), func() time.Time { return now })
+	local := status.Set{Name: "foo", SpecHash: "local", File: "z-foo.yaml", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1}
+	n := status.Node{Node: status.NodeInfo{Name: "w1"}, Sets: []status.Set{local},
+		FileErrors: []status.FileError{{File: "cluster/foo.json", Error: `cluster/foo.json: metadata.name: set "foo" is already defined in z-foo.yaml; this file is ignored`}}}
+	if _, err := s.Ingest("w1", v1.FromStatus(n, "boot", 1, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	s.SetTargets(map[string]Target{"foo": {SpecHash: "api", File: "cluster/foo.json", Nodes: []string{"w1"}}})
+	v, _ := s.Set("foo", true)
+	if v.ProgressingNodes != 0 || v.UnknownNodes != 1 || len(v.Nodes) != 1 {
+		t.Fatalf("counts %+v", v)
+	}
+	if got := v.Nodes[0]; got.Reason != ReasonFileError || got.Phase != PhaseUnknown || !strings.Contains(got.Message, "already defined in z-foo.yaml") {
+		t.Fatalf("node %+v", got)
 	}
 }

@@ -102,3 +102,19 @@ func TestBuildStatusStable(t *testing.T) {
 		t.Fatal("Ready's transition time did not move on a transition")
 	}
 }
+
+// The rollup of a name clash (FileError on the node) makes the set Degraded and not
+// Progressing: an administrator must rename one of the two sets.
+func TestBuildStatusNameClashIsDegraded(t *testing.T) {
+	v := aggregator.SetView{Name: "foo", Targeted: 1, UnknownNodes: 1, Nodes: []aggregator.SetNode{{Node: "w1",
+		Phase: aggregator.PhaseUnknown, Reason: aggregator.ReasonFileError, Message: `set "foo" is already defined in z-foo.yaml`}}}
+	st := BuildStatus(1, v, "", nil, time.Now())
+	cond := map[string]metav1.Condition{}
+	for _, c := range st.Conditions {
+		cond[c.Type] = c
+	}
+	if cond[v1alpha1.ConditionDegraded].Status != metav1.ConditionTrue || cond[v1alpha1.ConditionProgressing].Status != metav1.ConditionFalse ||
+		!strings.Contains(cond[v1alpha1.ConditionDegraded].Message, "z-foo.yaml") {
+		t.Fatalf("conditions %+v", st.Conditions)
+	}
+}
