@@ -46,13 +46,20 @@ type Config struct {
 	Log      logrus.FieldLogger
 	// Debounce batches bursts of events (the first list of many sets) into one write.
 	Debounce time.Duration
+	// ConnectRetry is how often a failing Connect is tried again (0: 5 s).
+	ConnectRetry time.Duration
 }
+
+// Connect builds the two API clients: the sets' dynamic client and the Node's metadata
+// client. It is called until it succeeds (a kubeconfig that is not there yet, say).
+type Connect func() (dynamic.Interface, metadata.Interface, error)
 
 // Syncer keeps the cluster subdirectory and the labels file in step with the API.
 type Syncer struct {
-	cfg  Config
-	sets dynamic.NamespaceableResourceInterface
-	node metadata.ResourceInterface
+	cfg     Config
+	connect Connect
+	sets    dynamic.NamespaceableResourceInterface
+	node    metadata.ResourceInterface
 
 	mu     sync.Mutex
 	faults map[string]string // by source: "sets", "node", "write"
@@ -60,17 +67,41 @@ type Syncer struct {
 
 // New returns a syncer over the two clients; Run starts it.
 func New(dyn dynamic.Interface, meta metadata.Interface, cfg Config) *Syncer {
+	return NewConnecting(func() (dynamic.Interface, metadata.Interface, error) { return dyn, meta, nil }, cfg)
+}
+
+// NewConnecting returns a syncer that builds its clients in Run, and until that works
+// (the kubeconfig missing at boot, before the kubelet wrote it) keeps the files as they
+// are and reports a fault: the node's local set files are served meanwhile.
+func NewConnecting(connect Connect, cfg Config) *Syncer {
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = 100 * time.Millisecond
+	}
+	if cfg.ConnectRetry <= 0 {
+		cfg.ConnectRetry = 5 * time.Second
 	}
 	if cfg.OnFaults == nil {
 		cfg.OnFaults = func() {}
 	}
-	return &Syncer{
-		cfg:    cfg,
-		sets:   dyn.Resource(v1alpha1.GroupVersionResource),
-		node:   meta.Resource(NodesResource),
-		faults: map[string]string{},
+	return &Syncer{cfg: cfg, connect: connect, faults: map[string]string{}}
+}
+
+// connected builds the clients, retrying every ConnectRetry; false when ctx ended first.
+func (s *Syncer) connected(ctx context.Context) bool {
+	for {
+		dyn, meta, err := s.connect()
+		if err == nil {
+			s.sets = dyn.Resource(v1alpha1.GroupVersionResource)
+			s.node = meta.Resource(NodesResource)
+			s.setFault("connect", "")
+			return true
+		}
+		s.setFault("connect", fmt.Sprintf("cluster API: %v: keeping the synced sets and labels, retrying every %s; local set files are served meanwhile", err, s.cfg.ConnectRetry))
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(s.cfg.ConnectRetry):
+		}
 	}
 }
 
@@ -111,6 +142,9 @@ func (s *Syncer) setFault(source, msg string) {
 // Run watches the API and writes files until ctx ends. The API being unreachable is a
 // fault, never an error: informers retry with backoff and resume where they were.
 func (s *Syncer) Run(ctx context.Context) error {
+	if !s.connected(ctx) {
+		return nil
+	}
 	setsChanged := make(chan struct{}, 1)
 	nodeChanged := make(chan struct{}, 1)
 	setsInf := cache.NewSharedIndexInformer(s.setsListWatch(), &unstructured.Unstructured{}, 0, cache.Indexers{})

@@ -20,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	dynfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/metadata"
 	metafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -359,4 +361,29 @@ func TestRemovedFilesAreRestoredWithoutAnAPIEvent(t *testing.T) {
 	if f := w.syncer.Faults(); len(f) != 0 {
 		t.Fatalf("faults: %v", f)
 	}
+}
+
+// The API clients cannot be built at start (the kubeconfig not written yet): a fault,
+// retried, and the sync starts once they can. Before the fix imagepind exited 1 and,
+// under systemd, served no local set either.
+func TestConnectFailureIsAFaultAndRetried(t *testing.T) {
+	w := newWorld(t, setObject("a", "quay.io/x/a"+digest))
+	var tries atomic.Int32
+	connect := func() (dynamic.Interface, metadata.Interface, error) {
+		if tries.Add(1) < 3 {
+			return nil, nil, errors.New("kubeconfig: stat /var/lib/kubelet/kubeconfig: no such file or directory")
+		}
+		return w.dyn, w.meta, nil
+	}
+	w.syncer = NewConnecting(connect, Config{NodeName: "worker-1", SetsDir: w.dir, LabelsFile: w.labels, Log: logrus.New(),
+		Debounce: 10 * time.Millisecond, ConnectRetry: 50 * time.Millisecond})
+	w.run(t)
+	eventually(t, "a fault naming the kubeconfig", func() bool {
+		f := w.syncer.Faults()
+		return len(f) == 1 && strings.Contains(f[0], "kubeconfig") && strings.Contains(f[0], "retrying")
+	})
+	eventually(t, "synced once connected", func() bool {
+		_, err := os.Stat(filepath.Join(w.syncer.Dir(), "a.json"))
+		return err == nil && len(w.syncer.Faults()) == 0
+	})
 }

@@ -236,19 +236,24 @@ func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaul
 	if err != nil {
 		return nil, err
 	}
-	rc, err := kube.Config(cfg.Cluster.Kubeconfig, "imagepind/"+version, 5, 10)
-	if err != nil {
-		return nil, err
+	// The kubeconfig is read when the sync starts and again until it loads: a node whose
+	// kubelet has not written it yet still serves its local set files.
+	connect := func() (dynamic.Interface, metadata.Interface, error) {
+		rc, err := kube.Config(cfg.Cluster.Kubeconfig, "imagepind/"+version, 5, 10)
+		if err != nil {
+			return nil, nil, err
+		}
+		dyn, err := dynamic.NewForConfig(rc)
+		if err != nil {
+			return nil, nil, err
+		}
+		meta, err := metadata.NewForConfig(rc)
+		if err != nil {
+			return nil, nil, err
+		}
+		return dyn, meta, nil
 	}
-	dyn, err := dynamic.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	meta, err := metadata.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	return clustersync.New(dyn, meta, clustersync.Config{
+	return clustersync.NewConnecting(connect, clustersync.Config{
 		NodeName: nodeName, SetsDir: cfg.SetsDir, LabelsFile: cfg.Node.LabelsFile, OnFaults: onFaults, Log: log,
 	}), nil
 }

@@ -1,0 +1,50 @@
+package wire
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/conf"
+)
+
+// A [cluster] kubeconfig that is not there at start (the kubelet writes it later) is a
+// sync fault, not an error that stops imagepind: before the fix ClusterSync failed and
+// imagepind exited 1, restarting every 5 s under systemd without serving local files.
+func TestClusterSyncWithoutKubeconfigStarts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := conf.Default()
+	cfg.SetsDir = filepath.Join(dir, "sets.d")
+	cfg.Node.Name = "worker-1"
+	cfg.Node.LabelsFile = filepath.Join(dir, "labels.json")
+	cfg.Cluster.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	faulted := make(chan struct{}, 1)
+	s, err := ClusterSync(cfg, "test", logrus.New(), func() {
+		select {
+		case faulted <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatalf("a missing kubeconfig stops the daemon: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case <-faulted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fault")
+	}
+	if f := s.Faults(); len(f) != 1 || !strings.Contains(f[0], cfg.Cluster.Kubeconfig) {
+		t.Fatalf("faults %v", f)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
