@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -48,6 +49,9 @@ type Config struct {
 	Debounce time.Duration
 	// ConnectRetry is how often a failing Connect is tried again (0: 5 s).
 	ConnectRetry time.Duration
+	// ProbeEvery is how often the API is asked whether it answers again while the
+	// sync is faulted (0: 2 s).
+	ProbeEvery time.Duration
 }
 
 // Connect builds the two API clients: the sets' dynamic client and the Node's metadata
@@ -61,8 +65,11 @@ type Syncer struct {
 	sets    dynamic.NamespaceableResourceInterface
 	node    metadata.ResourceInterface
 
+	// relist receives the source ("sets", "node") whose watch expired.
+	relist chan string
+
 	mu     sync.Mutex
-	faults map[string]string // by source: "sets", "node", "write"
+	faults map[string]string // by source: "sets", "node", "write", "labels", "connect"
 }
 
 // New returns a syncer over the two clients; Run starts it.
@@ -83,7 +90,10 @@ func NewConnecting(connect Connect, cfg Config) *Syncer {
 	if cfg.OnFaults == nil {
 		cfg.OnFaults = func() {}
 	}
-	return &Syncer{cfg: cfg, connect: connect, faults: map[string]string{}}
+	if cfg.ProbeEvery <= 0 {
+		cfg.ProbeEvery = 2 * time.Second
+	}
+	return &Syncer{cfg: cfg, connect: connect, relist: make(chan string, 2), faults: map[string]string{}}
 }
 
 // connected builds the clients, retrying every ConnectRetry; false when ctx ended first.
@@ -147,26 +157,17 @@ func (s *Syncer) Run(ctx context.Context) error {
 	}
 	setsChanged := make(chan struct{}, 1)
 	nodeChanged := make(chan struct{}, 1)
-	setsInf := cache.NewSharedIndexInformer(s.setsListWatch(), &unstructured.Unstructured{}, 0, cache.Indexers{})
-	nodeInf := cache.NewSharedIndexInformer(s.nodeListWatch(), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
-	for _, p := range []struct {
-		inf cache.SharedIndexInformer
-		ch  chan struct{}
-	}{{setsInf, setsChanged}, {nodeInf, nodeChanged}} {
-		ch := p.ch
-		poke := func() {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-		if _, err := p.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { poke() },
-			UpdateFunc: func(any, any) { poke() },
-			DeleteFunc: func(any) { poke() },
-		}); err != nil {
+	sets := &informer{newInf: func() cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(s.setsListWatch(), &unstructured.Unstructured{}, 0, cache.Indexers{})
+	}, changed: setsChanged}
+	node := &informer{newInf: func() cache.SharedIndexInformer {
+		return cache.NewSharedIndexInformer(s.nodeListWatch(), &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	}, changed: nodeChanged}
+	for _, inf := range []*informer{sets, node} {
+		if err := inf.start(ctx); err != nil {
 			return err
 		}
+		defer inf.stop()
 	}
 	// What the sync wrote is watched: a file or the whole cluster subdirectory removed or
 	// changed behind its back (an rsync --delete of the sets directory, an rm -rf) is
@@ -174,9 +175,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 	owned := fswatch.New(s.cfg.Debounce, s.cfg.Log,
 		fswatch.Path{Name: s.cfg.SetsDir}, fswatch.Path{Name: s.Dir()}, fswatch.Path{Name: s.cfg.LabelsFile})
 	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); setsInf.RunWithContext(ctx) }()
-	go func() { defer wg.Done(); nodeInf.RunWithContext(ctx) }()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := owned.Run(ctx); err != nil {
@@ -184,6 +183,13 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 	}()
 	defer wg.Wait()
+
+	// While the API is faulted it is probed every ProbeEvery; once it answers, both
+	// informers start again at once. client-go's reflector otherwise waits out a backoff
+	// grown during the outage (up to a minute) before it lists again.
+	probe := time.NewTicker(s.cfg.ProbeEvery)
+	defer probe.Stop()
+	var lastProbeRestart time.Time
 
 	// Each side is written once when its first list completes (an empty list fires no
 	// event, so that is polled for) and then on its own events only.
@@ -203,6 +209,27 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-owned.C():
 			// Compared with what they should hold, so the sync's own writes end here.
 			setsDirty, nodeDirty = true, true
+		case source := <-s.relist:
+			// A watch expired (410): the API is there, list now rather than after a backoff.
+			s.cfg.Log.WithField("source", source).Info("cluster API: the watch expired (resourceVersion too old): relisting")
+			if err := s.restart(ctx, map[string]*informer{"sets": sets, "node": node}[source]); err != nil {
+				return err
+			}
+			continue
+		case <-probe.C:
+			// At most one restart a minute this way: a watch that keeps failing while
+			// lists work must not become a list every probe.
+			if !s.apiFaulted() || time.Since(lastProbeRestart) < time.Minute || !s.probe(ctx) {
+				continue
+			}
+			lastProbeRestart = time.Now()
+			s.cfg.Log.Info("cluster API answers again: relisting now")
+			for _, inf := range []*informer{sets, node} {
+				if err := s.restart(ctx, inf); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		// Debounce: a burst of events (many sets in the first list) is one write.
 		select {
@@ -220,13 +247,13 @@ func (s *Syncer) Run(ctx context.Context) error {
 			nodeDirty = true
 		default:
 		}
-		if setsInf.HasSynced() && (setsDirty || !setsWritten) {
+		if sets.inf.HasSynced() && (setsDirty || !setsWritten) {
 			// Not written (the sets directory missing, a write failing): polled again.
-			setsWritten = s.writeSets(setsInf.GetStore().List())
+			setsWritten = s.writeSets(sets.inf.GetStore().List())
 		}
-		if nodeInf.HasSynced() && (nodeDirty || !nodeWritten) {
+		if node.inf.HasSynced() && (nodeDirty || !nodeWritten) {
 			nodeWritten = true
-			s.writeLabels(nodeInf.GetStore().List())
+			s.writeLabels(node.inf.GetStore().List())
 		}
 		if setsWritten && nodeWritten {
 			poll.Stop()
@@ -234,6 +261,67 @@ func (s *Syncer) Run(ctx context.Context) error {
 			poll.Reset(200 * time.Millisecond)
 		}
 	}
+}
+
+// informer is one informer that can be started again: a new one lists at once, with a
+// fresh backoff, while the files stay as they are until it has listed.
+type informer struct {
+	newInf  func() cache.SharedIndexInformer
+	changed chan struct{}
+
+	inf    cache.SharedIndexInformer
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (i *informer) start(ctx context.Context) error {
+	i.inf = i.newInf()
+	poke := func() {
+		select {
+		case i.changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := i.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		return err
+	}
+	ictx, cancel := context.WithCancel(ctx)
+	i.cancel, i.done = cancel, make(chan struct{})
+	go func() { defer close(i.done); i.inf.RunWithContext(ictx) }()
+	return nil
+}
+
+func (i *informer) stop() {
+	if i.cancel != nil {
+		i.cancel()
+		<-i.done
+		i.cancel = nil
+	}
+}
+
+// restart replaces an informer with a new one.
+func (s *Syncer) restart(ctx context.Context, i *informer) error {
+	i.stop()
+	return i.start(ctx)
+}
+
+// apiFaulted says whether a list or watch of the API is failing now.
+func (s *Syncer) apiFaulted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.faults["sets"] != "" || s.faults["node"] != ""
+}
+
+// probe asks the API for one set, briefly: does it answer?
+func (s *Syncer) probe(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := s.sets.List(ctx, metav1.ListOptions{Limit: 1})
+	return err == nil
 }
 
 // tracked records the outcome of every list and watch call: an error is a fault, a
@@ -263,11 +351,22 @@ func (s *Syncer) tracked(source, what, keep string, list cache.ListWithContextFu
 			}
 			// client-go turns an EOF (an API server behind a load balancer that is gone)
 			// into an empty, successful watch: a watch is healthy only once it delivers an
-			// event or stays open.
-			return newHealthyWatch(wi, func(healthy bool) {
-				if healthy {
+			// event or stays open. An ERROR event is the API answering: a 410 (the
+			// resourceVersion expired, as after an API server restart) is relisted at
+			// once; another status is a fault that says what the API said.
+			return newHealthyWatch(wi, func(h watchHealth, status error) {
+				switch {
+				case h == watchHealthy:
 					record(nil)
-				} else {
+				case h == watchErrored && (apierrors.IsResourceExpired(status) || apierrors.IsGone(status)):
+					record(nil)
+					select {
+					case s.relist <- source:
+					default:
+					}
+				case h == watchErrored:
+					record(fmt.Errorf("the watch failed: %w", status))
+				default:
 					record(errors.New("the watch closed at once with no event (API server unreachable behind a load balancer?)"))
 				}
 			}), nil
@@ -285,9 +384,22 @@ type healthyWatch struct {
 	once  sync.Once
 }
 
-// newHealthyWatch calls health(true) once the watch delivers an event or stays open for
-// healthyAfter, and health(false) if it closes before either.
-func newHealthyWatch(inner watch.Interface, health func(bool)) watch.Interface {
+// watchHealth is what a watch showed of the API.
+type watchHealth int
+
+const (
+	// watchHealthy: it delivered an event or stayed open for healthyAfter.
+	watchHealthy watchHealth = iota
+	// watchErrored: its first event was an ERROR (a status from the API).
+	watchErrored
+	// watchClosedEmpty: it closed before either.
+	watchClosedEmpty
+)
+
+// newHealthyWatch calls health once: healthy once the watch delivers an event or stays
+// open for healthyAfter, errored with the status of an ERROR event that comes first, or
+// closed-empty if it closes before any of these.
+func newHealthyWatch(inner watch.Interface, health func(watchHealth, error)) watch.Interface {
 	h := &healthyWatch{inner: inner, out: make(chan watch.Event), stop: make(chan struct{})}
 	go func() {
 		defer close(h.out)
@@ -295,25 +407,27 @@ func newHealthyWatch(inner watch.Interface, health func(bool)) watch.Interface {
 		defer timer.Stop()
 		in := inner.ResultChan()
 		told := false
+		tell := func(v watchHealth, err error) {
+			if !told {
+				told = true
+				health(v, err)
+			}
+		}
 		for {
 			select {
 			case <-h.stop:
 				return
 			case <-timer.C:
-				if !told {
-					told = true
-					health(true)
-				}
+				tell(watchHealthy, nil)
 			case ev, ok := <-in:
 				if !ok {
-					if !told {
-						health(false)
-					}
+					tell(watchClosedEmpty, nil)
 					return
 				}
-				if !told && ev.Type != watch.Error {
-					told = true
-					health(true)
+				if ev.Type == watch.Error {
+					tell(watchErrored, apierrors.FromObject(ev.Object))
+				} else {
+					tell(watchHealthy, nil)
 				}
 				select {
 				case h.out <- ev:

@@ -387,3 +387,84 @@ func TestConnectFailureIsAFaultAndRetried(t *testing.T) {
 		return err == nil && len(w.syncer.Faults()) == 0
 	})
 }
+
+// The API server gone for a while, then back: the first watch from the old
+// resourceVersion answers ERROR 410 Expired. The sync must neither call that
+// "unreachable" nor wait out client-go's backoff grown during the outage (up to a
+// minute): a set created meanwhile reaches the node within seconds. Before the fix the
+// fault said "the watch closed at once with no event (API server unreachable …)" and a
+// real node followed 44-68 s after a 20 s outage.
+func TestAPIReturnAfterOutageIsFollowedWithinSeconds(t *testing.T) {
+	w := newWorld(t, setObject("a", "quay.io/x/a"+digest))
+	var down, expireNext atomic.Bool
+	var mu sync.Mutex
+	var faultLog []string
+	var open []*watch.FakeWatcher
+	w.dyn.PrependReactor("list", "pinnedimagesets", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		return false, nil, nil
+	})
+	w.dyn.PrependWatchReactor("pinnedimagesets", func(k8stesting.Action) (bool, watch.Interface, error) {
+		if down.Load() {
+			return true, nil, errors.New("dial tcp 127.0.0.1:6443: connect: connection refused")
+		}
+		fw := watch.NewFake()
+		mu.Lock()
+		open = append(open, fw)
+		mu.Unlock()
+		if expireNext.Swap(false) {
+			go func() {
+				fw.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired,
+					Message: "too old resource version: 1 (5)"})
+				fw.Stop()
+			}()
+		}
+		return true, fw, nil
+	})
+	w.syncer.cfg.ProbeEvery = 100 * time.Millisecond
+	w.syncer.cfg.OnFaults = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		faultLog = append(faultLog, strings.Join(w.syncer.Faults(), "; "))
+	}
+	w.run(t)
+	eventually(t, "synced", func() bool {
+		_, err := os.Stat(filepath.Join(w.syncer.Dir(), "a.json"))
+		return err == nil
+	})
+	// The outage: every watch open now fails over (the fake ends them), as does every
+	// list and watch for 4 s, long enough for the reflector's backoff to grow.
+	down.Store(true)
+	mu.Lock()
+	for _, fw := range open {
+		if !fw.IsStopped() {
+			fw.Stop()
+		}
+	}
+	mu.Unlock()
+	w.dyn.Tracker().Add(setObject("b", "quay.io/x/b"+digest))
+	eventually(t, "the outage is a fault", func() bool { return len(w.syncer.Faults()) > 0 })
+	time.Sleep(4 * time.Second)
+	mu.Lock()
+	before := len(faultLog)
+	mu.Unlock()
+	expireNext.Store(true)
+	down.Store(false)
+	back := time.Now()
+	eventually(t, "the set created during the outage", func() bool {
+		_, err := os.Stat(filepath.Join(w.syncer.Dir(), "b.json"))
+		return err == nil && len(w.syncer.Faults()) == 0
+	})
+	if took := time.Since(back); took > 3*time.Second {
+		t.Fatalf("followed the API %s after its return", took)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, f := range faultLog[before:] {
+		if strings.Contains(f, "closed at once") {
+			t.Fatalf("an answering API was called unreachable: %q", f)
+		}
+	}
+}
