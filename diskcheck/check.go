@@ -93,18 +93,18 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 					continue
 				}
 				newLayers[l.Digest] = true
-				layers += uint64(l.Size)
-				need += l.Need(r.cfg.Multiplier)
+				layers = AddSat(layers, uint64(l.Size))
+				need = AddSat(need, l.Need(r.cfg.Multiplier))
 				if l.Uncompressed > 0 {
-					uncompressed += uint64(l.Uncompressed)
+					uncompressed = AddSat(uncompressed, uint64(l.Uncompressed))
 				}
 			}
 		}
-		total := cumulative + need
+		total := AddSat(cumulative, need)
 		// A set that needs nothing more (every image present, or every layer counted for
 		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
 		// refusal would let its pins go just as the kubelet's image GC starts deleting.
-		fits := need == 0 || (total <= space.Available && space.Used()+total <= limit)
+		fits := need == 0 || (total <= space.Available && AddSat(space.Used(), total) <= limit)
 		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, path, space, threshold, thresholdFrom, terr)
 		switch {
 		case !fits:

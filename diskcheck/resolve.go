@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -64,11 +65,34 @@ func (l Layer) Need(multiplier float64) uint64 {
 	if l.Size <= 0 {
 		return 0
 	}
-	need := uint64(float64(l.Size) * multiplier)
+	need := mulSat(uint64(l.Size), multiplier)
 	if l.Uncompressed > 0 {
-		need = max(need, uint64(l.Uncompressed)+uint64(l.Size))
+		need = max(need, AddSat(uint64(l.Uncompressed), uint64(l.Size)))
 	}
 	return need
+}
+
+// MaxLayerSize is the most bytes a layer is believed to have, compressed or not (1 TiB):
+// a size read from the network beyond it is not taken (a manifest's is an error, a
+// blob header's is "unknown"), so no sum of sizes can wrap around.
+const MaxLayerSize = 1 << 40
+
+// AddSat is a + b, or the largest uint64 where that overflows: a need too large to
+// count is never admitted as a small one.
+func AddSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+// mulSat is n × f (f ≥ 0), saturating at the largest uint64.
+func mulSat(n uint64, f float64) uint64 {
+	v := float64(n) * f
+	if v >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(v)
 }
 
 // Image is what a registry says of one image for the node's platform.
@@ -81,7 +105,7 @@ func (i Image) Bytes() uint64 {
 	var n uint64
 	for _, l := range i.Layers {
 		if l.Size > 0 {
-			n += uint64(l.Size)
+			n = AddSat(n, uint64(l.Size))
 		}
 	}
 	return n
@@ -402,6 +426,11 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 	for _, l := range m.LayerInfos() {
 		if l.EmptyLayer {
 			continue
+		}
+		if l.Size > MaxLayerSize {
+			// A manifest's word is not taken for an absurd size: it would overflow the
+			// sums, or make any set look too large to pin.
+			return Image{}, fmt.Errorf("manifest of %s: layer %s claims %d bytes, more than the %s a layer can plausibly have", image, l.Digest, l.Size, Human(MaxLayerSize))
 		}
 		img.Layers = append(img.Layers, Layer{Digest: l.Digest.String(), Size: l.Size})
 		infos = append(infos, l.BlobInfo)

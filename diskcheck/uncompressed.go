@@ -51,7 +51,9 @@ func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobIn
 	case l.Size <= 0:
 		return 0, "", 0
 	case strings.Contains(mt, "gzip"):
-		if l.Size < 18 { // a gzip header and trailer at least
+		if l.Size < 18 || l.Size >= 1<<32 {
+			// A gzip header and trailer at least; ISIZE is the size modulo 2^32, which
+			// says nothing once the compressed blob alone is 4 GiB.
 			return 0, "", 0
 		}
 		b, err := readRange(ctx, src, l, uint64(l.Size-4), 4)
@@ -70,7 +72,7 @@ func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobIn
 			return 0, "", 1
 		}
 		fcs, ok := zstdContentSize(b)
-		if !ok || float64(fcs) < plausible*float64(l.Size) {
+		if !ok || float64(fcs) < plausible*float64(l.Size) || fcs > MaxLayerSize {
 			return 0, "", 1
 		}
 		return fcs, FromZstdHeader, 1

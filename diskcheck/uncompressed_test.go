@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/zstd"
+	ctypes "go.podman.io/image/v5/types"
 
 	"github.com/imagepin/imagepin/internal/registrytest"
 )
@@ -129,5 +131,60 @@ func TestZstdContentSize(t *testing.T) {
 		if got != c.want || ok != c.ok {
 			t.Errorf("%x: %d %v, want %d %v", c.hdr, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// A hostile or broken blob header cannot make a need small: a zstd frame claiming 2^62
+// bytes (or anything over MaxLayerSize) is an unknown size, so the administrator's
+// multiplier decides; sums saturate instead of wrapping. Before the fix such a header
+// was taken, the sums wrapped, and a set that cannot fit was "admitted" for 4 MiB.
+func TestImplausibleSizesDoNotWrap(t *testing.T) {
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.certs)
+	// A zstd frame header: single segment, 8-byte content size 2^62, then junk.
+	hostile := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0, 0, 0, 0, 0, 0, 0, 0, 0x40}
+	hostile = append(hostile, bytes.Repeat([]byte{0x55}, 2<<20)...)
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(img, static.NewLayer(hostile, types.OCILayerZStd), static.NewLayer(append([]byte{1}, hostile...), types.OCILayerZStd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.Host + "/" + reg.Push("u/hostile", img, "")
+	got, err := f.resolver(Platform{}, nil).Resolve(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range got.Layers {
+		if l.Uncompressed != 0 || l.Need(2) != uint64(2*l.Size) {
+			t.Fatalf("a 2^62-byte claim was taken: uncompressed %d, need %d", l.Uncompressed, l.Need(2))
+		}
+	}
+	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85},
+		f.resolver(Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+	c.statfs = func(string) (Space, error) { return Space{Capacity: 10 << 30, Available: 5 << 30}, nil }
+	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := res.Verdicts["s"]; !v.Admitted || !strings.Contains(v.Condition.Message, "need 8.0 MiB") {
+		t.Fatalf("verdict %+v", v.Condition)
+	}
+	// A gzip trailer is the size modulo 2^32: for a blob of 4 GiB or more it says nothing.
+	if n, from, reqs := uncompressedSize(context.Background(), nil, ctypes.BlobInfo{Size: 5 << 30, MediaType: string(types.OCILayer)}); n != 0 || from != "" || reqs != 0 {
+		t.Fatalf("a 5 GiB gzip blob's trailer was read: %d %q", n, from)
+	}
+}
+
+// Sums of sizes saturate at the largest uint64 instead of wrapping to a small need.
+func TestSizeSumsSaturate(t *testing.T) {
+	if AddSat(math.MaxUint64-1, 2) != math.MaxUint64 || AddSat(1, 2) != 3 {
+		t.Fatal("AddSat")
+	}
+	if n := (Layer{Size: math.MaxInt64}).Need(3); n != math.MaxUint64 {
+		t.Fatalf("need %d", n)
+	}
+	if n := (Image{Layers: []Layer{{Size: math.MaxInt64}, {Size: math.MaxInt64}, {Size: 2}}}).Bytes(); n != math.MaxUint64 {
+		t.Fatalf("bytes %d", n)
 	}
 }
