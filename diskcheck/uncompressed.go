@@ -118,6 +118,25 @@ func zstdContentSize(b []byte) (int64, bool) {
 	return int64(v), true
 }
 
+// drainRange closes every stream and drops every error a GetBlobAt still sends, until it
+// closes its channels (nil channels are done).
+func drainRange(streams chan io.ReadCloser, errs chan error) {
+	for streams != nil || errs != nil {
+		select {
+		case rc, ok := <-streams:
+			if !ok {
+				streams = nil
+				continue
+			}
+			rc.Close()
+		case _, ok := <-errs:
+			if !ok {
+				errs = nil
+			}
+		}
+	}
+}
+
 var errNoRanges = errors.New("the image source cannot read part of a blob")
 
 // readRange reads n bytes at off of a blob through src's GetBlobAt: an HTTP Range request
@@ -174,6 +193,11 @@ func readRange(ctx context.Context, src types.ImageSource, info types.BlobInfo, 
 				firstErr = err
 			}
 		case <-ctx.Done():
+			// containers/image's reader goes on until it can hand over what it has: a
+			// registry that ignores Range leaves it skipping through the blob, then
+			// blocked on an unbuffered send with a 1 MiB read-ahead buffer
+			// (splitHTTP200ResponseToPartial). Take what it sends until it closes both.
+			go drainRange(streams, errs)
 			return nil, ctx.Err()
 		}
 	}
