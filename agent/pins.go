@@ -53,7 +53,11 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
 		img := a.images[ref]
 		return img != nil && img.present, img != nil && img.pinned
 	}
-	w, err := a.pinner.Write(ctx, patterns, images)
+	// Bounded as a whole: containerd's label calls have a deadline each, and a runtime
+	// that does not answer ends the write at its first one.
+	wctx, cancel := context.WithTimeout(ctx, pinWriteTimeout)
+	w, err := a.pinner.Write(wctx, patterns, images)
+	cancel()
 	a.pinFaults = append(a.pinFaults, w.Faults...)
 	if err != nil {
 		a.log.WithError(err).Error("write pins")

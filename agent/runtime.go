@@ -15,6 +15,10 @@ import (
 // watchdog) for long.
 const rpcTimeout = 10 * time.Second
 
+// pinWriteTimeout bounds one write of the pins (a drop-in, or containerd's labels, one
+// call each), well inside systemd's watchdog (2 min).
+const pinWriteTimeout = 30 * time.Second
+
 // ensureRuntime asks the runtime for its version when it is not known (at start, and
 // after the runtime went away: it may come back upgraded).
 func (a *Agent) ensureRuntime(ctx context.Context) {

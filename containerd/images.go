@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 	typesapi "github.com/containerd/containerd/api/types"
@@ -42,6 +43,8 @@ type Images struct {
 	// read before an update is spared when Labels has just read it.
 	mu      sync.Mutex
 	targets map[string]*typesapi.Descriptor
+	// callTimeout overrides CallTimeout (tests).
+	callTimeout time.Duration
 }
 
 // DialImages connects to containerd's API socket ("unix:///run/containerd/containerd.sock"
@@ -63,15 +66,28 @@ func DialImages(address, namespace string) (*Images, error) {
 // Close closes the connection.
 func (i *Images) Close() error { return i.conn.Close() }
 
-// ctx adds the namespace header containerd's own client sends
-// (namespaces.WithNamespace: gRPC metadata "containerd-namespace").
-func (i *Images) ctx(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, "containerd-namespace", i.namespace)
+// CallTimeout bounds each call to containerd's image service: the pinner's calls run on
+// imagepind's reconcile loop, and a containerd that accepts a call and never answers
+// must not stop the loop, its heartbeat and the watchdog feeding with it.
+const CallTimeout = 10 * time.Second
+
+// call adds the namespace header containerd's own client sends
+// (namespaces.WithNamespace: gRPC metadata "containerd-namespace") and a deadline of
+// callTimeout (CallTimeout unless set) when ctx has none sooner.
+func (i *Images) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := i.callTimeout
+	if d <= 0 {
+		d = CallTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	return metadata.AppendToOutgoingContext(ctx, "containerd-namespace", i.namespace), cancel
 }
 
 // Labels returns the labels of the image record name; ErrNotFound when there is none.
 func (i *Images) Labels(ctx context.Context, name string) (map[string]string, error) {
-	resp, err := i.client.Get(i.ctx(ctx), &imagesapi.GetImageRequest{Name: name})
+	cctx, cancel := i.call(ctx)
+	defer cancel()
+	resp, err := i.client.Get(cctx, &imagesapi.GetImageRequest{Name: name})
 	if err != nil {
 		return nil, convert("get image "+name, err)
 	}
@@ -100,7 +116,9 @@ func (i *Images) SetPinned(ctx context.Context, name string, pinned bool) error 
 	target := i.targets[name]
 	i.mu.Unlock()
 	if target == nil {
-		resp, err := i.client.Get(i.ctx(ctx), &imagesapi.GetImageRequest{Name: name})
+		cctx, cancel := i.call(ctx)
+		resp, err := i.client.Get(cctx, &imagesapi.GetImageRequest{Name: name})
+		cancel()
 		if err != nil {
 			return convert("get image "+name, err)
 		}
@@ -112,7 +130,9 @@ func (i *Images) SetPinned(ctx context.Context, name string, pinned bool) error 
 	if pinned {
 		labels[PinnedLabel] = PinnedLabelValue
 	}
-	_, err := i.client.Update(i.ctx(ctx), &imagesapi.UpdateImageRequest{
+	cctx, cancel := i.call(ctx)
+	defer cancel()
+	_, err := i.client.Update(cctx, &imagesapi.UpdateImageRequest{
 		Image:      &imagesapi.Image{Name: name, Target: target, Labels: labels},
 		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels." + PinnedLabel}},
 	})

@@ -191,6 +191,9 @@ func (p *Pinner) Write(ctx context.Context, patterns []string, images func(ref s
 		for _, ref := range toLabel {
 			if err := p.Images.SetPinned(ctx, ref, true); err != nil && !errors.Is(err, ErrNotFound) {
 				errs = append(errs, err)
+				if isDown(err) {
+					break
+				}
 				continue
 			}
 			changed = true
@@ -198,6 +201,9 @@ func (p *Pinner) Write(ctx context.Context, patterns []string, images func(ref s
 	}
 	removed := false
 	for _, ref := range toUnlabel {
+		if len(errs) > 0 && isDown(errs[len(errs)-1]) {
+			break // containerd does not answer: the rest waits for the next pass
+		}
 		labels, err := p.Images.Labels(ctx, ref)
 		switch {
 		case errors.Is(err, ErrNotFound):
@@ -228,7 +234,8 @@ func (p *Pinner) Write(ctx context.Context, patterns []string, images func(ref s
 	return w, nil
 }
 
-// isDown says whether containerd did not answer: asking about more images is pointless.
+// isDown says whether containerd did not answer (unavailable, or past a call's
+// deadline): asking about more images is pointless.
 func isDown(err error) bool { return errors.Is(err, cri.ErrUnavailable) }
 
 // PinsRecords says that containerd pins image records, not names: an image is pinned
