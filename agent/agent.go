@@ -25,6 +25,8 @@ type Runtime interface {
 	Version(ctx context.Context) (cri.Version, error)
 	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
 	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
+	// ImageNames is one ListImages: every name the runtime has an image under.
+	ImageNames(ctx context.Context) (map[string]bool, error)
 }
 
 // Observer receives the events metrics count. Results: pulls "success", "transient",
@@ -73,6 +75,12 @@ type Config struct {
 	ConfirmTimeout time.Duration
 	// MaxBackoff caps every retry delay.
 	MaxBackoff time.Duration
+	// VerifyEvery is how often the presence of every image imagepind holds present is
+	// verified with one ListImages (0: every 2 minutes, so that an idle imagepind still
+	// settles between two and gives its memory back): an image removed behind its back
+	// (crictl rmi, podman rmi on CRI-O's storage; CRI-O sends no event) goes back to
+	// Pulling and is pulled again.
+	VerifyEvery time.Duration
 	// Heartbeat, when set, is how often the loop proves it is alive (Deps.Alive) even
 	// when idle: systemd's watchdog is fed by the loop itself, never by CRI-O's health.
 	Heartbeat time.Duration
@@ -173,6 +181,7 @@ type Agent struct {
 	diskErr      error
 	diskRetry    retry
 	diskRunning  bool                       // a check is in flight
+	verifying    bool                       // a presence verification is in flight
 	sized        map[string]map[string]bool // per set, the images its verdict counted
 	diskStarted  time.Time
 	recheck      retry // present but not yet reported pinned
@@ -216,6 +225,9 @@ func New(cfg Config, deps Deps) *Agent {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 5 * time.Minute
+	}
+	if cfg.VerifyEvery <= 0 {
+		cfg.VerifyEvery = 2 * time.Minute
 	}
 	if cfg.PullTimeout <= 0 {
 		cfg.PullTimeout = 30 * time.Minute
@@ -389,6 +401,7 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	}
 	desired := a.expandReleases(a.desiredSets())
 	a.ensureRuntime(ctx)
+	a.verifyPresence()
 	a.refreshPresence(ctx, desired)
 	admitted := a.checkDisk(desired)
 	a.syncPins(ctx, desired, admitted)

@@ -90,6 +90,26 @@ func (c *Client) ImageStatus(ctx context.Context, ref string) (Image, error) {
 	return Image{Present: true, Pinned: img.Pinned, ID: img.Id, Size: img.Size}, nil
 }
 
+// ImageNames lists every name the runtime has an image under (repo digests and repo
+// tags, lower-cased), with one ListImages call: how imagepind sees, cheaply, that an
+// image it pulled was removed behind its back (crictl rmi, podman rmi on CRI-O's storage).
+func (c *Client) ImageNames(ctx context.Context) (map[string]bool, error) {
+	resp, err := c.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+	if err != nil {
+		return nil, convert("list images", err)
+	}
+	names := map[string]bool{}
+	for _, img := range resp.GetImages() {
+		for _, n := range img.GetRepoDigests() {
+			names[strings.ToLower(n)] = true
+		}
+		for _, n := range img.GetRepoTags() {
+			names[strings.ToLower(n)] = true
+		}
+	}
+	return names, nil
+}
+
 // PullImage pulls ref with the given credentials (nil: none) and returns the image ref.
 func (c *Client) PullImage(ctx context.Context, ref string, auth *Auth) (string, error) {
 	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}}

@@ -6,6 +6,7 @@ package critest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ type Runtime interface {
 	Version(ctx context.Context) (cri.Version, error)
 	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
 	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
+	ImageNames(ctx context.Context) (map[string]bool, error)
 }
 
 // Pinner is the agent's runtime-specific part (agent.Pinner).
@@ -58,6 +60,24 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		sup, err := s.Pinner.Support(v.Version)
 		if v.Name != s.Name || err != nil || !sup.PinnedField || !sup.WithoutRestart || sup.Problem != "" {
 			t.Fatalf("version %+v: support %+v (%v): want %s that pins without a restart and reports Image.pinned", v, sup, err, s.Name)
+		}
+	})
+	// imagepind's cheap presence check: ListImages names every pulled image by the
+	// reference it was pulled by (by digest), so an image removed behind imagepind's back
+	// is seen missing by one call.
+	t.Run("ImageNamesListPulledReferences", func(t *testing.T) {
+		s := newSubject(t)
+		ctx := t.Context()
+		ref := s.Available[0]
+		if names, err := s.Runtime.ImageNames(ctx); err != nil || names[strings.ToLower(ref)] {
+			t.Fatalf("before the pull: %v %v", names[strings.ToLower(ref)], err)
+		}
+		if _, err := s.Runtime.PullImage(ctx, ref, nil); err != nil {
+			t.Fatalf("pull %s: %v", ref, err)
+		}
+		names, err := s.Runtime.ImageNames(ctx)
+		if err != nil || !names[strings.ToLower(ref)] {
+			t.Fatalf("after pulling %s the runtime lists %v (%v)", ref, names, err)
 		}
 	})
 	t.Run("AbsentImageIsNotAnError", func(t *testing.T) {

@@ -194,6 +194,22 @@ func (r *Runtime) Remove(ref string) {
 	r.emit(containerd.ImageEvent{Name: ref, Deleted: true})
 }
 
+// ImageNames lists the names of the images in storage (CRI ListImages).
+func (r *Runtime) ImageNames(context.Context) (map[string]bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		return nil, errDown
+	}
+	names := map[string]bool{}
+	for ref, ok := range r.present {
+		if ok {
+			names[strings.ToLower(ref)] = true
+		}
+	}
+	return names, nil
+}
+
 // Present says whether the image is in storage.
 func (r *Runtime) Present(ref string) bool {
 	r.mu.Lock()

@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+// On CRI-O an image removed behind imagepind's back (crictl rmi, podman rmi on the
+// shared storage) sends no event: the periodic ListImages sees it gone, the set leaves
+// Ready and the image is pulled (and pinned) again. Before the fix it stayed Ready
+// forever with the image gone.
+func TestImageRemovedBehindItsBackIsPulledAgain(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.VerifyEvery = 100 * time.Millisecond
+	a, b := img("a", 1), img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a, b))
+	h.waitFor("Ready", phase("s", status.Ready))
+	if h.rt.PullCount(a) != 1 {
+		t.Fatalf("pulls %d", h.rt.PullCount(a))
+	}
+	h.rt.Remove(a)
+	h.waitFor("pulled again and Ready", func(n status.Node) bool {
+		return phase("s", status.Ready)(n) && h.rt.PullCount(a) == 2 && h.rt.Present(a)
+	})
+	if h.rt.PullCount(b) != 1 {
+		t.Fatalf("an image still there was pulled again: %d", h.rt.PullCount(b))
+	}
+	// Settled: further verifications pull nothing.
+	time.Sleep(500 * time.Millisecond)
+	if h.rt.PullCount(a) != 2 || h.rt.PullCount(b) != 1 {
+		t.Fatalf("pulls a=%d b=%d after settling", h.rt.PullCount(a), h.rt.PullCount(b))
+	}
+}
