@@ -35,6 +35,7 @@ type cluster struct {
 	store     *Store
 	grpcAddr  string
 	httpURL   string
+	http      *http.Client
 	log       *logrus.Logger
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -63,12 +64,19 @@ func newCluster(t *testing.T, limits Limits) *cluster {
 	c.store = NewStore(limits, time.Now)
 	gl, _ := net.Listen("tcp", "127.0.0.1:0")
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
-	c.grpcAddr, c.httpURL = gl.Addr().String(), "http://"+hl.Addr().String()
+	c.grpcAddr, c.httpURL = gl.Addr().String(), "https://"+hl.Addr().String()
+	readTLS, err := ReadTLS(certFile, keyFile, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.http, err = c.serverCA.HTTPClient(""); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	c.wg.Add(2)
 	go func() { defer c.wg.Done(); ServeGRPC(ctx, gl, tlsConfig, c.store, c.log) }()
-	go func() { defer c.wg.Done(); ServeHTTP(ctx, hl, c.store, nil) }()
+	go func() { defer c.wg.Done(); ServeHTTP(ctx, hl, ReadHandler(c.store, nil), readTLS) }()
 	t.Cleanup(func() { cancel(); c.wg.Wait() })
 	return c
 }
@@ -117,7 +125,7 @@ func set(name string, phase status.Phase, ready, total int) status.Set {
 
 func (c *cluster) get(path string, v any) int {
 	c.t.Helper()
-	resp, err := http.Get(c.httpURL + path)
+	resp, err := c.http.Get(c.httpURL + path)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -192,7 +200,7 @@ func TestReadinessTransitions(t *testing.T) {
 	}
 
 	// Metrics and health on the read listener.
-	resp, err := http.Get(c.httpURL + "/metrics")
+	resp, err := c.http.Get(c.httpURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

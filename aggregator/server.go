@@ -85,16 +85,46 @@ func ServeGRPC(ctx context.Context, l net.Listener, tlsConfig *tls.Config, store
 	return nil
 }
 
-// ServeHTTP serves the read side on l until ctx ends.
-func ServeHTTP(ctx context.Context, l net.Listener, store *Store, ready func() bool) error {
-	srv := &http.Server{Handler: ReadHandler(store, ready), ReadHeaderTimeout: 5 * time.Second}
+// ReadTLS is the read listener's TLS: the same serving certificate as the report
+// listener (re-read on every handshake). Client certificates are asked for, and checked
+// by the read side's gate (package readauth), only when requestClientCerts.
+func ReadTLS(certFile, keyFile string, requestClientCerts bool) (*tls.Config, error) {
+	if _, err := tls.LoadX509KeyPair(certFile, keyFile); err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	c := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c, err := tls.LoadX509KeyPair(certFile, keyFile)
+			return &c, err
+		},
+	}
+	if requestClientCerts {
+		c.ClientAuth = tls.RequestClientCert
+	}
+	return c, nil
+}
+
+// ServeHTTP serves the read side (h: ReadHandler behind its gate) over TLS on l until
+// ctx ends. Every phase of a request has a deadline: a client that opens connections
+// and sends nothing, or reads nothing, holds them for seconds, not forever.
+func ServeHTTP(ctx context.Context, l net.Listener, h http.Handler, tlsConfig *tls.Config) error {
+	srv := &http.Server{
+		Handler:           h,
+		TLSConfig:         tlsConfig,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(sctx)
 	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

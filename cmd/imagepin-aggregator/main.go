@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -19,13 +20,16 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 
 	"github.com/imagepin/imagepin/aggregator"
 	"github.com/imagepin/imagepin/clusterstatus"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/internal/leader"
+	"github.com/imagepin/imagepin/readauth"
 )
 
 var version = "0.1.0-dev"
@@ -33,6 +37,7 @@ var version = "0.1.0-dev"
 type options struct {
 	grpcAddress, httpAddress  string
 	tlsCert, tlsKey, clientCA string
+	readClientCA              string
 	expectedNodes             string
 	stateFile                 string
 	flushInterval             time.Duration
@@ -81,7 +86,8 @@ func main() {
 // defineFlags registers the flags (also used by the test that checks the manifests).
 func defineFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.grpcAddress, "grpc-address", ":9443", "report listener (gRPC, mTLS: node client certificates)")
-	fs.StringVar(&o.httpAddress, "http-address", ":9444", "read listener (HTTP: /v1/sets, /v1/nodes, /metrics, /healthz; no client certificates)")
+	fs.StringVar(&o.httpAddress, "http-address", "", "read listener (HTTPS: the page, /v1/sets, /v1/nodes, /metrics, /healthz, /readyz); default :9444 with --cluster (bearer tokens checked with TokenReview, access with SubjectAccessReview), else 127.0.0.1:9444")
+	fs.StringVar(&o.readClientCA, "read-client-ca", "", "optional CA whose client certificates may read the read side (without --cluster: required to listen beyond loopback)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "/etc/imagepin-aggregator/tls/tls.crt", "serving certificate of the report listener")
 	fs.StringVar(&o.tlsKey, "tls-key", "/etc/imagepin-aggregator/tls/tls.key", "its key")
 	fs.StringVar(&o.clientCA, "client-ca", "/etc/imagepin-aggregator/kubelet-client-ca/ca-bundle.crt", "CA of the nodes' client certificates (the kubelet client CA)")
@@ -119,6 +125,12 @@ func hostname() string {
 }
 
 func run(ctx context.Context, o options, log *logrus.Logger) error {
+	if err := resolveReadAddress(&o); err != nil {
+		return err
+	}
+	// Reports are taken only while leading (or always, without leader election): the
+	// standby does not listen, and its /readyz says so, so the Service sends nodes to one.
+	var leading atomic.Bool
 	limits := aggregator.DefaultLimits()
 	limits.MaxNodes, limits.MaxSetsPerReport = o.maxNodes, o.maxSets
 	store := aggregator.NewStore(limits, time.Now)
@@ -148,14 +160,25 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	var rc *rest.Config
+	if o.cluster {
+		if rc, err = kube.Config(o.kubeconfig, "imagepin-aggregator/"+version, 20, 40); err != nil {
+			return err
+		}
+	}
+	readSide, err := readHandler(o, rc, store, leading.Load, log)
+	if err != nil {
+		return err
+	}
+	readTLS, err := aggregator.ReadTLS(o.tlsCert, o.tlsKey, o.readClientCA != "")
+	if err != nil {
+		return err
+	}
 	hl, err := net.Listen("tcp", o.httpAddress)
 	if err != nil {
 		return err
 	}
 	log.WithField("grpc", o.grpcAddress).WithField("http", hl.Addr().String()).WithField("version", version).Info("imagepin-aggregator listening")
-	// Reports are taken only while leading (or always, without leader election): the
-	// standby does not listen, and its /readyz says so, so the Service sends nodes to one.
-	var leading atomic.Bool
 	serveReports := func(ctx context.Context) error {
 		gl, err := net.Listen("tcp", o.grpcAddress)
 		if err != nil {
@@ -167,7 +190,7 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		return aggregator.ServeGRPC(ctx, gl, tlsConfig, store, log)
 	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, store, leading.Load) })
+	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, readSide, readTLS) })
 	g.Go(func() error { return store.RunForget(ctx, o.forgetAfter, log) })
 	if persister != nil {
 		g.Go(func() error { return persister.Run(ctx) })
@@ -175,10 +198,6 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 	if !o.cluster {
 		g.Go(func() error { return serveReports(ctx) })
 	} else {
-		rc, err := kube.Config(o.kubeconfig, "imagepin-aggregator/"+version, 20, 40)
-		if err != nil {
-			return err
-		}
 		dyn, err := dynamic.NewForConfig(rc)
 		if err != nil {
 			return err
@@ -225,4 +244,47 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// resolveReadAddress picks the read listener's default and refuses a read side open to
+// anyone: without the API (no TokenReview, no RBAC) it listens beyond loopback only
+// when client certificates are required.
+func resolveReadAddress(o *options) error {
+	if o.httpAddress == "" {
+		o.httpAddress = "127.0.0.1:9444"
+		if o.cluster {
+			o.httpAddress = ":9444"
+		}
+	}
+	if o.cluster || o.readClientCA != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(o.httpAddress)
+	if err != nil {
+		return fmt.Errorf("--http-address %q: %w", o.httpAddress, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("--http-address %s would open node names, images and errors to anyone who reaches it: "+
+		"without --cluster (tokens and RBAC) bind it to loopback, or set --read-client-ca to require client certificates", o.httpAddress)
+}
+
+// readHandler is the read side behind its gate: with the API (rc), tokens checked by
+// TokenReview and access by SubjectAccessReview; client certificates of --read-client-ca
+// when set; the probes open.
+func readHandler(o options, rc *rest.Config, store *aggregator.Store, ready func() bool, log logrus.FieldLogger) (http.Handler, error) {
+	cfg := readauth.Config{ClientCAFile: o.readClientCA, Open: []string{"/healthz", "/readyz"}, Log: log}
+	if rc != nil {
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Kube = cs
+	}
+	guard, err := readauth.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return guard.Handler(aggregator.ReadHandler(store, ready)), nil
 }

@@ -32,17 +32,26 @@ func (m manifest) get(path ...string) any {
 	return cur
 }
 
-func load(t *testing.T, name string) manifest {
+func load(t *testing.T, name string) manifest { return loadAll(t, name)[0] }
+
+// loadAll reads every document of a manifest file.
+func loadAll(t *testing.T, name string) []manifest {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("../../packaging/aggregator", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m manifest
-	if err := yaml.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s: %v", name, err)
+	var out []manifest
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var m manifest
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if m != nil {
+			out = append(out, m)
+		}
 	}
-	return m
+	return out
 }
 
 // The aggregator's manifests parse and reference what the binary expects: its flags, the
@@ -112,9 +121,34 @@ func TestManifestsMatchTheBinary(t *testing.T) {
 			t.Errorf("%s: container port %s, flag %s", portName, ports[portName], flagAddr)
 		}
 	}
-	for _, p := range svc.get("spec", "ports").([]any) {
-		if tp := p.(map[string]any)["targetPort"].(string); ports[tp] == "" {
-			t.Errorf("the service targets %s, not a container port", tp)
+	// The read port is reached from inside the cluster only: no Service puts it on the
+	// nodes' addresses; the reports' NodePort carries the report port alone.
+	services := loadAll(t, "service.yaml")
+	nodePorts := 0
+	for _, sv := range services {
+		if sv.get("metadata", "namespace") != name {
+			t.Errorf("service %v: namespace", sv.get("metadata", "name"))
+		}
+		for _, p := range sv.get("spec", "ports").([]any) {
+			tp := p.(map[string]any)["targetPort"].(string)
+			if ports[tp] == "" {
+				t.Errorf("the service targets %s, not a container port", tp)
+			}
+			if sv.get("spec", "type") == "NodePort" {
+				nodePorts++
+				if tp != "grpc-reports" {
+					t.Errorf("service %v exposes %s on every node", sv.get("metadata", "name"), tp)
+				}
+			}
+		}
+	}
+	if len(services) != 2 || nodePorts != 1 || svc.get("spec", "type") != "ClusterIP" {
+		t.Errorf("want a ClusterIP service with both ports and a NodePort service for reports: %d services, %d node ports", len(services), nodePorts)
+	}
+	np := load(t, "networkpolicy.yaml")
+	for k, v := range np.get("spec", "podSelector", "matchLabels").(map[string]any) {
+		if dep.get("spec", "template", "metadata", "labels").(map[string]any)[k] != v {
+			t.Errorf("the NetworkPolicy selects %s=%v, not the pods", k, v)
 		}
 	}
 	sel := svc.get("spec", "selector").(map[string]any)
@@ -128,8 +162,8 @@ func TestManifestsMatchTheBinary(t *testing.T) {
 	// leader (so the Service sends reports to one replica).
 	for _, probe := range []string{"readinessProbe", "livenessProbe"} {
 		get := c[probe].(map[string]any)["httpGet"].(map[string]any)
-		if get["port"] != "http-read" {
-			t.Errorf("%s port %v", probe, get["port"])
+		if get["port"] != "http-read" || get["scheme"] != "HTTPS" {
+			t.Errorf("%s port %v scheme %v: the read side serves HTTPS", probe, get["port"], get["scheme"])
 		}
 		for _, leading := range []bool{false, true} {
 			srv := httptest.NewServer(aggregator.ReadHandler(aggregator.NewStore(aggregator.DefaultLimits(), time.Now), func() bool { return leading }))
@@ -155,6 +189,17 @@ func TestManifestsMatchTheBinary(t *testing.T) {
 	}
 	if sa != "imagepin-aggregator" || !strings.Contains(string(rbac), "kind: ServiceAccount\nmetadata:\n  name: imagepin-aggregator\n  namespace: imagepin") {
 		t.Errorf("service account %v is not the one rbac.yaml binds", sa)
+	}
+	// The read side's TokenReviews and SubjectAccessReviews need system:auth-delegator.
+	delegated := false
+	for _, m := range loadAll(t, "rbac.yaml") {
+		if m.get("kind") == "ClusterRoleBinding" && m.get("roleRef", "name") == "system:auth-delegator" {
+			sub := m.get("subjects").([]any)[0].(map[string]any)
+			delegated = sub["name"] == sa && sub["namespace"] == name
+		}
+	}
+	if !delegated {
+		t.Error("rbac.yaml does not bind the aggregator's service account to system:auth-delegator")
 	}
 	pdb := load(t, "pdb.yaml")
 	for k, v := range pdb.get("spec", "selector", "matchLabels").(map[string]any) {

@@ -10,6 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
 	"github.com/imagepin/imagepin/aggregator"
 	"github.com/imagepin/imagepin/diskcheck"
 )
@@ -42,7 +45,11 @@ func (v clusterView) attention() bool {
 // clusterStatus shows the aggregator's per-set view; with watch it redraws every
 // interval until interrupted.
 func clusterStatus(ctx context.Context, o *statusOptions, stdout, stderr io.Writer) int {
-	client := &http.Client{Timeout: 10 * time.Second}
+	client, err := readClient(o.kubeconfig, o.aggregatorCA)
+	if err != nil {
+		fmt.Fprintf(stderr, "imagepinctl status: %v\n", err)
+		return exitUsage
+	}
 	url := aggregatorURL(o.aggregator)
 	for {
 		var view clusterView
@@ -83,12 +90,40 @@ func clusterStatus(ctx context.Context, o *statusOptions, stdout, stderr io.Writ
 	}
 }
 
-// aggregatorURL accepts the aggregator's address with or without a scheme.
+// aggregatorURL accepts the aggregator's address with or without a scheme (HTTPS).
 func aggregatorURL(s string) string {
 	if !strings.Contains(s, "://") {
-		s = "http://" + s
+		s = "https://" + s
 	}
 	return strings.TrimSuffix(s, "/")
+}
+
+// readClient is an HTTPS client for the aggregator's read side: it trusts caFile (the
+// CA of the aggregator's serving certificate; empty: the system's roots) and sends the
+// credentials of a kubeconfig (kubeconfig, else $KUBECONFIG or ~/.kube/config, as
+// kubectl finds them: a token, a client certificate, an exec plugin), which the
+// aggregator checks with the API server. No kubeconfig at all: no credentials (an
+// aggregator without --cluster, on loopback).
+func readClient(kubeconfig, caFile string) (*http.Client, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	switch {
+	case clientcmd.IsEmptyConfig(err) && kubeconfig == "":
+		rc = &rest.Config{}
+	case err != nil:
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	// The kubeconfig's credentials, not its server's CA or name: the aggregator has
+	// its own serving certificate.
+	rc = rest.CopyConfig(rc)
+	rc.TLSClientConfig.CAFile, rc.TLSClientConfig.CAData, rc.TLSClientConfig.ServerName = caFile, nil, ""
+	rc.TLSClientConfig.Insecure = false
+	rt, err := rest.TransportFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("aggregator client: %w", err)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: rt}, nil
 }
 
 // fetchSets reads every set; allNodes lists every node of each, not only those that are
@@ -112,7 +147,14 @@ func getJSON(ctx context.Context, client *http.Client, url string, v any) error 
 		return fmt.Errorf("aggregator: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		return fmt.Errorf("aggregator: %s: %s: no credentials it accepts (use --kubeconfig, or a kubeconfig with a token or client certificate)", url, resp.Status)
+	case http.StatusForbidden:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("aggregator: %s: %s (bind ClusterRole imagepin-aggregator-reader): %s", url, resp.Status, strings.TrimSpace(string(b)))
+	default:
 		return fmt.Errorf("aggregator: %s: %s", url, resp.Status)
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v); err != nil {

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/pem"
+	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,18 +57,65 @@ func TestClusterStatus(t *testing.T) {
 	}
 }
 
-// The aggregator's address works without a scheme.
+// The aggregator's address works without a scheme (HTTPS): the client trusts
+// --aggregator-ca and sends the kubeconfig's credentials, which the aggregator checks.
 func TestAggregatorAddressWithoutScheme(t *testing.T) {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
 	store := aggregator.NewStore(aggregator.DefaultLimits(), time.Now)
 	r := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: "w1"}, Sets: []status.Set{{Name: "s", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1}}}, "b", 1, time.Minute)
 	if _, err := store.Ingest("w1", r); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(aggregator.ReadHandler(store, nil))
+	read := aggregator.ReadHandler(store, nil)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Authorization") {
+		case "Bearer reader-token":
+			read.ServeHTTP(w, r)
+		case "Bearer other-token":
+			http.Error(w, `Forbidden: user "other" may not get /v1/sets`, http.StatusForbidden)
+		default:
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		}
+	}))
 	defer srv.Close()
-	code, out, errOut := ctl(t, "status", "--aggregator", strings.TrimPrefix(srv.URL, "http://"), "-o", "wide")
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := func(token string) string {
+		p := filepath.Join(dir, token+".kubeconfig")
+		os.WriteFile(p, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://api.example:6443", certificate-authority-data: "bm90IHRoZSBhZ2dyZWdhdG9yJ3MgQ0E="}}]
+users: [{name: u, user: {token: `+token+`}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600)
+		return p
+	}
+	addr := strings.TrimPrefix(srv.URL, "https://")
+	code, out, errOut := ctl(t, "status", "--aggregator", addr, "--aggregator-ca", ca, "--kubeconfig", kubeconfig("reader-token"), "-o", "wide")
 	if code != 0 || !strings.Contains(out, "s on w1: Ready 1/1 images") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	// KUBECONFIG is found as kubectl finds it.
+	t.Setenv("KUBECONFIG", kubeconfig("reader-token"))
+	if code, _, errOut := ctl(t, "status", "--aggregator", addr, "--aggregator-ca", ca); code != 0 {
+		t.Fatalf("with $KUBECONFIG: exit %d: %s", code, errOut)
+	}
+	code, _, errOut = ctl(t, "status", "--aggregator", addr, "--aggregator-ca", ca, "--kubeconfig", kubeconfig("other-token"))
+	if code != 2 || !strings.Contains(errOut, "403") || !strings.Contains(errOut, "imagepin-aggregator-reader") {
+		t.Fatalf("a reader RBAC refuses: exit %d: %s", code, errOut)
+	}
+	t.Setenv("KUBECONFIG", filepath.Join(dir, "none"))
+	code, _, errOut = ctl(t, "status", "--aggregator", addr, "--aggregator-ca", ca)
+	if code != 2 || !strings.Contains(errOut, "401") {
+		t.Fatalf("no credentials: exit %d: %s", code, errOut)
+	}
+	// Without the CA the certificate is not trusted.
+	if code, _, errOut := ctl(t, "status", "--aggregator", addr, "--kubeconfig", kubeconfig("reader-token")); code != 2 || !strings.Contains(errOut, "certificate") {
+		t.Fatalf("an untrusted certificate: exit %d: %s", code, errOut)
 	}
 }
 

@@ -16,10 +16,12 @@ import (
 )
 
 type statusOptions struct {
-	aggregator string
-	watch      bool
-	interval   time.Duration
-	output     *outputFlag
+	aggregator   string
+	aggregatorCA string
+	kubeconfig   string
+	watch        bool
+	interval     time.Duration
+	output       *outputFlag
 }
 
 func newStatus(g *globals) *cobra.Command {
@@ -41,8 +43,8 @@ running, flagged STALE.`,
 		Example: `  imagepinctl status
   imagepinctl status -o wide
   imagepinctl status -o json | jq '.sets[] | select(.phase != "Ready")'
-  imagepinctl status --aggregator http://imagepin-aggregator.imagepin:9444
-  imagepinctl status --aggregator imagepin-aggregator.imagepin:9444 --watch`,
+  imagepinctl status --aggregator https://imagepin-aggregator.imagepin.svc:9444 --aggregator-ca service-ca.crt
+  imagepinctl status --aggregator imagepin-aggregator.imagepin.svc:9444 --aggregator-ca service-ca.crt --watch`,
 		GroupID: "node",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -63,7 +65,9 @@ running, flagged STALE.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.aggregator, "aggregator", "", "the aggregator's read address (http://host:9444, or host:port): show the cluster view")
+	f.StringVar(&o.aggregator, "aggregator", "", "the aggregator's read address (https://host:9444, or host:port): show the cluster view")
+	f.StringVar(&o.aggregatorCA, "aggregator-ca", "", "with --aggregator: the CA of its serving certificate (OpenShift: the service CA); default: the system's roots")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "with --aggregator: the kubeconfig whose credentials it checks (default: $KUBECONFIG, then ~/.kube/config)")
 	f.BoolVarP(&o.watch, "watch", "w", false, "with --aggregator: redraw until interrupted")
 	f.DurationVar(&o.interval, "interval", 2*time.Second, "with --watch: how often to redraw")
 	o.output = addOutputFlag(cmd, outTable, outWide, outJSON, outYAML)

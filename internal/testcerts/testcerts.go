@@ -7,11 +7,13 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -97,4 +99,20 @@ func (ca *CA) Client(dir, file, cn, org string) (string, error) {
 	p := filepath.Join(dir, file+".pem")
 	return p, ca.issue(&x509.Certificate{Subject: pkix.Name{CommonName: cn, Organization: []string{org}},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, p, p)
+}
+
+// HTTPClient is an HTTPS client that trusts this CA and, with clientPEM set (a file
+// from Client or Node), presents that certificate.
+func (ca *CA) HTTPClient(clientPEM string) (*http.Client, error) {
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if clientPEM != "" {
+		cert, err := tls.LoadX509KeyPair(clientPEM, clientPEM)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}, nil
 }
