@@ -43,13 +43,14 @@ var (
 	binDir   = flag.String("bin", "bin", "directory with imagepin-aggregator")
 	readAll  = flag.Bool("read-all", false, "read /v1/sets/{name}?nodes=all (every node listed) instead of the default")
 	readURL  = flag.String("reader", "", "internal: be the reader process, reading this URL for -duration and printing each latency in µs")
+	readerCA = flag.String("reader-ca", "", "internal: the CA the reader trusts (the read side is HTTPS)")
 	rateFlag = flag.Int("rate", 0, "reports per second across all senders (0: as fast as they can)")
 )
 
 func main() {
 	flag.Parse()
 	if *readURL != "" {
-		reader(*readURL, *duration)
+		reader(*readURL, *readerCA, *duration)
 		return
 	}
 	if err := run(); err != nil {
@@ -99,7 +100,11 @@ func run() error {
 
 	gp, _ := env.FreePort()
 	hp, _ := env.FreePort()
-	grpcAddr, httpURL := "127.0.0.1:"+strconv.Itoa(gp), "http://127.0.0.1:"+strconv.Itoa(hp)
+	grpcAddr, httpURL := "127.0.0.1:"+strconv.Itoa(gp), "https://127.0.0.1:"+strconv.Itoa(hp)
+	readClient, err := serverCA.HTTPClient("")
+	if err != nil {
+		return err
+	}
 	agg := exec.Command(filepath.Join(*binDir, "imagepin-aggregator"), "--grpc-address", grpcAddr, "--http-address", "127.0.0.1:"+strconv.Itoa(hp),
 		"--tls-cert", cert, "--tls-key", key, "--client-ca", kubeletCA.File, "--max-nodes", strconv.Itoa(*nodes*2), "--log-level", "warn")
 	agg.Stderr = os.Stderr
@@ -108,7 +113,7 @@ func run() error {
 	}
 	defer func() { agg.Process.Signal(os.Interrupt); agg.Wait() }()
 	for i := 0; ; i++ {
-		if resp, err := http.Get(httpURL + "/healthz"); err == nil {
+		if resp, err := readClient.Get(httpURL + "/healthz"); err == nil {
 			resp.Body.Close()
 			break
 		}
@@ -205,7 +210,7 @@ func run() error {
 		readURL += "?nodes=all"
 	}
 	self, _ := os.Executable()
-	rd := exec.Command(self, "-reader", readURL, "-duration", duration.String())
+	rd := exec.Command(self, "-reader", readURL, "-reader-ca", serverCA.File, "-duration", duration.String())
 	var rdOut strings.Builder
 	rd.Stdout, rd.Stderr = &rdOut, os.Stderr
 	if err := rd.Start(); err != nil {
@@ -261,8 +266,15 @@ func nodeName(i int) string { return fmt.Sprintf("worker-%05d", i) }
 
 // reader reads url 50 times a second for d (a busy dashboard, many times over),
 // printing each answered read's latency in µs.
-func reader(url string, d time.Duration) {
-	client := &http.Client{Timeout: 30 * time.Second}
+func reader(url, caFile string, d time.Duration) {
+	pemCA, err := os.ReadFile(caFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "reader:", err)
+		return
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pemCA)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	deadline := time.Now().Add(d)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

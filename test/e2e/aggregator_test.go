@@ -25,6 +25,27 @@ type aggregatorProc struct {
 	cmd               *exec.Cmd
 	httpURL, grpcAddr string
 	log               string
+	// client trusts the aggregator's serving certificate; token, when set, is sent as a
+	// bearer token (the read side checks it with the API server).
+	client *http.Client
+	token  string
+}
+
+// get asks the read side for path with the test's credentials.
+func (a *aggregatorProc) get(path string) (*http.Response, error) {
+	return a.getAs(path, a.token)
+}
+
+// getAs asks the read side for path with a bearer token ("" for none).
+func (a *aggregatorProc) getAs(path, token string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, a.httpURL+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return a.client.Do(req)
 }
 
 func startAggregator(t *testing.T, dir string) (*aggregatorProc, *testcerts.CA, *testcerts.CA) {
@@ -43,7 +64,11 @@ func startAggregator(t *testing.T, dir string) (*aggregatorProc, *testcerts.CA, 
 	}
 	gp, _ := env.FreePort()
 	hp, _ := env.FreePort()
-	a := &aggregatorProc{t: t, grpcAddr: "127.0.0.1:" + strconv.Itoa(gp), httpURL: "http://127.0.0.1:" + strconv.Itoa(hp), log: filepath.Join(dir, "aggregator.log")}
+	client, err := serverCA.HTTPClient("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &aggregatorProc{t: t, grpcAddr: "127.0.0.1:" + strconv.Itoa(gp), httpURL: "https://127.0.0.1:" + strconv.Itoa(hp), log: filepath.Join(dir, "aggregator.log"), client: client}
 	a.args = []string{"--grpc-address", a.grpcAddr, "--http-address", "127.0.0.1:" + strconv.Itoa(hp),
 		"--tls-cert", cert, "--tls-key", key, "--client-ca", kubeletCA.File}
 	a.start()
@@ -60,7 +85,7 @@ func (a *aggregatorProc) start() {
 		a.t.Fatal(err)
 	}
 	waitUntil(a.t, "the aggregator", 10*time.Second, func() bool {
-		resp, err := http.Get(a.httpURL + "/healthz")
+		resp, err := a.get("/healthz")
 		if err == nil {
 			resp.Body.Close()
 		}
@@ -77,7 +102,7 @@ func (a *aggregatorProc) stop() {
 }
 
 func (a *aggregatorProc) set(name string) (aggregator.SetView, bool) {
-	resp, err := http.Get(a.httpURL + "/v1/sets/" + name + "?nodes=all")
+	resp, err := a.get("/v1/sets/" + name + "?nodes=all")
 	if err != nil {
 		return aggregator.SetView{}, false
 	}
@@ -124,7 +149,10 @@ func TestImagepindReportsToAggregator(t *testing.T) {
 		return oka && okb && va.Ready && vb.Ready
 	})
 	// And the cluster view on the command line.
-	out, err := exec.Command(filepath.Join(binDir, "imagepinctl"), "status", "--aggregator", agg.httpURL).CombinedOutput()
+	// Without --cluster the read side is on loopback, over HTTPS, with no credentials.
+	cmd := exec.Command(filepath.Join(binDir, "imagepinctl"), "status", "--aggregator", agg.httpURL, "--aggregator-ca", serverCA.File)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(w.dir, "no-kubeconfig"))
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("imagepinctl status --aggregator: %v\n%s", err, out)
 	}

@@ -224,8 +224,13 @@ func (c *cluster) startClusterAggregator(name string, extra ...string) *aggregat
 	c.t.Helper()
 	gp, _ := env.FreePort()
 	hp, _ := env.FreePort()
-	a := &aggregatorProc{t: c.t, grpcAddr: "127.0.0.1:" + strconv.Itoa(gp), httpURL: "http://127.0.0.1:" + strconv.Itoa(hp),
-		log: filepath.Join(c.dir, name+".log")}
+	client, err := c.serverCA.HTTPClient("")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	// The read side asks the API server about every token: the admin's is allowed by RBAC.
+	a := &aggregatorProc{t: c.t, grpcAddr: "127.0.0.1:" + strconv.Itoa(gp), httpURL: "https://127.0.0.1:" + strconv.Itoa(hp),
+		log: filepath.Join(c.dir, name+".log"), client: client, token: c.kube.AdminToken}
 	a.args = append([]string{"--grpc-address", a.grpcAddr, "--http-address", "127.0.0.1:" + strconv.Itoa(hp),
 		"--tls-cert", c.aggCert, "--tls-key", c.aggKey, "--client-ca", c.kube.ClientCA.File,
 		"--cluster", "--kubeconfig", c.aggConfig, "--leader-elect-namespace", "imagepin", "--leader-elect-identity", name,
@@ -531,7 +536,7 @@ func TestAggregatorTakeover(t *testing.T) {
 }
 
 func ready(a *aggregatorProc) bool {
-	resp, err := http.Get(a.httpURL + "/readyz")
+	resp, err := a.getAs("/readyz", "")
 	if err != nil {
 		return false
 	}
