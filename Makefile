@@ -30,6 +30,7 @@ cross:
 	done
 
 lint: build
+	hack/verify-tree.sh
 	hack/verify-unit.sh $(BIN)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
