@@ -64,9 +64,11 @@ bench: build
 	hack/bench-deps.sh >/dev/null
 	$(GO) run ./test/bench -bin $(BIN) $(BENCH_FLAGS) | tee $(BENCH_OUT)
 
-# RUNTIME=containerd runs the same demo against a real containerd 2.2.9.
+# RUNTIME=containerd runs the same demo against a real containerd 2.2.9. The demo builds
+# only what it runs (CRI-O and crictl, or containerd): the kube builds belong to make test.
 RUNTIME ?= cri-o
-demo: deps build
+demo: build
+	hack/e2e-deps.sh $(RUNTIME) >/dev/null
 	RUNTIME=$(RUNTIME) IMAGEPIN_BIN=$(BIN) $(GO) run ./test/demo
 
 clean:

@@ -4,6 +4,8 @@
 # repository.
 #
 #   hack/e2e-deps.sh            install packages, build what is missing, print the cache dir
+#   hack/e2e-deps.sh cri-o      only what a CRI-O node needs (make demo): CRI-O, crictl
+#   hack/e2e-deps.sh containerd only what a containerd node needs (make demo RUNTIME=containerd)
 #
 # IMAGEPIN_CACHE (default /var/cache/imagepin) holds the binaries between runs.
 set -euo pipefail
@@ -17,8 +19,16 @@ mkdir -p "$BIN"
 
 log() { echo "e2e-deps: $*" >&2; }
 
+WHAT=${1:-all}
+case "$WHAT" in
+  all) pkgs="docker-registry skopeo conmon runc containernetworking-plugins iproute2 dbus systemd chromium" ;;
+  cri-o|containerd) pkgs="docker-registry skopeo conmon runc containernetworking-plugins iproute2" ;;
+  *) log "usage: $0 [all|cri-o|containerd]"; exit 2 ;;
+esac
+want() { [ "$WHAT" = all ] || [ "$WHAT" = "$1" ]; }
+
 need_pkgs=()
-for p in docker-registry skopeo conmon runc containernetworking-plugins iproute2 dbus systemd chromium; do
+for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -33,7 +43,7 @@ fi
 
 . "$(dirname "$0")/lib.sh"
 
-if [ ! -x "$BIN/crio" ] || [ ! -x "$BIN/pinns" ] || ! "$BIN/crio" version 2>/dev/null | grep -q "${CRIO_VERSION#v}"; then
+if want cri-o && { [ ! -x "$BIN/crio" ] || [ ! -x "$BIN/pinns" ] || ! "$BIN/crio" version 2>/dev/null | grep -q "${CRIO_VERSION#v}"; }; then
   log "building CRI-O $CRIO_VERSION into $BIN (about 5 minutes cold)"
   work=$(mktemp -d "$CACHE/crio-src.XXXXXX")
   go_module_src github.com/cri-o/cri-o "$CRIO_VERSION" "$work/cri-o"
@@ -47,7 +57,7 @@ if [ ! -x "$BIN/crio" ] || [ ! -x "$BIN/pinns" ] || ! "$BIN/crio" version 2>/dev
   rm -rf "$work"
 fi
 
-if [ ! -x "$BIN/crictl" ]; then
+if [ ! -x "$BIN/crictl" ]; then  # the demo shows what CRI-O and containerd hold with it
   log "building crictl $CRICTL_VERSION"
   work=$(mktemp -d "$CACHE/crictl-src.XXXXXX")
   GONOSUMDB=sigs.k8s.io/cri-tools go_module_src sigs.k8s.io/cri-tools "$CRICTL_VERSION" "$work/cri-tools"
@@ -58,7 +68,7 @@ fi
 
 # containerd 2.x: its module has no replace directives. Static (no cgo), without the
 # btrfs, devmapper and zfs snapshotters the tests do not use. About 1 minute cold.
-if [ ! -x "$BIN/containerd" ] || ! "$BIN/containerd" --version 2>/dev/null | grep -q " $CONTAINERD_VERSION\b"; then
+if want containerd && { [ ! -x "$BIN/containerd" ] || ! "$BIN/containerd" --version 2>/dev/null | grep -q " $CONTAINERD_VERSION\b"; }; then
   log "building containerd $CONTAINERD_VERSION into $BIN"
   work=$(mktemp -d "$CACHE/containerd-src.XXXXXX")
   go_module_src github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" "$work/containerd"
