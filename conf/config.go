@@ -16,7 +16,7 @@ import (
 const DefaultConfigPath = "/etc/imagepin/imagepind.toml"
 
 // Config is imagepind's configuration. Every key is optional; Default() holds the defaults.
-// The README's configuration reference documents each key.
+// docs/configuration.md documents each key.
 type Config struct {
 	SetsDir    string   `toml:"sets_dir"`
 	StateDir   string   `toml:"state_dir"`

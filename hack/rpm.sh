@@ -21,7 +21,7 @@ for pair in x86_64:amd64 aarch64:arm64; do
   rpmarch=${pair%%:*}; goarch=${pair##*:}
   src="$top/SOURCES/$goarch"; mkdir -p "$src"
   CGO_ENABLED=0 GOOS=linux GOARCH=$goarch go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$src/" ./cmd/imagepind ./cmd/imagepinctl
-  cp packaging/systemd/imagepind.service packaging/systemd/80-imagepin.preset packaging/config/imagepind.toml README.md "$src/"
+  cp packaging/systemd/imagepind.service packaging/systemd/80-imagepin.preset packaging/config/imagepind.toml README.md docs/configuration.md docs/operations.md "$src/"
   rpmbuild -bb --quiet --target "$rpmarch" \
     --define "_topdir $top" --define "_sourcedir $src" --define "_goarch $goarch" --define "_version $version" --define "_release $release" \
     --define "_build_id_links none" \
