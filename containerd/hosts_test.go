@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/registry"
 )
 
 func writeHosts(t *testing.T, root, dir, content string) {
@@ -153,8 +153,8 @@ func TestHostsMirrorWithCAThroughTheResolver(t *testing.T) {
   ca = "`+filepath.Join(cas, reg.Host, "ca.crt")+`"
 `)
 	h := &containerd.Hosts{ConfigPath: root, Dir: t.TempDir()}
-	r := diskcheck.NewResolver(diskcheck.ResolverConfig{
-		Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}, Concurrency: 2, RegistryFiles: h.Files,
+	r := registry.New(registry.Config{
+		Platform: registry.Platform{OS: "linux", Architecture: "amd64"}, Concurrency: 2, RegistryFiles: h.Files,
 	}, nil)
 	got, err := r.Resolve(context.Background(), "upstream.example.invalid/ocp/release@"+digest)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -25,13 +26,13 @@ type ImageFS func(ctx context.Context) (string, error)
 // Registry is the real Checker.
 type Registry struct {
 	cfg      Config
-	resolver *Resolver
+	resolver *registry.Client
 	imageFS  ImageFS
 	statfs   func(string) (Space, error)
 }
 
 // New returns the registry-backed check.
-func New(cfg Config, resolver *Resolver, imageFS ImageFS) *Registry {
+func New(cfg Config, resolver *registry.Client, imageFS ImageFS) *Registry {
 	if cfg.Multiplier <= 0 {
 		cfg.Multiplier = 2
 	}
@@ -39,7 +40,7 @@ func New(cfg Config, resolver *Resolver, imageFS ImageFS) *Registry {
 }
 
 type resolved struct {
-	img Image
+	img registry.Image
 	err error
 }
 
@@ -78,7 +79,7 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 		for _, image := range s.Missing {
 			f := found[image]
 			switch {
-			case f.err != nil && IsUnavailable(f.err):
+			case f.err != nil && registry.IsUnavailable(f.err):
 				v.Unavailable[image] = f.err.Error()
 				continue
 			case f.err != nil:
@@ -93,18 +94,18 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 					continue
 				}
 				newLayers[l.Digest] = true
-				layers = AddSat(layers, uint64(l.Size))
-				need = AddSat(need, l.Need(r.cfg.Multiplier))
+				layers = registry.AddSat(layers, uint64(l.Size))
+				need = registry.AddSat(need, Need(l, r.cfg.Multiplier))
 				if l.Uncompressed > 0 {
-					uncompressed = AddSat(uncompressed, uint64(l.Uncompressed))
+					uncompressed = registry.AddSat(uncompressed, uint64(l.Uncompressed))
 				}
 			}
 		}
-		total := AddSat(cumulative, need)
+		total := registry.AddSat(cumulative, need)
 		// A set that needs nothing more (every image present, or every layer counted for
 		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
 		// refusal would let its pins go just as the kubelet's image GC starts deleting.
-		fits := need == 0 || (total <= space.Available && AddSat(space.Used(), total) <= limit)
+		fits := need == 0 || (total <= space.Available && registry.AddSat(space.Used(), total) <= limit)
 		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, path, space, threshold, thresholdFrom, terr)
 		switch {
 		case !fits:

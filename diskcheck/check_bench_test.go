@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/registry"
 )
 
 // BenchmarkCheck500 is the disk check of 500 images (1000+ distinct layers) against an
@@ -15,7 +16,7 @@ func BenchmarkCheck500(b *testing.B) {
 	t := &testing.T{}
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	var refs []string
 	base := layer(t, 4<<10)
 	for i := 0; i < 500; i++ {
@@ -28,9 +29,9 @@ func BenchmarkCheck500(b *testing.B) {
 		b.Run(fmt.Sprintf("concurrency=%d/ranges=%v", c.conc, c.ranges), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				before := reg.Requests()
-				r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
-					Platform: Platform{OS: "linux", Architecture: "amd64"}, Concurrency: c.conc, NoUncompressedSizes: !c.ranges}, nil)
-				chk := New(Config{NodeName: "b", Multiplier: 2}, r, func(context.Context) (string, error) { return f.dir, nil })
+				r := registry.New(registry.Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs,
+					Platform: registry.Platform{OS: "linux", Architecture: "amd64"}, Concurrency: c.conc, NoUncompressedSizes: !c.ranges}, nil)
+				chk := New(Config{NodeName: "b", Multiplier: 2}, r, func(context.Context) (string, error) { return f.Dir, nil })
 				res, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: refs}})
 				if err != nil || len(res.Verdicts["s"].Bytes) != 500 {
 					b.Fatalf("%v %d", err, len(res.Verdicts["s"].Bytes))

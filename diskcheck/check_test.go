@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
 )
 
 func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	base := layer(t, 10000)
 	u1, u2, u3, u5 := layer(t, 3000), layer(t, 4000), layer(t, 5000), layer(t, 30000)
 	img1 := reg.Host + "/" + reg.Push("a/one", image(t, base, u1), "")
@@ -37,7 +38,7 @@ func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
 	check := func(space Space, threshold int) Result {
 		t.Helper()
 		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: threshold},
-			f.resolver(Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+			resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 		c.statfs = func(string) (Space, error) { return space, nil }
 		res, err := c.Check(context.Background(), sets)
 		if err != nil {
@@ -99,11 +100,11 @@ func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
 func TestZeroNeedIsNeverRefused(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	shared := layer(t, 20000)
 	one := reg.Host + "/" + reg.Push("a/one", image(t, shared), "")
 	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85},
-		f.resolver(Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+		resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 20}, nil } // 99.9% used
 	res, err := c.Check(context.Background(), []SetRequest{
 		{Name: "needs-space", Missing: []string{one}},

@@ -15,9 +15,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/registry"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 
-	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/release/releasetest"
 )
@@ -33,7 +33,7 @@ type reg struct {
 // upstream.example.invalid/ocp exists only as a digest mirror of it.
 func newReg(t *testing.T) *reg {
 	r := &reg{dir: t.TempDir()}
-	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	h := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
 		h.ServeHTTP(w, req)
@@ -55,11 +55,11 @@ pull-from-mirror = "digest-only"
 	return r
 }
 
-func (r *reg) source(p diskcheck.Platform) release.Source {
+func (r *reg) source(p registry.Platform) release.Source {
 	if p.OS == "" {
-		p = diskcheck.Platform{OS: "linux", Architecture: "amd64"}
+		p = registry.Platform{OS: "linux", Architecture: "amd64"}
 	}
-	res := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: r.conf, RegistriesConfDir: filepath.Join(r.dir, "none"),
+	res := registry.New(registry.Config{RegistriesConf: r.conf, RegistriesConfDir: filepath.Join(r.dir, "none"),
 		CertsDir: filepath.Join(r.dir, "certs"), Platform: p}, nil)
 	return release.DockerSource(res.SystemContext)
 }
@@ -88,7 +88,7 @@ func TestExpandThroughMirrorOnlySource(t *testing.T) {
 		t.Run(fmt.Sprintf("multi=%v", multi), func(t *testing.T) {
 			r := newReg(t)
 			p := r.push(t, releasetest.Options{Version: "4.20.1", Components: 5, Multi: multi})
-			rel, err := release.Expand(context.Background(), r.source(diskcheck.Platform{}), p.Release)
+			rel, err := release.Expand(context.Background(), r.source(registry.Platform{}), p.Release)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -114,7 +114,7 @@ func TestExpandThroughMirrorOnlySource(t *testing.T) {
 			}
 			// The multi payload is read for another platform just as well; list digests stay.
 			if multi {
-				arm, err := release.Expand(context.Background(), r.source(diskcheck.Platform{OS: "linux", Architecture: "arm64"}), p.Release)
+				arm, err := release.Expand(context.Background(), r.source(registry.Platform{OS: "linux", Architecture: "arm64"}), p.Release)
 				if err != nil || !slices.Equal(values(arm.Components), values(rel.Components)) {
 					t.Fatalf("arm64: %v", err)
 				}
@@ -126,7 +126,7 @@ func TestExpandThroughMirrorOnlySource(t *testing.T) {
 func TestUnlabelledAndOKDStreams(t *testing.T) {
 	r := newReg(t)
 	p := r.push(t, releasetest.Options{Version: "4.20.2", Components: 2, Unlabelled: true})
-	rel, err := release.Expand(context.Background(), r.source(diskcheck.Platform{}), p.Release)
+	rel, err := release.Expand(context.Background(), r.source(registry.Platform{}), p.Release)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestUnlabelledAndOKDStreams(t *testing.T) {
 		t.Fatalf("unlabelled streams by tag pair: %+v", rel.Streams)
 	}
 	okd := r.push(t, releasetest.Options{Version: "4.20.0-okd-scos.1", Components: 2, OKD: true})
-	rel, err = release.Expand(context.Background(), r.source(diskcheck.Platform{}), okd.Release)
+	rel, err = release.Expand(context.Background(), r.source(registry.Platform{}), okd.Release)
 	if err != nil || rel.DefaultStream != "centos-10" || len(rel.StreamNames()) != 1 {
 		t.Fatalf("OKD: %+v %v", rel, err)
 	}
@@ -144,7 +144,7 @@ func TestUnlabelledAndOKDStreams(t *testing.T) {
 func TestClearErrors(t *testing.T) {
 	r := newReg(t)
 	p := r.push(t, releasetest.Options{Version: "4.20.1", Components: 1})
-	src := r.source(diskcheck.Platform{})
+	src := r.source(registry.Platform{})
 	ctx := context.Background()
 	// Not a release: a component.
 	_, err := release.Expand(ctx, src, values(p.Components)[0])
@@ -168,13 +168,13 @@ func TestCachedExpansionNeedsNoRegistry(t *testing.T) {
 	p := r.push(t, releasetest.Options{Version: "4.20.1", Components: 20})
 	dir := t.TempDir()
 	r.requests.Store(0)
-	rel, err := (&release.Cached{Dir: dir, Source: r.source(diskcheck.Platform{})}).Expand(context.Background(), p.Release)
+	rel, err := (&release.Cached{Dir: dir, Source: r.source(registry.Platform{})}).Expand(context.Background(), p.Release)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cold := r.requests.Load()
 	// A new process (new cache object) with the same state directory.
-	again, err := (&release.Cached{Dir: dir, Source: r.source(diskcheck.Platform{})}).Expand(context.Background(), p.Release)
+	again, err := (&release.Cached{Dir: dir, Source: r.source(registry.Platform{})}).Expand(context.Background(), p.Release)
 	if err != nil || r.requests.Load() != cold || again.Version != rel.Version || len(again.Components) != 20 {
 		t.Fatalf("from state: %d more requests, %v", r.requests.Load()-cold, err)
 	}

@@ -18,7 +18,7 @@ import (
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/types"
 
-	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/registry"
 )
 
 // Result is what one reference resolved to.
@@ -150,7 +150,7 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Result, error) {
 
 func platforms(list manifest.List) []string {
 	var out []string
-	for _, p := range diskcheck.ListPlatforms(list) {
+	for _, p := range registry.ListPlatforms(list) {
 		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/status"
 )
@@ -79,7 +80,7 @@ Exit 0 when every set is admitted and every missing image reachable, 1 if not.`,
 	return cmd
 }
 
-func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels map[string]string, o *checkOptions, files []string, stdout, stderr io.Writer) int {
+func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map[string]string, o *checkOptions, files []string, stdout, stderr io.Writer) int {
 	var sets []conf.Set
 	for _, f := range files {
 		data, err := fsutil.ReadRegular(f, conf.MaxSetFileSize)
@@ -103,14 +104,14 @@ func check(ctx context.Context, cfg conf.Config, p diskcheck.Platform, labels ma
 	sort.Slice(sets, func(i, j int) bool { return sets[i].Name < sets[j].Name })
 
 	// containers/image names the endpoint it tries only in its log.
-	recorder := diskcheck.NewEndpointRecorder()
+	recorder := registry.NewEndpointRecorder()
 	logrus.StandardLogger().SetOutput(io.Discard)
 	logrus.StandardLogger().SetLevel(logrus.InfoLevel)
 	logrus.StandardLogger().AddHook(recorder)
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
 	rc, _ := wire.RegistryAccess(cfg, wire.GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
 	rc.Platform, rc.LogEndpoints = p, true
-	resolver := diskcheck.NewResolver(rc, keyring.Lookup)
+	resolver := registry.New(rc, keyring.Lookup)
 
 	// A set naming a release needs what imagepind would expand it to on this node.
 	releases := expandReleaseSets(ctx, resolver, labels, sets)
@@ -295,7 +296,7 @@ func nodeLabels(cfg conf.Config, flagValue string) (map[string]string, error) {
 // expandReleaseSets adds to each set naming a release the images imagepind would expand
 // it to on this node (its role, its OS stream), through the same registry access, and
 // returns what each release gave.
-func expandReleaseSets(ctx context.Context, resolver *diskcheck.Resolver, labels map[string]string, sets []conf.Set) map[string]*status.Release {
+func expandReleaseSets(ctx context.Context, resolver *registry.Client, labels map[string]string, sets []conf.Set) map[string]*status.Release {
 	out := map[string]*status.Release{}
 	for i, s := range sets {
 		if s.ReleaseImage == "" {

@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/conf"
-	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 )
 
@@ -75,8 +75,8 @@ deterministic: the same release gives the same documents.`,
 }
 
 // releaseSets prints PinnedImageSet documents (the shipped v1 shape) for a release.
-func releaseSets(ctx context.Context, cfg conf.Config, p diskcheck.Platform, o *releaseOptions, pullSpec string, stdout, stderr io.Writer) error {
-	resolver := wire.Resolver(cfg)
+func releaseSets(ctx context.Context, cfg conf.Config, p registry.Platform, o *releaseOptions, pullSpec string, stdout, stderr io.Writer) error {
+	resolver := wire.Registry(cfg)
 	sysFor := func(image string) *types.SystemContext {
 		sys := resolver.SystemContext(image)
 		sys.OSChoice, sys.ArchitectureChoice, sys.VariantChoice = p.OS, p.Architecture, p.Variant

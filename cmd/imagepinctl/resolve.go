@@ -68,7 +68,7 @@ reference of every file resolved and every result is valid. Exit 1 otherwise.`,
 			if err != nil {
 				return fail(exitUsage, "%v", err)
 			}
-			resolver := wire.Resolver(cfg)
+			resolver := wire.Registry(cfg)
 			r := resolve.NewResolver(resolver.SystemContext, cfg.EffectivePullConcurrency())
 			return resolveFiles(cmd.Context(), r, o, sel, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
@@ -166,12 +167,12 @@ func oneLine(s string, max int) string {
 
 // configAndPlatform is imagepind's config and a --platform value, for the commands that
 // reach registries.
-func (g *globals) configAndPlatform(cmd *cobra.Command, platform string) (conf.Config, diskcheck.Platform, error) {
+func (g *globals) configAndPlatform(cmd *cobra.Command, platform string) (conf.Config, registry.Platform, error) {
 	cfg, err := g.loadConfig(cmd)
 	if err != nil {
-		return cfg, diskcheck.Platform{}, err
+		return cfg, registry.Platform{}, err
 	}
-	p, err := diskcheck.ParsePlatform(platform)
+	p, err := registry.ParsePlatform(platform)
 	return cfg, p, err
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/kube"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -66,7 +67,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	}
 	socket := cfg.CRISocket()
 	runtimeName := DetectRuntime(cfg, client, opts.DetectFor, opts.Log)
-	resolver, registryProblems := ResolverFor(cfg, runtimeName, store.Dir())
+	registries, registryProblems := RegistryFor(cfg, runtimeName, store.Dir())
 	pinner, err := Pinner(cfg, runtimeName, store.Dir(), opts.Log)
 	if err != nil {
 		client.Close()
@@ -89,8 +90,8 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	}, agent.Deps{
 		Runtime:  client,
 		Pinners:  map[string]agent.Pinner{runtimeName: pinner},
-		Disk:     DiskCheck(cfg, resolver, client, nodeName),
-		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(resolver.SystemContext)},
+		Disk:     DiskCheck(cfg, registries, client, nodeName),
+		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(registries.SystemContext)},
 		State:    store,
 		Publish:  opts.Publish,
 		Log:      opts.Log,
@@ -173,27 +174,27 @@ func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogge
 	}, nil
 }
 
-// ResolverFor is the registry access of the runtime (RegistryAccess), with the
+// RegistryFor is the registry client of the runtime (RegistryAccess), with the
 // credentials the kubelet would hand it, and a func listing its problems for the
 // node's faults.
-func ResolverFor(cfg conf.Config, runtimeName, stateDir string) (*diskcheck.Resolver, func() []string) {
+func RegistryFor(cfg conf.Config, runtimeName, stateDir string) (*registry.Client, func() []string) {
 	rc, problems := RegistryAccess(cfg, runtimeName, stateDir)
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	return diskcheck.NewResolver(rc, keyring.Lookup), problems
+	return registry.New(rc, keyring.Lookup), problems
 }
 
 // RegistryAccess is how the runtime reaches registries, for whatever imagepin asks a
 // registry (sizes, releases, tags): CRI-O's registries.conf and certs.d ([disk]), or
 // containerd's hosts directory ([containerd] config_path) translated under dir, whose
 // problems the func lists.
-func RegistryAccess(cfg conf.Config, runtimeName, dir string) (diskcheck.ResolverConfig, func() []string) {
-	rc := diskcheck.ResolverConfig{
+func RegistryAccess(cfg conf.Config, runtimeName, dir string) (registry.Config, func() []string) {
+	rc := registry.Config{
 		RegistriesConf:      cfg.Disk.RegistriesConf,
 		RegistriesConfDir:   cfg.Disk.RegistriesConfDir,
 		CertsDir:            cfg.Disk.CertsDir,
 		AuthFile:            cfg.CRI.PullSecret,
 		NoUncompressedSizes: !cfg.Disk.UncompressedSizes,
-		Platform:            diskcheck.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
+		Platform:            registry.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH},
 	}
 	if runtimeName != conf.RuntimeContainerd {
 		return rc, func() []string { return nil }
@@ -258,22 +259,22 @@ func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaul
 	}), nil
 }
 
-// Resolver reaches registries as the node's runtime does (GuessRuntime; containerd's
+// Registry reaches registries as the node's runtime does (GuessRuntime; containerd's
 // hosts translated under the temporary directory) with the credentials the kubelet
 // would hand it for each image (the pull secret): the command line's registry access.
-func Resolver(cfg conf.Config) *diskcheck.Resolver {
-	r, _ := ResolverFor(cfg, GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
+func Registry(cfg conf.Config) *registry.Client {
+	r, _ := RegistryFor(cfg, GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
 	return r
 }
 
 // DiskCheck is the registry-backed disk check of [disk].
-func DiskCheck(cfg conf.Config, resolver *diskcheck.Resolver, client *cri.Client, nodeName string) *diskcheck.Registry {
+func DiskCheck(cfg conf.Config, registries *registry.Client, client *cri.Client, nodeName string) *diskcheck.Registry {
 	return diskcheck.New(diskcheck.Config{
 		NodeName:               nodeName,
 		Multiplier:             cfg.Disk.LayerSizeMultiplier,
 		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent,
 		KubeletConfig:          cfg.Disk.KubeletConfig,
-	}, resolver, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
+	}, registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
 }
 
 // ImageFS finds the runtime's image filesystem with CRI ImageFsInfo.

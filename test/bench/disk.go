@@ -19,6 +19,7 @@ import (
 
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/test/env"
 )
 
@@ -73,8 +74,8 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	os.MkdirAll(filepath.Join(dir, "registries.conf.d"), 0o755)
 	regConf := filepath.Join(dir, "registries.conf")
 	os.WriteFile(regConf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", host)), 0o644)
-	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
-		CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+	resolver := registry.New(registry.Config{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
+		CertsDir: filepath.Join(dir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"}}, nil)
 	checker := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, resolver,
 		func(context.Context) (string, error) { return dir, nil })
 	sets := []diskcheck.SetRequest{{Name: "release", Missing: viaProxy}}
@@ -116,8 +117,8 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 		return err
 	}
 	manifestsOnly := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85},
-		diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
-			CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"},
+		registry.New(registry.Config{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
+			CertsDir: filepath.Join(dir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"},
 			NoUncompressedSizes: true}, nil),
 		func(context.Context) (string, error) { return dir, nil })
 	if err := measure("imagepin check, cold, manifests only (no uncompressed sizes: the baseline)", func() (int, uint64, error) {
@@ -129,7 +130,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	}); err != nil {
 		return err
 	}
-	if err := measure(fmt.Sprintf("imagepin check, cold (ping + manifest per image, + a Range request per distinct layer; 8 images at once until the registry is measured far, then %d)", diskcheck.DefaultConcurrency), check); err != nil {
+	if err := measure(fmt.Sprintf("imagepin check, cold (ping + manifest per image, + a Range request per distinct layer; 8 images at once until the registry is measured far, then %d)", registry.DefaultConcurrency), check); err != nil {
 		return err
 	}
 	if err := measure("imagepin check again (manifests cached by digest)", check); err != nil {
@@ -152,8 +153,8 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 		os.MkdirAll(filepath.Join(ldir, "registries.conf.d"), 0o755)
 		conf := filepath.Join(ldir, "registries.conf")
 		os.WriteFile(conf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", l.host)), 0o644)
-		r := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: conf, RegistriesConfDir: filepath.Join(ldir, "registries.conf.d"),
-			CertsDir: filepath.Join(ldir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+		r := registry.New(registry.Config{RegistriesConf: conf, RegistriesConfDir: filepath.Join(ldir, "registries.conf.d"),
+			CertsDir: filepath.Join(ldir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"}}, nil)
 		chk := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, r,
 			func(context.Context) (string, error) { return ldir, nil })
 		start := time.Now()
@@ -163,13 +164,13 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 			return fmt.Errorf("disk check behind %s: %v (%d sized)", l.name, err, len(res.Verdicts["release"].Bytes))
 		}
 		rtt := 2 * time.Duration(l.latencyMs) * time.Millisecond
-		waves := (n + diskcheck.DefaultConcurrency - 1) / diskcheck.DefaultConcurrency
+		waves := (n + registry.DefaultConcurrency - 1) / registry.DefaultConcurrency
 		// Per image, one after another: connect, ping, manifest, then its 2 unique
 		// layers' Range requests (each needs the manifest): 5 round trips, in waves of
 		// DefaultConcurrency images.
 		floor := time.Duration(waves*5) * rtt
 		fmt.Printf("Behind the %s link (%s round trip, taken for %s): the cold check took %d ms, %.1f round trips; its floor at %d images at once (%d waves × 5 round trips each: connect, ping, manifest, 2 Range requests) is %d ms: %.2f× the floor. %d Range requests.\n\n",
-			l.name, rtt, nearOrFar(r.Far()), took.Milliseconds(), float64(took)/float64(rtt), diskcheck.DefaultConcurrency, waves, floor.Milliseconds(), float64(took)/float64(floor), r.RangeRequests())
+			l.name, rtt, nearOrFar(r.Far()), took.Milliseconds(), float64(took)/float64(rtt), registry.DefaultConcurrency, waves, floor.Milliseconds(), float64(took)/float64(floor), r.RangeRequests())
 	}
 	return nil
 }
@@ -282,8 +283,8 @@ func (b *bench) diskAccuracy(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: c.RegistriesConf(), RegistriesConfDir: c.RegistriesConfDir(),
-			CertsDir: c.CertsDir(), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+		resolver := registry.New(registry.Config{RegistriesConf: c.RegistriesConf(), RegistriesConfDir: c.RegistriesConfDir(),
+			CertsDir: c.CertsDir(), Platform: registry.Platform{OS: "linux", Architecture: "amd64"}}, nil)
 		var compressed, need, sized uint64
 		layers := 0
 		for _, r := range refs {
@@ -294,7 +295,7 @@ func (b *bench) diskAccuracy(ctx context.Context) error {
 			for _, l := range img.Layers {
 				layers++
 				compressed += uint64(l.Size)
-				need += l.Need(2)
+				need += diskcheck.Need(l, 2)
 				if l.Uncompressed > 0 {
 					sized++
 				}

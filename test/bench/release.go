@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/release/releasetest"
 )
@@ -21,8 +21,8 @@ func (b *bench) releaseCost(ctx context.Context, n int) error {
 	os.MkdirAll(filepath.Join(dir, "registries.conf.d"), 0o755)
 	regConf := filepath.Join(dir, "registries.conf")
 	os.WriteFile(regConf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", host)), 0o644)
-	resolver := diskcheck.NewResolver(diskcheck.ResolverConfig{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
-		CertsDir: filepath.Join(dir, "certs.d"), Platform: diskcheck.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+	resolver := registry.New(registry.Config{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
+		CertsDir: filepath.Join(dir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"}}, nil)
 	fmt.Printf("## Release expansion: %d components + 4 OS images, registry on loopback\n\nRegistry requests counted by a proxy.\n\n| payload | expansion | time | registry requests |\n|---|---|---|---|\n", n)
 	for _, multi := range []bool{false, true} {
 		kind := "single-arch"

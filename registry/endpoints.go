@@ -1,4 +1,4 @@
-package diskcheck
+package registry
 
 import (
 	"strings"
@@ -9,7 +9,7 @@ import (
 
 // EndpointRecorder learns which endpoint served each image. containers/image says which
 // endpoint it tries only in a log line ("Trying to access \"mirror/repo@sha256:…\"",
-// with ResolverConfig.LogEndpoints), tried in order until one answers; the last one
+// with Config.LogEndpoints), tried in order until one answers; the last one
 // tried for a digest that resolved is the one that answered. Install it as a hook on
 // logrus' standard logger, which containers/image logs to.
 type EndpointRecorder struct {

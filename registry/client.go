@@ -1,4 +1,4 @@
-package diskcheck
+package registry
 
 import (
 	"context"
@@ -57,21 +57,6 @@ type Layer struct {
 	From         string
 }
 
-// Need is what pulling the layer takes on the image filesystem: at least multiplier ×
-// the compressed size (the administrator's rule stays the floor), and, when the
-// uncompressed size is known, the layer stored uncompressed plus its compressed blob
-// held while it is applied.
-func (l Layer) Need(multiplier float64) uint64 {
-	if l.Size <= 0 {
-		return 0
-	}
-	need := mulSat(uint64(l.Size), multiplier)
-	if l.Uncompressed > 0 {
-		need = max(need, AddSat(uint64(l.Uncompressed), uint64(l.Size)))
-	}
-	return need
-}
-
 // MaxLayerSize is the most bytes a layer is believed to have, compressed or not (1 TiB):
 // a size read from the network beyond it is not taken (a manifest's is an error, a
 // blob header's is "unknown"), so no sum of sizes can wrap around.
@@ -84,15 +69,6 @@ func AddSat(a, b uint64) uint64 {
 		return s
 	}
 	return math.MaxUint64
-}
-
-// mulSat is n × f (f ≥ 0), saturating at the largest uint64.
-func mulSat(n uint64, f float64) uint64 {
-	v := float64(n) * f
-	if v >= math.MaxUint64 {
-		return math.MaxUint64
-	}
-	return uint64(v)
 }
 
 // Image is what a registry says of one image for the node's platform.
@@ -124,8 +100,8 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // Credentials returns what the kubelet would hand CRI-O for an image (nil: none).
 type Credentials func(image string) *cri.Auth
 
-// ResolverConfig says how to reach registries: the node's files, as CRI-O reads them.
-type ResolverConfig struct {
+// Config says how to reach registries: the node's files, as CRI-O reads them.
+type Config struct {
 	RegistriesConf    string
 	RegistriesConfDir string
 	CertsDir          string
@@ -155,10 +131,10 @@ type ResolverConfig struct {
 	Timeout time.Duration
 }
 
-// Resolver sizes images through containers/image, caching by digest reference
+// Client sizes images through containers/image, caching by digest reference
 // (manifests are immutable).
-type Resolver struct {
-	cfg   ResolverConfig
+type Client struct {
+	cfg   Config
 	creds Credentials
 	sem   chan struct{}
 	near  chan struct{} // the narrower bound while the registry is near or not measured
@@ -189,8 +165,8 @@ type layerSize struct {
 // few small requests, so many at once cost the registry little and hide its latency.
 const DefaultConcurrency = 64
 
-// NewResolver returns a resolver; creds may be nil.
-func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
+// New returns a resolver; creds may be nil.
+func New(cfg Config, creds Credentials) *Client {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
@@ -200,13 +176,13 @@ func NewResolver(cfg ResolverConfig, creds Credentials) *Resolver {
 	if creds == nil {
 		creds = func(string) *cri.Auth { return nil }
 	}
-	return &Resolver{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
+	return &Client{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
 		farNow: make(chan struct{}), cache: map[string]Image{}, usize: map[string]layerSize{}}
 }
 
 // uncompressed is a layer's uncompressed size, asked once per digest (layers are
-// immutable) unless ResolverConfig.NoUncompressedSizes.
-func (r *Resolver) uncompressed(ctx context.Context, src types.ImageSource, l types.BlobInfo) (int64, string) {
+// immutable) unless Config.NoUncompressedSizes.
+func (r *Client) uncompressed(ctx context.Context, src types.ImageSource, l types.BlobInfo) (int64, string) {
 	if r.cfg.NoUncompressedSizes {
 		return 0, ""
 	}
@@ -235,7 +211,7 @@ func (r *Resolver) uncompressed(ctx context.Context, src types.ImageSource, l ty
 // ping and the manifest of each, over two), 0 before any: how far the registry is, which
 // the pull width starts from. The least, not the median: sizings run 64 at once, and
 // their queueing (CPU, the registry) is not distance.
-func (r *Resolver) RoundTrip() time.Duration {
+func (r *Client) RoundTrip() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.trips) == 0 {
@@ -259,7 +235,7 @@ const (
 // far says whether the registries measured so far are far (two sizings at least), and
 // if not, a channel closed when they are. Before any measure, the first call starts the
 // wait that takes the registry for far if no two sizings have measured it by then.
-func (r *Resolver) far() (bool, <-chan struct{}) {
+func (r *Client) far() (bool, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.trips) < 2 && !r.isFar && !r.measuring {
@@ -277,7 +253,7 @@ func (r *Resolver) far() (bool, <-chan struct{}) {
 	return r.isFar, r.farNow
 }
 
-func (r *Resolver) recordTrip(took time.Duration, requests int) {
+func (r *Client) recordTrip(took time.Duration, requests int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.trips = append(r.trips, took/time.Duration(requests))
@@ -299,18 +275,18 @@ func (r *Resolver) recordTrip(took time.Duration, requests int) {
 
 // Far says whether the registries are taken for far now (measured so, or not measured
 // within unmeasuredFor): sizings then run Concurrency at once, not nearWidth.
-func (r *Resolver) Far() bool {
+func (r *Client) Far() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.isFar
 }
 
 // RangeRequests is how many Range requests the resolver made for uncompressed sizes.
-func (r *Resolver) RangeRequests() int64 { return r.ranges.Load() }
+func (r *Client) RangeRequests() int64 { return r.ranges.Load() }
 
 // SystemContext is how containers/image reaches image: the node's registries.conf,
 // certs.d, platform, and the credentials the kubelet would hand CRI-O for it.
-func (r *Resolver) SystemContext(image string) *types.SystemContext {
+func (r *Client) SystemContext(image string) *types.SystemContext {
 	sys := &types.SystemContext{
 		SystemRegistriesConfPath:    r.cfg.RegistriesConf,
 		SystemRegistriesConfDirPath: r.cfg.RegistriesConfDir,
@@ -338,7 +314,7 @@ func (r *Resolver) SystemContext(image string) *types.SystemContext {
 
 // Resolve returns the image's layers for the platform. Errors are *UnavailableError
 // when retrying cannot help; anything else is transient.
-func (r *Resolver) Resolve(ctx context.Context, image string) (Image, error) {
+func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
 	r.mu.Lock()
 	img, ok := r.cache[image]
 	r.mu.Unlock()
@@ -384,7 +360,7 @@ func (r *Resolver) Resolve(ctx context.Context, image string) (Image, error) {
 	return img, nil
 }
 
-func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
+func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 	ref, err := docker.ParseReference("//" + image)
 	if err != nil {
 		return Image{}, err
@@ -430,7 +406,7 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Image, error) {
 		if l.Size > MaxLayerSize {
 			// A manifest's word is not taken for an absurd size: it would overflow the
 			// sums, or make any set look too large to pin.
-			return Image{}, fmt.Errorf("manifest of %s: layer %s claims %d bytes, more than the %s a layer can plausibly have", image, l.Digest, l.Size, Human(MaxLayerSize))
+			return Image{}, fmt.Errorf("manifest of %s: layer %s claims %d bytes, more than the 1 TiB a layer can plausibly have", image, l.Digest, l.Size)
 		}
 		img.Layers = append(img.Layers, Layer{Digest: l.Digest.String(), Size: l.Size})
 		infos = append(infos, l.BlobInfo)

@@ -1,4 +1,4 @@
-package diskcheck
+package registry
 
 import (
 	"archive/tar"
@@ -50,7 +50,7 @@ func gzipped(t *testing.T, data ...[]byte) []byte {
 func TestUncompressedSizesByRange(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	tarA, tarB, tarC, tarD, tarE := textTar(t, 400<<10), textTar(t, 300<<10), textTar(t, 200<<10), textTar(t, 100<<10), textTar(t, 50<<10)
 	enc, _ := zstd.NewWriter(nil)
 	withFCS := enc.EncodeAll(tarB, nil) // records the content size
@@ -79,7 +79,7 @@ func TestUncompressedSizesByRange(t *testing.T) {
 		}
 	}
 	ref := reg.Host + "/" + reg.Push("u/layers", img, "")
-	r := f.resolver(Platform{}, nil)
+	r := resolver(f, Platform{}, nil)
 	got, err := r.Resolve(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)
@@ -93,14 +93,8 @@ func TestUncompressedSizesByRange(t *testing.T) {
 	if n := r.RangeRequests(); n != 4 {
 		t.Errorf("%d Range requests, want 4 (one per compressed layer)", n)
 	}
-	// The need: the floor (2 × compressed) for unknown sizes, uncompressed + compressed
-	// where that is larger.
-	gz := got.Layers[0]
-	if gz.Need(2) != uint64(gz.Uncompressed+gz.Size) || gz.Need(2) <= uint64(2*gz.Size) {
-		t.Errorf("gzip text layer: need %d for %d compressed, %d uncompressed", gz.Need(2), gz.Size, gz.Uncompressed)
-	}
-	if s := got.Layers[2]; s.Need(2) != uint64(2*s.Size) {
-		t.Errorf("unknown size: need %d, want the floor %d", s.Need(2), 2*s.Size)
+	if gz := got.Layers[0]; gz.Uncompressed <= gz.Size {
+		t.Errorf("gzip text layer: %d uncompressed for %d compressed", gz.Uncompressed, gz.Size)
 	}
 	// Layers are immutable: a second image with the same layers costs no Range request.
 	img2, _ := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON),
@@ -141,7 +135,7 @@ func TestZstdContentSize(t *testing.T) {
 func TestImplausibleSizesDoNotWrap(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	// A zstd frame header: single segment, 8-byte content size 2^62, then junk.
 	hostile := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0, 0, 0, 0, 0, 0, 0, 0, 0x40}
 	hostile = append(hostile, bytes.Repeat([]byte{0x55}, 2<<20)...)
@@ -151,24 +145,14 @@ func TestImplausibleSizesDoNotWrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := reg.Host + "/" + reg.Push("u/hostile", img, "")
-	got, err := f.resolver(Platform{}, nil).Resolve(context.Background(), ref)
+	got, err := resolver(f, Platform{}, nil).Resolve(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range got.Layers {
-		if l.Uncompressed != 0 || l.Need(2) != uint64(2*l.Size) {
-			t.Fatalf("a 2^62-byte claim was taken: uncompressed %d, need %d", l.Uncompressed, l.Need(2))
+		if l.Uncompressed != 0 {
+			t.Fatalf("a 2^62-byte claim was taken: uncompressed %d", l.Uncompressed)
 		}
-	}
-	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85},
-		f.resolver(Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
-	c.statfs = func(string) (Space, error) { return Space{Capacity: 10 << 30, Available: 5 << 30}, nil }
-	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := res.Verdicts["s"]; !v.Admitted || !strings.Contains(v.Condition.Message, "need 8.0 MiB") {
-		t.Fatalf("verdict %+v", v.Condition)
 	}
 	// A gzip trailer is the size modulo 2^32: for a blob of 4 GiB or more it says nothing.
 	if n, from, reqs := uncompressedSize(context.Background(), nil, ctypes.BlobInfo{Size: 5 << 30, MediaType: string(types.OCILayer)}); n != 0 || from != "" || reqs != 0 {
@@ -180,9 +164,6 @@ func TestImplausibleSizesDoNotWrap(t *testing.T) {
 func TestSizeSumsSaturate(t *testing.T) {
 	if AddSat(math.MaxUint64-1, 2) != math.MaxUint64 || AddSat(1, 2) != 3 {
 		t.Fatal("AddSat")
-	}
-	if n := (Layer{Size: math.MaxInt64}).Need(3); n != math.MaxUint64 {
-		t.Fatalf("need %d", n)
 	}
 	if n := (Image{Layers: []Layer{{Size: math.MaxInt64}, {Size: math.MaxInt64}, {Size: 2}}}).Bytes(); n != math.MaxUint64 {
 		t.Fatalf("bytes %d", n)

@@ -1,4 +1,4 @@
-package diskcheck
+package registry
 
 import (
 	"context"
@@ -8,69 +8,31 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/internal/registrytest"
 )
 
-func layer(t *testing.T, size int64) v1.Layer {
-	t.Helper()
-	l, err := random.Layer(size, types.DockerLayer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
+var (
+	layer      = registrytest.RandomLayer
+	image      = registrytest.Image
+	layerBytes = registrytest.LayerBytes
+	newFiles   = registrytest.NewFiles
+)
 
-func image(t *testing.T, layers ...v1.Layer) v1.Image {
-	t.Helper()
-	img, err := mutate.AppendLayers(empty.Image, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
-}
-
-func layerBytes(t *testing.T, ls ...v1.Layer) uint64 {
-	var n uint64
-	for _, l := range ls {
-		s, err := l.Size()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += uint64(s)
-	}
-	return n
-}
-
-type files struct {
-	dir, conf, confDir, certs string
-}
-
-func newFiles(t *testing.T, registriesConf string) files {
-	dir := t.TempDir()
-	f := files{dir: dir, conf: filepath.Join(dir, "registries.conf"), confDir: filepath.Join(dir, "registries.conf.d"), certs: filepath.Join(dir, "certs.d")}
-	os.MkdirAll(f.confDir, 0o755)
-	os.MkdirAll(f.certs, 0o755)
-	if err := os.WriteFile(f.conf, []byte(registriesConf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func (f files) resolver(p Platform, creds Credentials) *Resolver {
+func resolver(f registrytest.Files, p Platform, creds Credentials) *Client {
 	if p.OS == "" {
 		p = Platform{OS: "linux", Architecture: "amd64"}
 	}
-	return NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs, Platform: p, Concurrency: 4}, creds)
+	return New(Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs, Platform: p, Concurrency: 4}, creds)
 }
 
 // A disconnected cluster: the source does not exist, only its digest mirror answers,
@@ -91,7 +53,7 @@ pull-from-mirror = "digest-only"
 
 	// Without the CA the mirror's TLS fails and the source does not resolve: an error
 	// listing both endpoints, transient (it may be fixed by itself: not Unavailable).
-	_, err := f.resolver(Platform{}, nil).Resolve(context.Background(), src)
+	_, err := resolver(f, Platform{}, nil).Resolve(context.Background(), src)
 	if err == nil || IsUnavailable(err) || !strings.Contains(err.Error(), reg.Host) || !strings.Contains(err.Error(), "upstream.example.invalid") {
 		t.Fatalf("without the CA: %v", err)
 	}
@@ -99,8 +61,8 @@ pull-from-mirror = "digest-only"
 		t.Fatalf("the TLS failure should be named: %v", err)
 	}
 
-	reg.WriteCA(f.certs)
-	img, err := f.resolver(Platform{}, nil).Resolve(context.Background(), src)
+	reg.WriteCA(f.Certs)
+	img, err := resolver(f, Platform{}, nil).Resolve(context.Background(), src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +71,7 @@ pull-from-mirror = "digest-only"
 	}
 
 	// A digest-only mirror is not asked for a tag: only the (missing) source is.
-	_, err = f.resolver(Platform{}, nil).Resolve(context.Background(), "upstream.example.invalid/ocp/release:latest")
+	_, err = resolver(f, Platform{}, nil).Resolve(context.Background(), "upstream.example.invalid/ocp/release:latest")
 	if err == nil || strings.Contains(err.Error(), reg.Host) {
 		t.Fatalf("a tag must not go to a digest-only mirror: %v", err)
 	}
@@ -122,11 +84,11 @@ func TestMirrorCredentialsFromTheGlobalAuthFile(t *testing.T) {
 	reg := registrytest.New(t, map[string]string{"ocp": "mirror-user:mpass"})
 	repoDigest := reg.Push("ocp/release", image(t, layer(t, 3000)), "mirror-user:mpass")
 	f := newFiles(t, fmt.Sprintf("[[registry]]\nprefix = \"upstream.example.invalid/ocp\"\nlocation = \"upstream.example.invalid/ocp\"\n[[registry.mirror]]\nlocation = %q\n", reg.Host+"/ocp"))
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	src := "upstream.example.invalid/ocp/release@" + strings.SplitN(repoDigest, "@", 2)[1]
 	secret := fmt.Sprintf(`{"auths": {"upstream.example.invalid": {"username": "source-user", "password": "spass"}, %q: {"auth": %q}}}`,
 		reg.Host, base64.StdEncoding.EncodeToString([]byte("mirror-user:mpass")))
-	authFile := filepath.Join(f.dir, "config.json")
+	authFile := filepath.Join(f.Dir, "config.json")
 	if err := os.WriteFile(authFile, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -135,10 +97,10 @@ func TestMirrorCredentialsFromTheGlobalAuthFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kubelet's credentials alone (those of upstream.example.invalid) do not reach the mirror.
-	if _, err := f.resolver(Platform{}, k.Lookup).Resolve(context.Background(), src); err == nil || !strings.Contains(err.Error(), "unauthorized") {
+	if _, err := resolver(f, Platform{}, k.Lookup).Resolve(context.Background(), src); err == nil || !strings.Contains(err.Error(), "unauthorized") {
 		t.Fatalf("without the global auth file: %v", err)
 	}
-	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs, AuthFile: authFile,
+	r := New(Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs, AuthFile: authFile,
 		Platform: Platform{OS: "linux", Architecture: "amd64"}}, k.Lookup)
 	if _, err := r.Resolve(context.Background(), src); err != nil {
 		t.Fatalf("with the global auth file: %v", err)
@@ -151,21 +113,21 @@ func TestCredentialsByNamespace(t *testing.T) {
 	a := reg.Push("team-a/app", image(t, layer(t, 1000)), "alice:apass")
 	b := reg.Push("team-b/app", image(t, layer(t, 2000)), "bob:bpass")
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	secret := fmt.Sprintf(`{"auths": {%q: {"username": "alice", "password": "apass"}, %q: {"username": "bob", "password": "bpass"}, %q: {"username": "nobody", "password": "x"}}}`,
 		reg.Host+"/team-a", reg.Host+"/team-b", reg.Host)
 	k, err := cri.ParseKeyring([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := f.resolver(Platform{}, k.Lookup)
+	r := resolver(f, Platform{}, k.Lookup)
 	for _, ref := range []string{a, b} {
 		if _, err := r.Resolve(context.Background(), reg.Host+"/"+ref); err != nil {
 			t.Fatalf("%s: %v", ref, err)
 		}
 	}
 	// Without credentials: access denied is permanent.
-	_, err = f.resolver(Platform{}, nil).Resolve(context.Background(), reg.Host+"/"+a)
+	_, err = resolver(f, Platform{}, nil).Resolve(context.Background(), reg.Host+"/"+a)
 	if !IsUnavailable(err) {
 		t.Fatalf("no credentials: %v (unavailable %v)", err, IsUnavailable(err))
 	}
@@ -176,7 +138,7 @@ func TestCredentialsByNamespace(t *testing.T) {
 func TestManifestListsPerPlatform(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	amdL, armL := layer(t, 4000), layer(t, 7000)
 	amd, arm := image(t, amdL), image(t, armL)
 	for _, kind := range []types.MediaType{types.OCIImageIndex, types.DockerManifestList} {
@@ -191,12 +153,12 @@ func TestManifestListsPerPlatform(t *testing.T) {
 			{OS: "linux", Architecture: "amd64"}:                layerBytes(t, amdL),
 			{OS: "linux", Architecture: "arm64", Variant: "v8"}: layerBytes(t, armL),
 		} {
-			img, err := f.resolver(p, nil).Resolve(context.Background(), ref)
+			img, err := resolver(f, p, nil).Resolve(context.Background(), ref)
 			if err != nil || img.Bytes() != want {
 				t.Fatalf("%s for %s: %d bytes, %v; want %d", kind, p, img.Bytes(), err, want)
 			}
 		}
-		_, err := f.resolver(Platform{OS: "linux", Architecture: "s390x"}, nil).Resolve(context.Background(), ref)
+		_, err := resolver(f, Platform{OS: "linux", Architecture: "s390x"}, nil).Resolve(context.Background(), ref)
 		if !IsUnavailable(err) || !strings.Contains(err.Error(), "has no manifest for linux/s390x") ||
 			!strings.Contains(err.Error(), "linux/amd64, linux/arm64/v8") || !strings.Contains(err.Error(), ref) {
 			t.Fatalf("%s for s390x: %v", kind, err)
@@ -208,9 +170,9 @@ func TestManifestListsPerPlatform(t *testing.T) {
 func TestResolverCachesByDigest(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	ref := reg.Host + "/" + reg.Push("c/app", image(t, layer(t, 100)), "")
-	r := f.resolver(Platform{}, nil)
+	r := resolver(f, Platform{}, nil)
 	if _, err := r.Resolve(context.Background(), ref); err != nil {
 		t.Fatal(err)
 	}
@@ -243,25 +205,38 @@ func TestStalledRegistryLeavesOnlyItsImagesUnsized(t *testing.T) {
 	}()
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	good := reg.Host + "/" + reg.Push("a/good", image(t, layer(t, 2000)), "")
 	stalled := l.Addr().String() + "/x/stalled@sha256:" + strings.Repeat("5", 64)
-	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
+	r := New(Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs,
 		Platform: Platform{OS: "linux", Architecture: "amd64"}, Timeout: 300 * time.Millisecond}, nil)
-	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
-	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
 	start := time.Now()
-	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{good, stalled}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	imgs, errs := resolveAll(r, good, stalled)
 	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("the check waited %s for a stalled registry", took)
+		t.Fatalf("resolving waited %s for a stalled registry", took)
 	}
-	v := res.Verdicts["s"]
-	if !v.Admitted || v.Bytes[good] == 0 || !strings.Contains(v.Unsized[stalled], "no answer from its registry within 300ms") {
-		t.Fatalf("%+v", v)
+	if errs[good] != nil || imgs[good].Bytes() == 0 || errs[stalled] == nil || !strings.Contains(errs[stalled].Error(), "no answer from its registry within 300ms") {
+		t.Fatalf("%+v %v", imgs, errs)
 	}
+}
+
+// resolveAll resolves every image at once, as the disk check does.
+func resolveAll(r *Client, images ...string) (map[string]Image, map[string]error) {
+	imgs, errs := map[string]Image{}, map[string]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, image := range images {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			img, err := r.Resolve(context.Background(), image)
+			mu.Lock()
+			imgs[image], errs[image] = img, err
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return imgs, errs
 }
 
 // A far registry is sized many images at once, within the first check: the sizings that
@@ -270,11 +245,11 @@ func TestStalledRegistryLeavesOnlyItsImagesUnsized(t *testing.T) {
 func TestFarRegistryWidensWithinTheCheck(t *testing.T) {
 	reg, check := farRegistry(t, 40, 50*time.Millisecond)
 	start := time.Now()
-	res := check()
+	rt := check()
 	if got := reg.MaxInFlight(); got <= nearWidth {
 		t.Fatalf("a registry 50 ms away was asked at most %d requests at once: the sizings stayed %d at a time", got, nearWidth)
 	}
-	if rt := res.RoundTrip; rt < farFrom {
+	if rt < farFrom {
 		t.Fatalf("round trip %s, want ≥ %s", rt, farFrom)
 	}
 	t.Logf("40 images, 50 ms a request: %s", time.Since(start))
@@ -294,29 +269,27 @@ func TestUnmeasuredRegistryIsTakenForFar(t *testing.T) {
 }
 
 // farRegistry is a registry with n one-layer images whose every request waits delay, and
-// a cold disk check of them all that must admit the set with each image sized.
-func farRegistry(t *testing.T, n int, delay time.Duration) (*registrytest.Registry, func() Result) {
+// a cold resolution of them all that must size each image; it returns the round trip
+// measured.
+func farRegistry(t *testing.T, n int, delay time.Duration) (*registrytest.Registry, func() time.Duration) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
-	reg.WriteCA(f.certs)
+	reg.WriteCA(f.Certs)
 	var missing []string
 	for i := range n {
 		missing = append(missing, reg.Host+"/"+reg.Push(fmt.Sprintf("far/app%d", i), image(t, layer(t, 100)), ""))
 	}
 	reg.SetDelay(delay)
 	reg.MaxInFlight() // reset: the pushes above are not the check's requests
-	r := NewResolver(ResolverConfig{RegistriesConf: f.conf, RegistriesConfDir: f.confDir, CertsDir: f.certs,
+	r := New(Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs,
 		Platform: Platform{OS: "linux", Architecture: "amd64"}}, nil)
-	c := New(Config{NodeName: "n1", Multiplier: 2}, r, func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
-	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
-	return reg, func() Result {
-		res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: missing}})
-		if err != nil {
-			t.Fatal(err)
+	return reg, func() time.Duration {
+		imgs, errs := resolveAll(r, missing...)
+		for _, m := range missing {
+			if errs[m] != nil || imgs[m].Bytes() == 0 {
+				t.Fatalf("%s: %v", m, errs[m])
+			}
 		}
-		if v := res.Verdicts["s"]; !v.Admitted || len(v.Bytes) != len(missing) {
-			t.Fatalf("%+v", v)
-		}
-		return res
+		return r.RoundTrip()
 	}
 }

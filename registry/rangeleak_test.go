@@ -1,4 +1,4 @@
-package diskcheck
+package registry
 
 import (
 	"context"
