@@ -92,7 +92,7 @@ type Deps struct {
 	// Pinners are the runtime-specific parts, by the runtime's CRI name ("cri-o",
 	// "containerd"). With one, it is used from the start (the config named the runtime);
 	// with several, the runtime's CRI Version picks.
-	Pinners map[string]Pinner
+	Pinners map[string]pin.Pinner
 	Disk    diskcheck.Checker
 	State   *state.Store
 	// Publish receives every status change (status file, sd_notify, reports).
@@ -142,8 +142,8 @@ type Agent struct {
 	// runtime
 	runtime      cri.Version
 	support      pin.Support
-	pinner       Pinner // the runtime's, once known
-	pinnerErr    error  // why there is none
+	pinner       pin.Pinner // the runtime's, once known
+	pinnerErr    error      // why there is none
 	runtimeErr   error
 	runtimeRetry retry
 	socketID     fileID
@@ -233,7 +233,7 @@ func New(cfg Config, deps Deps) *Agent {
 		cfg.PullTimeout = 30 * time.Minute
 	}
 	sched := newSchedule()
-	var pinner Pinner
+	var pinner pin.Pinner
 	if len(deps.Pinners) == 1 {
 		for _, p := range deps.Pinners {
 			pinner = p
@@ -285,7 +285,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 		}()
 	}
 	for _, p := range a.pinners() {
-		if w, ok := p.(watcher); ok {
+		if w, ok := p.(pin.Watcher); ok {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

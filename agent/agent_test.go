@@ -18,9 +18,10 @@ import (
 
 	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
-	"github.com/imagepin/imagepin/cri/fakecri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/fakeruntime"
+	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -35,7 +36,7 @@ type harness struct {
 	root     string
 	cfg      Config
 	dropIn   crio.DropIn
-	rt       *fakecri.Runtime
+	rt       *fakeruntime.Runtime
 	store    *state.Store
 	triggers chan struct{}
 	cancel   context.CancelFunc
@@ -76,7 +77,7 @@ func newHarness(t *testing.T) *harness {
 	h.dropIn = crio.DropIn{MainConfig: filepath.Join(root, "crio", "crio.conf"), ConfigDir: filepath.Join(root, "crio", "crio.conf.d"), Cache: crio.NewFileCache()}
 	os.MkdirAll(h.cfg.SetsDir, 0o755)
 	os.MkdirAll(h.dropIn.ConfigDir, 0o755)
-	h.rt = fakecri.New(h.dropIn)
+	h.rt = fakeruntime.New(h.dropIn)
 	var err error
 	h.store, err = state.Open(filepath.Join(root, "state"))
 	if err != nil {
@@ -108,9 +109,9 @@ func (h *harness) start() {
 	if h.reloader != nil {
 		p.Reloader = h.reloader
 	}
-	deps.Pinners = map[string]Pinner{"cri-o": p}
+	deps.Pinners = map[string]pin.Pinner{"cri-o": p}
 	if h.containerd {
-		deps.Pinners = map[string]Pinner{"containerd": &containerd.Pinner{Images: h.rt, Events: h.rt, Namespace: "k8s.io",
+		deps.Pinners = map[string]pin.Pinner{"containerd": &containerd.Pinner{Images: h.rt, Events: h.rt, Namespace: "k8s.io",
 			Record: filepath.Join(h.store.Dir(), "containerd-labels.json"), Log: log}}
 	}
 	if h.disk != nil {
@@ -878,7 +879,7 @@ func TestRestartWithLostStateKeepsTheDropIn(t *testing.T) {
 // about again (it wedged a set as "present but not pinned" for good).
 func TestStalePinnedAnswerIsCheckedAgain(t *testing.T) {
 	h := newHarness(t)
-	a := New(h.cfg, Deps{Runtime: h.rt, Pinners: map[string]Pinner{"cri-o": &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}}, Disk: diskcheck.AdmitAll{}, State: h.store})
+	a := New(h.cfg, Deps{Runtime: h.rt, Pinners: map[string]pin.Pinner{"cri-o": &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}}, Disk: diskcheck.AdmitAll{}, State: h.store})
 	ref := img("a", 1)
 	a.support.PinnedField = true
 	a.images[ref] = &imageState{wanted: true, inflight: true}

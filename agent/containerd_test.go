@@ -5,13 +5,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/imagepin/imagepin/cri/fakecri"
+	"github.com/imagepin/imagepin/internal/fakeruntime"
 	"github.com/imagepin/imagepin/status"
 )
 
 func newContainerdHarness(t *testing.T) *harness {
 	h := newHarness(t)
-	h.rt = fakecri.NewContainerd()
+	h.rt = fakeruntime.NewContainerd()
 	h.containerd = true
 	return h
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/conf"
-	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/pin"
 )
 
 // syncPins makes the managed drop-in hold the pins the desired sets keep (keepPinned),
@@ -266,18 +266,18 @@ func (a *Agent) pinsInEffect() bool {
 }
 
 // sameSet compares pattern lists as CRI-O matches them: order-free, case-insensitive.
-func sameSet(a, b []string) bool { return crio.SamePatterns(a, b) }
+func sameSet(a, b []string) bool { return pin.SamePatterns(a, b) }
 
-// patternMatcher is a crio.Matcher compiled for the pattern list last asked about
+// patternMatcher is a pin.Matcher compiled for the pattern list last asked about
 // (a.effective, a.confirmed): recompiled only when the agent replaces the list.
 type patternMatcher struct {
 	src []string
-	m   *crio.Matcher
+	m   *pin.Matcher
 }
 
 func (p *patternMatcher) match(patterns []string, name string) bool {
 	if p.m == nil || len(p.src) != len(patterns) || (len(patterns) > 0 && &p.src[0] != &patterns[0]) {
-		p.src, p.m = patterns, crio.NewMatcher(patterns)
+		p.src, p.m = patterns, pin.NewMatcher(patterns)
 	}
 	return p.m.Match(name)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/pin"
 )
 
 // imageState is what the agent knows of one wanted image, shared by every set that
@@ -26,8 +27,8 @@ type imageState struct {
 type pullJob struct {
 	image  string
 	auth   *cri.Auth
-	gen    int    // the pin generation it was dispatched in
-	pinner Pinner // pins the image once pulled, where the runtime pins image records
+	gen    int        // the pin generation it was dispatched in
+	pinner pin.Pinner // pins the image once pulled, where the runtime pins image records
 	// byName: the runtime pins by name and was confirmed to have a pattern matching
 	// this image when it was dispatched (CRI-O): a successful pull is present and
 	// pinned, and needs no ImageStatus (the runtime's CPU is what loopback pulls wait on).

@@ -20,6 +20,14 @@ import (
 	"github.com/imagepin/imagepin/pin"
 )
 
+// Pinner implements the runtime port, follows containerd's image events and pins
+// image records.
+var (
+	_ pin.Pinner       = (*Pinner)(nil)
+	_ pin.Watcher      = (*Pinner)(nil)
+	_ pin.RecordPinner = (*Pinner)(nil)
+)
+
 // ImageLabels is the part of containerd's images API the pinner uses.
 type ImageLabels interface {
 	// Labels returns an image record's labels; ErrNotFound when there is none.

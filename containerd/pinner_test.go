@@ -9,16 +9,16 @@ import (
 	"testing"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/cri/fakecri"
+	"github.com/imagepin/imagepin/internal/fakeruntime"
 )
 
 func ref(n int) string { return fmt.Sprintf("registry.example/app@sha256:%064x", n) }
 
 func onNode(string) (bool, bool) { return true, false }
 
-func pulled(t *testing.T, refs ...string) *fakecri.Runtime {
+func pulled(t *testing.T, refs ...string) *fakeruntime.Runtime {
 	t.Helper()
-	rt := fakecri.NewContainerd()
+	rt := fakeruntime.NewContainerd()
 	for _, r := range refs {
 		rt.Registry[r] = nil
 		if _, err := rt.PullImage(context.Background(), r, nil); err != nil {

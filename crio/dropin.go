@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/imagepin/imagepin/pin"
+
 	"github.com/BurntSushi/toml"
 
 	"github.com/imagepin/imagepin/internal/fsutil"
@@ -159,7 +161,7 @@ func (d DropIn) Existing(files []ConfigFile) ExistingPins {
 			continue
 		}
 		for _, p := range f.Pins {
-			if err := ValidPattern(p); err != nil {
+			if err := pin.ValidPattern(p); err != nil {
 				ex.Skipped = append(ex.Skipped, fmt.Sprintf("%s: %v", f.Path, err))
 				continue
 			}
@@ -219,20 +221,6 @@ func nonEmpty(in []string) []string {
 	return out
 }
 
-// ValidPattern refuses what CRI-O cannot take: an empty pattern, a bare "*" (CRI-O
-// panics compiling it), control characters.
-func ValidPattern(p string) error {
-	switch {
-	case p == "":
-		return errors.New("empty pattern")
-	case strings.Trim(p, "*") == "":
-		return fmt.Errorf("pattern %q would crash CRI-O", p)
-	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-		return fmt.Errorf("pattern %q contains control characters", p)
-	}
-	return nil
-}
-
 // Render returns the drop-in's content for the given patterns: sorted, deduplicated.
 // Patterns that fail ValidPattern are an error: the caller validated them already, so
 // this is the last line of defence for CRI-O's config.
@@ -241,7 +229,7 @@ func Render(patterns []string) ([]byte, error) {
 	sort.Strings(ps)
 	ps = slices.Compact(ps)
 	for _, p := range ps {
-		if err := ValidPattern(p); err != nil {
+		if err := pin.ValidPattern(p); err != nil {
 			return nil, err
 		}
 	}

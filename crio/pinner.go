@@ -3,7 +3,6 @@ package crio
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +10,9 @@ import (
 
 	"github.com/imagepin/imagepin/pin"
 )
+
+// Pinner implements the runtime port.
+var _ pin.Pinner = (*Pinner)(nil)
 
 // Pinner is CRI-O's part of pinning: one managed drop-in holding imagepind's patterns
 // and the pinned_images of CRI-O's config files read before it (ours replaces theirs),
@@ -37,7 +39,7 @@ func (p *Pinner) Describe() string { return "CRI-O drop-in " + p.DropIn.Path() }
 // copied in from another config file): what imagepind pinned before a restart.
 func (p *Pinner) Held() []string {
 	files := p.DropIn.Scan()
-	inherited := lowerSet(p.DropIn.Existing(files).Inherited)
+	inherited := pin.PatternSet(p.DropIn.Existing(files).Inherited)
 	var held []string
 	for _, f := range files {
 		if !f.Managed || f.Err != nil {
@@ -119,7 +121,7 @@ func (p *Pinner) InEffect(ctx context.Context, effective []string) (bool, error)
 	if err != nil {
 		return false, fmt.Errorf("CRI-O's config cannot be read: %w", err)
 	}
-	if !SamePatterns(live, effective) {
+	if !pin.SamePatterns(live, effective) {
 		return false, fmt.Errorf("CRI-O has %d pinned_images patterns, not the expected %d (a reload that failed is only in CRI-O's log)", len(live), len(effective))
 	}
 	return true, nil
@@ -132,18 +134,4 @@ func (p *Pinner) Pulled(context.Context, string) (bool, error) { return false, n
 func (p *Pinner) Support(version string) (pin.Support, error) {
 	s, err := SupportOf(version)
 	return pin.Support{PinnedField: s.PinnedField, WithoutRestart: s.PinOnReload, Problem: s.TooOld(version)}, err
-}
-
-// SamePatterns compares pattern lists as CRI-O matches them: order-free,
-// case-insensitive (equal lists, the usual case, are compared without building sets).
-func SamePatterns(a, b []string) bool {
-	return slices.Equal(a, b) || maps.Equal(lowerSet(a), lowerSet(b))
-}
-
-func lowerSet(list []string) map[string]bool {
-	m := make(map[string]bool, len(list))
-	for _, x := range list {
-		m[strings.ToLower(x)] = true
-	}
-	return m
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/kube"
+	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
@@ -89,7 +90,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Heartbeat:       opts.Heartbeat,
 	}, agent.Deps{
 		Runtime:  client,
-		Pinners:  map[string]agent.Pinner{runtimeName: pinner},
+		Pinners:  map[string]pin.Pinner{runtimeName: pinner},
 		Disk:     DiskCheck(cfg, registries, client, nodeName),
 		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(registries.SystemContext)},
 		State:    store,
@@ -157,7 +158,7 @@ func DetectRuntime(cfg conf.Config, client *cri.Client, wait time.Duration, log 
 
 // Pinner is the runtime-specific part of pinning: CRI-O's managed drop-in, reloaded
 // ([crio]), or containerd's pinned label ([containerd]), its record in the state dir.
-func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogger) (agent.Pinner, error) {
+func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogger) (pin.Pinner, error) {
 	if runtimeName == conf.RuntimeContainerd {
 		images, err := containerd.DialImages(cfg.ContainerdSocket(), cfg.Containerd.Namespace)
 		if err != nil {

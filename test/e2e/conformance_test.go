@@ -11,17 +11,17 @@ import (
 	"testing"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/cri/critest"
+	"github.com/imagepin/imagepin/pin/pintest"
 	"github.com/imagepin/imagepin/crio"
 )
 
 // The same suite as cri/fakecri's, against real CRI-O.
 func TestCRIOConformance(t *testing.T) {
-	critest.Run(t, func(t *testing.T) critest.Subject {
+	pintest.Run(t, func(t *testing.T) pintest.Subject {
 		w := newWorld(t)
 		refs := w.push("conf", 2)
 		missing := w.reg.Host + "/conf-0@sha256:" + strings.Repeat("0", 64)
-		return critest.Subject{
+		return pintest.Subject{
 			Name: "cri-o", Runtime: w.cri,
 			Pinner: &crio.Pinner{
 				DropIn: crio.DropIn{MainConfig: w.crio.Config, ConfigDir: w.crio.ConfigDir},
@@ -38,12 +38,12 @@ func TestCRIOConformance(t *testing.T) {
 
 // The same suite against real containerd 2.x.
 func TestContainerdConformance(t *testing.T) {
-	critest.Run(t, func(t *testing.T) critest.Subject {
+	pintest.Run(t, func(t *testing.T) pintest.Subject {
 		w := newContainerdWorld(t, nil)
 		refs := w.push("conf", 2)
 		missing := w.reg.Host + "/conf-0@sha256:" + strings.Repeat("0", 64)
 		images := w.containerdImages()
-		return critest.Subject{
+		return pintest.Subject{
 			Name: "containerd", Runtime: w.cri,
 			Pinner:       &containerd.Pinner{Images: images, Namespace: "k8s.io", Record: filepath.Join(t.TempDir(), "labels.json")},
 			PinByHand:    func(ctx context.Context, ref string) error { return images.SetPinned(ctx, ref, true) },

@@ -1,6 +1,12 @@
-package crio
+package pin
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
 
 // Matches reports whether CRI-O would pin an image named name with these patterns,
 // as CRI-O compiles them (internal/storage CompileRegexpsForPinnedImages): "*kw*" and
@@ -70,4 +76,33 @@ func (m *Matcher) Match(name string) bool {
 		}
 	}
 	return false
+}
+
+// ValidPattern refuses what CRI-O cannot take: an empty pattern, a bare "*" (CRI-O
+// panics compiling it), control characters.
+func ValidPattern(p string) error {
+	switch {
+	case p == "":
+		return errors.New("empty pattern")
+	case strings.Trim(p, "*") == "":
+		return fmt.Errorf("pattern %q would crash CRI-O", p)
+	case strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("pattern %q contains control characters", p)
+	}
+	return nil
+}
+
+// SamePatterns compares pattern lists as CRI-O matches them: order-free,
+// case-insensitive (equal lists, the usual case, are compared without building sets).
+func SamePatterns(a, b []string) bool {
+	return slices.Equal(a, b) || maps.Equal(PatternSet(a), PatternSet(b))
+}
+
+// PatternSet is a pattern list as CRI-O compares patterns: a set, case folded.
+func PatternSet(list []string) map[string]bool {
+	m := make(map[string]bool, len(list))
+	for _, x := range list {
+		m[strings.ToLower(x)] = true
+	}
+	return m
 }

@@ -1,10 +1,10 @@
-// Package fakecri is an in-memory stand-in for CRI-O and containerd for unit tests: CRI
+// Package fakeruntime is an in-memory stand-in for CRI-O and containerd for unit tests: CRI
 // image calls; for CRI-O the live config (GET /config) and a reload that re-reads the
 // real drop-in files the way CRI-O does (the last file that sets pinned_images wins);
 // for containerd the images API's pinned label on each image record, which CRI
-// ImageStatus reports. The conformance suite in package critest runs against both and
+// ImageStatus reports. The conformance suite in package pin/pintest runs against both and
 // against real CRI-O and containerd.
-package fakecri
+package fakeruntime
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/pin"
 )
 
 // Runtime fakes CRI-O.
@@ -32,7 +33,7 @@ type Runtime struct {
 	down    bool
 	present map[string]bool
 	pinned  []string
-	matcher *crio.Matcher // pinned, compiled (nil: compile on next use)
+	matcher *pin.Matcher // pinned, compiled (nil: compile on next use)
 	// Registry maps an image to the error its pull returns (nil: pulls fine). An image
 	// not in Registry fails with "manifest unknown".
 	Registry map[string]error
@@ -258,7 +259,7 @@ func (r *Runtime) ImageStatus(_ context.Context, ref string) (cri.Image, error) 
 		return cri.Image{Present: true, Pinned: r.labels[ref], ID: ref}, nil
 	}
 	if r.matcher == nil {
-		r.matcher = crio.NewMatcher(r.pinned)
+		r.matcher = pin.NewMatcher(r.pinned)
 	}
 	return cri.Image{Present: true, Pinned: r.matcher.Match(ref), ID: ref}, nil
 }

@@ -1,4 +1,4 @@
-package fakecri_test
+package fakeruntime_test
 
 import (
 	"context"
@@ -8,21 +8,21 @@ import (
 	"testing"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/cri/critest"
-	"github.com/imagepin/imagepin/cri/fakecri"
 	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/internal/fakeruntime"
+	"github.com/imagepin/imagepin/pin/pintest"
 )
 
 func img(n int) string { return fmt.Sprintf("registry.example/app@sha256:%064x", n) }
 
 func TestConformance(t *testing.T) {
-	critest.Run(t, func(t *testing.T) critest.Subject {
+	pintest.Run(t, func(t *testing.T) pintest.Subject {
 		root := t.TempDir()
 		d := crio.DropIn{MainConfig: filepath.Join(root, "crio.conf"), ConfigDir: filepath.Join(root, "crio.conf.d")}
 		os.MkdirAll(d.ConfigDir, 0o755)
-		rt := fakecri.New(d)
+		rt := fakeruntime.New(d)
 		rt.Registry[img(1)], rt.Registry[img(2)] = nil, nil
-		return critest.Subject{
+		return pintest.Subject{
 			Name: "cri-o", Runtime: rt, Pinner: &crio.Pinner{DropIn: d, Live: rt, Reloader: rt},
 			PinByHand: func(_ context.Context, ref string) error {
 				return os.WriteFile(filepath.Join(d.ConfigDir, "10-admin.conf"), []byte(fmt.Sprintf("[crio.image]\npinned_images = [%q]\n", ref)), 0o644)
@@ -33,10 +33,10 @@ func TestConformance(t *testing.T) {
 }
 
 func TestContainerdConformance(t *testing.T) {
-	critest.Run(t, func(t *testing.T) critest.Subject {
-		rt := fakecri.NewContainerd()
+	pintest.Run(t, func(t *testing.T) pintest.Subject {
+		rt := fakeruntime.NewContainerd()
 		rt.Registry[img(1)], rt.Registry[img(2)] = nil, nil
-		return critest.Subject{
+		return pintest.Subject{
 			Name: "containerd", Runtime: rt,
 			Pinner:       &containerd.Pinner{Images: rt, Namespace: "k8s.io", Record: filepath.Join(t.TempDir(), "labels.json")},
 			PinByHand:    func(ctx context.Context, ref string) error { return rt.SetPinned(ctx, ref, true) },

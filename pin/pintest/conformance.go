@@ -1,8 +1,8 @@
-// Package critest is the conformance suite for what imagepind expects of a container
-// runtime and of its runtime-specific pinner: it runs against cri/fakecri (as CRI-O and
-// as containerd) in the unit tier and against real CRI-O and real containerd in the
+// Package pintest is the conformance suite of the runtime port (pin.Pinner) and of the
+// CRI calls imagepind makes: it runs against internal/fakeruntime (as CRI-O and as
+// containerd) in the unit tier and against real CRI-O and real containerd in the
 // end-to-end tier, so the fakes cannot drift from the real things unnoticed.
-package critest
+package pintest
 
 import (
 	"context"
@@ -22,21 +22,12 @@ type Runtime interface {
 	ImageNames(ctx context.Context) (map[string]bool, error)
 }
 
-// Pinner is the agent's runtime-specific part (agent.Pinner).
-type Pinner interface {
-	Write(ctx context.Context, patterns []string, images func(ref string) (present, pinned bool)) (pin.Written, error)
-	Apply(ctx context.Context) error
-	InEffect(ctx context.Context, effective []string) (bool, error)
-	Pulled(ctx context.Context, ref string) (bool, error)
-	Support(version string) (pin.Support, error)
-}
-
 // Subject is one runtime (real or fake) to check, with images to use.
 type Subject struct {
 	// Name is the runtime's CRI name ("cri-o", "containerd").
 	Name    string
 	Runtime Runtime
-	Pinner  Pinner
+	Pinner  pin.Pinner
 	// PinByHand pins ref the way an administrator would without imagepind (CRI-O: a
 	// drop-in of their own; containerd: the label set with ctr).
 	PinByHand func(ctx context.Context, ref string) error

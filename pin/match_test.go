@@ -1,4 +1,4 @@
-package crio
+package pin
 
 import "testing"
 
