@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/pin/pintest"
 	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/pin/pintest"
 )
 
 // The same suite as cri/fakecri's, against real CRI-O.
