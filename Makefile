@@ -42,7 +42,7 @@ test-unit:
 
 # The document parser and the drop-in renderer, briefly.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParseSetFile$$' -fuzztime $(FUZZ_PARSE) ./conf
+	$(GO) test -run '^$$' -fuzz '^FuzzParseSetFile$$' -fuzztime $(FUZZ_PARSE) ./pinset
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZ_RENDER) ./crio
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_RESOLVE) ./resolve
 

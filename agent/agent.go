@@ -14,6 +14,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
@@ -130,7 +131,7 @@ type Agent struct {
 
 	// inputs
 	inputsDirty bool
-	sets        []conf.Set
+	sets        []pinset.Set
 	setsLoaded  bool
 	fileErrors  []status.FileError
 	inputFaults []string
@@ -177,7 +178,7 @@ type Agent struct {
 	expanding    map[string]bool         // expansions running
 	releaseRetry retry
 	verdicts     map[string]diskcheck.Verdict
-	lastAdmitted []conf.Set // the admitted sets of the last full pass
+	lastAdmitted []pinset.Set // the admitted sets of the last full pass
 	diskErr      error
 	diskRetry    retry
 	diskRunning  bool                       // a check is in flight

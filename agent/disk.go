@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -18,7 +18,7 @@ const diskCheckTimeout = 2 * time.Minute
 // be asked changed or a retry is due (one at a time, off the loop), and returns the sets
 // admitted so far. A set the check could not decide (a registry not answering) keeps its
 // earlier verdict; when the check fails as a whole, every earlier verdict stands.
-func (a *Agent) checkDisk(desired []conf.Set) []conf.Set {
+func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 	now := a.deps.Clock.Now()
 	reqs := make([]diskcheck.SetRequest, 0, len(desired))
 	for _, s := range desired {
@@ -140,8 +140,8 @@ func (a *Agent) diskDirty(reqs []diskcheck.SetRequest) bool {
 	return false
 }
 
-func (a *Agent) admitted(desired []conf.Set) []conf.Set {
-	var out []conf.Set
+func (a *Agent) admitted(desired []pinset.Set) []pinset.Set {
+	var out []pinset.Set
 	for _, s := range desired {
 		if v, ok := a.verdicts[s.Name]; ok && v.Admitted {
 			out = append(out, s)

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -58,16 +58,16 @@ func (a *Agent) loadInputs() {
 }
 
 func (a *Agent) loadSets() {
-	files, err := conf.ReadSetsDir(a.cfg.SetsDir, a.cfg.ClusterSync)
+	files, err := pinset.ReadSetsDir(a.cfg.SetsDir, a.cfg.ClusterSync)
 	var replay []string // last good contents read in place of files that are not there
 	switch {
-	case errors.Is(err, conf.ErrClusterDirMissing):
+	case errors.Is(err, pinset.ErrClusterDirMissing):
 		// The local files are read as usual; the cluster sets keep their last good
 		// contents until the cluster sync puts the directory back.
 		a.inputFaults = append(a.inputFaults, fmt.Sprintf("%v: keeping the cluster sets' last good contents until the cluster sync restores it; nothing is unpinned", err))
 		a.log.WithError(err).Warn("cluster subdirectory missing: keeping the cluster sets")
 		for _, name := range a.deps.State.GoodNames() {
-			if conf.IsClusterFile(name) {
+			if pinset.IsClusterFile(name) {
 				replay = append(replay, name)
 			}
 		}
@@ -82,23 +82,23 @@ func (a *Agent) loadSets() {
 		replay = a.deps.State.GoodNames()
 	}
 	for _, name := range replay {
-		files = append(files, conf.SetFile{Name: name, Err: errors.New("not readable now")})
+		files = append(files, pinset.SetFile{Name: name, Err: errors.New("not readable now")})
 	}
 	// A replay takes files in exactly the order a live read does: the same file wins a
 	// name clash after a restart as before it.
-	conf.SortSetFiles(files)
+	pinset.SortSetFiles(files)
 	a.setsLoaded = true
 	present := map[string]bool{}
-	var perFile []conf.FileSets
+	var perFile []pinset.FileSets
 	var fileErrors []status.FileError
 	for _, f := range files {
 		present[f.Name] = true
-		var res conf.ParseResult
+		var res pinset.ParseResult
 		var perr error
 		if f.Err != nil {
 			perr = fmt.Errorf("%s: %w", f.Name, f.Err)
 		} else {
-			res, perr = conf.ParseSetFile(f.Name, f.Data)
+			res, perr = pinset.ParseSetFile(f.Name, f.Data)
 		}
 		if perr == nil {
 			if err := a.deps.State.SaveGood(f.Name, f.Data); err != nil {
@@ -107,13 +107,13 @@ func (a *Agent) loadSets() {
 			for _, w := range res.Warnings {
 				a.log.WithField("file", f.Name).Warn(w)
 			}
-			perFile = append(perFile, conf.FileSets{File: f.Name, Sets: res.Sets})
+			perFile = append(perFile, pinset.FileSets{File: f.Name, Sets: res.Sets})
 			continue
 		}
 		msg := perr.Error()
 		if good, ok := a.deps.State.Good(f.Name); ok {
-			if res, err := conf.ParseSetFile(f.Name, good); err == nil {
-				perFile = append(perFile, conf.FileSets{File: f.Name, Sets: res.Sets})
+			if res, err := pinset.ParseSetFile(f.Name, good); err == nil {
+				perFile = append(perFile, pinset.FileSets{File: f.Name, Sets: res.Sets})
 				msg += "; using the file's last good content"
 			}
 		}
@@ -130,7 +130,7 @@ func (a *Agent) loadSets() {
 			}
 		}
 	}
-	kept, dupErrs := conf.UniqueNames(perFile)
+	kept, dupErrs := pinset.UniqueNames(perFile)
 	for file, e := range dupErrs {
 		fileErrors = append(fileErrors, status.FileError{File: file, Error: e.Error()})
 	}
@@ -145,7 +145,7 @@ func (a *Agent) loadSets() {
 func (a *Agent) loadLabels() {
 	var fileLabels map[string]string
 	if a.cfg.LabelsFile != "" {
-		data, err := fsutil.ReadRegular(a.cfg.LabelsFile, conf.MaxLabelsFileSize)
+		data, err := fsutil.ReadRegular(a.cfg.LabelsFile, pinset.MaxLabelsFileSize)
 		switch {
 		case errors.Is(err, os.ErrNotExist) && a.data.Labels == nil:
 			// Never had a labels file: inline labels only.
@@ -156,7 +156,7 @@ func (a *Agent) loadLabels() {
 			a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, err))
 			fileLabels = a.data.Labels
 		default:
-			l, perr := conf.ParseLabelsFile(data)
+			l, perr := pinset.ParseLabelsFile(data)
 			if perr != nil {
 				a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, perr))
 				fileLabels = a.data.Labels
@@ -169,7 +169,7 @@ func (a *Agent) loadLabels() {
 			}
 		}
 	}
-	labels := conf.MergeLabels(a.cfg.InlineLabels, fileLabels)
+	labels := pinset.MergeLabels(a.cfg.InlineLabels, fileLabels)
 	if !maps.Equal(labels, a.labels) {
 		a.log.WithField("labels", labelString(labels)).Info("node labels")
 	}
@@ -177,8 +177,8 @@ func (a *Agent) loadLabels() {
 }
 
 // desiredSets are the sets whose selector matches this node, in name order.
-func (a *Agent) desiredSets() []conf.Set {
-	var out []conf.Set
+func (a *Agent) desiredSets() []pinset.Set {
+	var out []pinset.Set
 	for _, s := range a.sets {
 		if s.Selector.Matches(a.labels) {
 			out = append(out, s)

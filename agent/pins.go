@@ -8,15 +8,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 // syncPins makes the managed drop-in hold the pins the desired sets keep (keepPinned),
 // the images of sets that left less than unpin_delay ago, and the other config files'
 // patterns; reloads CRI-O when that changes what CRI-O should have; and confirms CRI-O
 // has it.
-func (a *Agent) syncPins(ctx context.Context, desired, admitted []conf.Set) {
+func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 	now := a.deps.Clock.Now()
 	a.pinFaults = nil
 
@@ -126,7 +126,7 @@ func unpinKey(img string) string { return "unpin/" + img }
 // answered). The check gates only new pulls, and pins of images not on the node yet: a
 // node under disk pressure, a registry that does not answer, or a restart must never
 // unpin what a set still wants, least of all while the kubelet's image GC is deleting.
-func (a *Agent) keepPinned(desired, admitted []conf.Set) map[string]bool {
+func (a *Agent) keepPinned(desired, admitted []pinset.Set) map[string]bool {
 	may := make(map[string]bool, len(admitted))
 	for _, s := range admitted {
 		may[s.Name] = true

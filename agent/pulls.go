@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 // imageState is what the agent knows of one wanted image, shared by every set that
@@ -44,7 +44,7 @@ type pullResult struct {
 }
 
 // refreshPresence asks the runtime about wanted images whose state is not known.
-func (a *Agent) refreshPresence(ctx context.Context, desired []conf.Set) {
+func (a *Agent) refreshPresence(ctx context.Context, desired []pinset.Set) {
 	for _, img := range a.images {
 		img.wanted = false
 	}
@@ -173,7 +173,7 @@ func (a *Agent) scheduleRecheck() {
 
 // dispatchPulls hands missing images of the admitted sets, in set name order, to the
 // workers, as long as workers are free and each image's backoff has passed.
-func (a *Agent) dispatchPulls(admitted []conf.Set) {
+func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 	now := a.deps.Clock.Now()
 	if now.Before(a.noSpaceAt) {
 		return

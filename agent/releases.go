@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/status"
 )
@@ -32,7 +32,7 @@ const expandTimeout = 2 * time.Minute
 // this node (its role, its OS stream). Expansion runs off the loop; until it answers, and
 // when a release cannot be read, a set keeps the images of its last good expansion, so
 // neither a slow registry nor an outage unpins anything.
-func (a *Agent) expandReleases(desired []conf.Set) []conf.Set {
+func (a *Agent) expandReleases(desired []pinset.Set) []pinset.Set {
 	if a.releases == nil {
 		a.releases = map[string]releaseState{}
 		a.expanding = map[string]bool{}
@@ -83,7 +83,7 @@ func (a *Agent) expandReleases(desired []conf.Set) []conf.Set {
 }
 
 // startExpand expands s's release for the current labels off the loop.
-func (a *Agent) startExpand(s conf.Set) {
+func (a *Agent) startExpand(s pinset.Set) {
 	a.expanding[s.Name] = true
 	labels := maps.Clone(a.labels)
 	a.background(expandTimeout, func(ctx context.Context) func() {
@@ -111,7 +111,7 @@ func (a *Agent) releaseExpanded(name string, st releaseState) {
 	a.releases[name] = st
 }
 
-func (a *Agent) expand(ctx context.Context, s conf.Set, labels map[string]string) releaseState {
+func (a *Agent) expand(ctx context.Context, s pinset.Set, labels map[string]string) releaseState {
 	st := releaseState{pullSpec: s.ReleaseImage, stream: s.OSImageStream, labels: labelString(labels)}
 	if a.deps.Releases == nil {
 		st.err, st.permanent = errors.New("this imagepind cannot expand releases"), true
@@ -134,7 +134,7 @@ func (a *Agent) expand(ctx context.Context, s conf.Set, labels map[string]string
 }
 
 // releaseStatus is the set's status.release.
-func (a *Agent) releaseStatus(s conf.Set) *status.Release {
+func (a *Agent) releaseStatus(s pinset.Set) *status.Release {
 	st, ok := a.releases[s.Name]
 	if !ok {
 		return nil
@@ -147,7 +147,7 @@ func (a *Agent) releaseStatus(s conf.Set) *status.Release {
 }
 
 // releaseProblem is the set's phase override when its release could not be expanded.
-func (a *Agent) releaseProblem(s conf.Set) (status.Phase, string, string, bool) {
+func (a *Agent) releaseProblem(s pinset.Set) (status.Phase, string, string, bool) {
 	st, ok := a.releases[s.Name]
 	if ok && st.pending && len(st.images) == 0 {
 		return status.Pending, status.ReasonExpandingRelease, fmt.Sprintf("reading release %s from its registry", st.pullSpec), true

@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
 
 // publish computes the node status and hands it on when it changed.
-func (a *Agent) publish(desired []conf.Set) {
+func (a *Agent) publish(desired []pinset.Set) {
 	now := a.deps.Clock.Now()
 	n := status.Node{
 		Node: status.NodeInfo{
@@ -60,7 +60,7 @@ func withoutTime(n status.Node) status.Node {
 }
 
 // setStatus derives one set's phase and conditions from the agent's state.
-func (a *Agent) setStatus(s conf.Set, prev *status.Set) status.Set {
+func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 	now := a.deps.Clock.Now()
 	st := status.Set{Name: s.Name, UID: s.UID, SpecHash: s.SpecHash, File: s.File, ImagesTotal: len(s.Images), Release: a.releaseStatus(s)}
 	if prev != nil && prev.UID == s.UID {

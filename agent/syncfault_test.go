@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
 )
 
 // writeClusterFile writes a file as the cluster sync does, into <sets_dir>/cluster.
 func (h *harness) writeClusterFile(name, content string) {
 	h.t.Helper()
-	dir := filepath.Join(h.cfg.SetsDir, conf.ClusterSubdir)
+	dir := filepath.Join(h.cfg.SetsDir, pinset.ClusterSubdir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		h.t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestClusterSubdirRemovedKeepsTheClusterSets(t *testing.T) {
 	h.writeFile("local.yaml", setDoc("local", b))
 	h.waitFor("Ready", func(n status.Node) bool { return phase("from-api", status.Ready)(n) && phase("local", status.Ready)(n) })
 
-	if err := os.RemoveAll(filepath.Join(h.cfg.SetsDir, conf.ClusterSubdir)); err != nil {
+	if err := os.RemoveAll(filepath.Join(h.cfg.SetsDir, pinset.ClusterSubdir)); err != nil {
 		t.Fatal(err)
 	}
 	h.writeFile("local2.yaml", setDoc("local2", c)) // local files are still followed
@@ -63,7 +63,7 @@ func TestClusterSubdirRemovedKeepsTheClusterSets(t *testing.T) {
 	h.waitFor("restarted with the cluster set", phase("from-api", status.Ready))
 	// The sync restores the directory without the set (deleted in the API meanwhile):
 	// that is a real deletion, unpinned after the delay.
-	if err := os.MkdirAll(filepath.Join(h.cfg.SetsDir, conf.ClusterSubdir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(h.cfg.SetsDir, pinset.ClusterSubdir), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	h.trigger()
@@ -79,7 +79,7 @@ func TestClusterSubdirMissingWithoutSyncIsNoSets(t *testing.T) {
 	h.start()
 	h.writeClusterFile("x.json", setDoc("x", a))
 	h.waitFor("Ready", phase("x", status.Ready))
-	os.RemoveAll(filepath.Join(h.cfg.SetsDir, conf.ClusterSubdir))
+	os.RemoveAll(filepath.Join(h.cfg.SetsDir, pinset.ClusterSubdir))
 	h.trigger()
 	n := h.waitFor("gone", func(n status.Node) bool { return n.Set("x") == nil })
 	if len(n.Faults) != 0 {

@@ -3,11 +3,11 @@ package agent
 import (
 	"sort"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
 )
 
-func sortSets(s []conf.Set) { sort.Slice(s, func(i, j int) bool { return s[i].Name < s[j].Name }) }
+func sortSets(s []pinset.Set) { sort.Slice(s, func(i, j int) bool { return s[i].Name < s[j].Name }) }
 
 func sortStrings(s []string) { sort.Strings(s) }
 

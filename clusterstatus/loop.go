@@ -24,7 +24,7 @@ import (
 
 	"github.com/imagepin/imagepin/aggregator"
 	"github.com/imagepin/imagepin/api/v1alpha1"
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 var nodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
@@ -80,7 +80,7 @@ type Loop struct {
 
 type parsedSet struct {
 	resourceVersion string
-	set             conf.Set
+	set             pinset.Set
 	invalid         string
 }
 
@@ -141,7 +141,7 @@ func (l *Loop) refresh() {
 		}
 		p := l.parse(u)
 		seen[u.GetUID()] = true
-		t := aggregator.Target{SpecHash: p.set.SpecHash, File: conf.ClusterFile(u.GetName())}
+		t := aggregator.Target{SpecHash: p.set.SpecHash, File: pinset.ClusterFile(u.GetName())}
 		if p.invalid == "" {
 			for _, n := range nodes {
 				if m, ok := n.(*metav1.PartialObjectMetadata); ok && p.set.Selector.Matches(m.Labels) {
@@ -182,8 +182,8 @@ func (l *Loop) parse(u *unstructured.Unstructured) parsedSet {
 	p := parsedSet{resourceVersion: u.GetResourceVersion()}
 	doc, err := v1alpha1.NodeDocument(u)
 	if err == nil {
-		var res conf.ParseResult
-		res, err = conf.ParseSetFile(conf.ClusterFile(u.GetName()), doc)
+		var res pinset.ParseResult
+		res, err = pinset.ParseSetFile(pinset.ClusterFile(u.GetName()), doc)
 		if err == nil && len(res.Sets) == 1 {
 			p.set = res.Sets[0]
 		}

@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/pinset"
 	fswatch "github.com/imagepin/imagepin/watch"
 )
 
@@ -116,7 +116,7 @@ func (s *Syncer) connected(ctx context.Context) bool {
 }
 
 // Dir is the cluster subdirectory of the sets directory.
-func (s *Syncer) Dir() string { return filepath.Join(s.cfg.SetsDir, conf.ClusterSubdir) }
+func (s *Syncer) Dir() string { return filepath.Join(s.cfg.SetsDir, pinset.ClusterSubdir) }
 
 // Faults are the sync's current problems, for the node's status; none when in step.
 func (s *Syncer) Faults() []string {
@@ -498,7 +498,7 @@ func (s *Syncer) writeSets(objs []any) bool {
 			problems = append(problems, fmt.Sprintf("PinnedImageSet %s: %v", name, err))
 			continue
 		}
-		want[conf.ClusterFileName(name)] = data
+		want[pinset.ClusterFileName(name)] = data
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -511,11 +511,11 @@ func (s *Syncer) writeSets(objs []any) bool {
 		switch {
 		case strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp-"):
 			_ = os.Remove(filepath.Join(dir, n)) // a temp file left by a kill -9
-		case conf.IsSetFileName(n) && want[n] == nil:
+		case pinset.IsSetFileName(n) && want[n] == nil:
 			if err := fsutil.RemoveDurable(filepath.Join(dir, n)); err != nil {
 				problems = append(problems, err.Error())
 			} else {
-				s.cfg.Log.WithField("file", conf.ClusterSubdir+"/"+n).Info("set deleted in the API: file removed")
+				s.cfg.Log.WithField("file", pinset.ClusterSubdir+"/"+n).Info("set deleted in the API: file removed")
 			}
 		default:
 			have[n] = true
@@ -532,7 +532,7 @@ func (s *Syncer) writeSets(objs []any) bool {
 			problems = append(problems, err.Error())
 			continue
 		}
-		s.cfg.Log.WithField("file", conf.ClusterSubdir+"/"+n).Info("set from the API written")
+		s.cfg.Log.WithField("file", pinset.ClusterSubdir+"/"+n).Info("set from the API written")
 	}
 	if len(problems) > 0 {
 		sort.Strings(problems)

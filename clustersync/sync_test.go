@@ -27,7 +27,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 const digest = "@sha256:1111111111111111111111111111111111111111111111111111111111111111"
@@ -111,7 +111,7 @@ func TestSetsAndLabelsFollowTheAPI(t *testing.T) {
 	})
 	// One document works as an object and as a file: the written file parses, status is left out.
 	data, _ := os.ReadFile(fileA)
-	res, err := conf.ParseSetFile("cluster/a.json", data)
+	res, err := pinset.ParseSetFile("cluster/a.json", data)
 	if err != nil || len(res.Sets) != 1 || res.Sets[0].UID != "uid-a" || !res.Sets[0].Selector.Matches(nil) {
 		t.Fatalf("written file does not parse as the object: %v %+v", err, res)
 	}
@@ -290,19 +290,19 @@ func TestLongSetNamesReachTheNode(t *testing.T) {
 	w.run(t)
 	eventually(t, "every long-named set written", func() bool {
 		for _, name := range names {
-			if _, err := os.Stat(filepath.Join(w.dir, conf.ClusterFile(name))); err != nil {
+			if _, err := os.Stat(filepath.Join(w.dir, pinset.ClusterFile(name))); err != nil {
 				return false
 			}
 		}
 		return true
 	})
-	files, err := conf.ReadSetsDir(w.dir, true)
+	files, err := pinset.ReadSetsDir(w.dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{}
 	for _, f := range files {
-		res, err := conf.ParseSetFile(f.Name, f.Data)
+		res, err := pinset.ParseSetFile(f.Name, f.Data)
 		if err != nil {
 			t.Fatalf("%s: %v", f.Name, err)
 		}

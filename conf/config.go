@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/imagepin/imagepin/pinset"
+
 	"github.com/BurntSushi/toml"
 )
 
@@ -286,7 +288,7 @@ func (c *Config) Validate() error {
 	if c.Cluster.Kubeconfig != "" && c.Node.LabelsFile == "" {
 		bad("node.labels_file", "must be set when cluster.kubeconfig is: the Node's labels from the API are written there")
 	}
-	if err := ValidateLabels(c.Node.Labels); err != nil {
+	if err := pinset.ValidateLabels(c.Node.Labels); err != nil {
 		bad("node.labels", "%v", err)
 	}
 	return errors.Join(errs...)

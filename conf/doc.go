@@ -1,4 +1,4 @@
-// Package conf reads what imagepind is given: its TOML config file, PinnedImageSet
-// documents from the sets directory, node labels, and Kubernetes label selectors.
-// Everything here is pure parsing and validation; nothing talks to CRI-O or a registry.
+// Package conf is imagepind's own configuration: the TOML file (defaults, strict
+// decoding, validation with errors that name the key) and the paths and settings the
+// other parts are given from it. The PinnedImageSet model is package pinset.
 package conf

@@ -17,7 +17,7 @@ import (
 	"go.podman.io/image/v5/types"
 	"sigs.k8s.io/yaml"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 // Release is what a release image says, independent of any node.
@@ -103,7 +103,7 @@ var ErrNotRelease = errors.New("not a release image")
 
 // Expand reads a release image. pullSpec must be by digest.
 func Expand(ctx context.Context, open Source, pullSpec string) (Release, error) {
-	if err := conf.ValidateImage(pullSpec); err != nil {
+	if err := pinset.ValidateImage(pullSpec); err != nil {
 		return Release{}, fmt.Errorf("release pull spec: %w", err)
 	}
 	src, sys, err := open(ctx, pullSpec)
@@ -123,7 +123,7 @@ func Expand(ctx context.Context, open Source, pullSpec string) (Release, error) 
 		if tag.From.Kind != "DockerImage" || from == "" {
 			continue
 		}
-		if err := conf.ValidateImage(from); err != nil {
+		if err := pinset.ValidateImage(from); err != nil {
 			return Release{}, fmt.Errorf("release %s: image-references tag %q: %w", pullSpec, tag.Name, err)
 		}
 		if _, os := osTags[tag.Name]; !os {

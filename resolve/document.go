@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 // Ref is one image reference in a file: where it is and what it says.
@@ -113,8 +113,8 @@ func (f *File) collectSet(n *yaml.Node, where string) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%s: want a PinnedImageSet mapping, got a %s", where, kindName(n))
 	}
-	if k := value(n, "kind"); k != conf.KindPinnedImageSet {
-		return fmt.Errorf("%s: kind: %q, want %s (or List)", where, k, conf.KindPinnedImageSet)
+	if k := value(n, "kind"); k != pinset.KindPinnedImageSet {
+		return fmt.Errorf("%s: kind: %q, want %s (or List)", where, k, pinset.KindPinnedImageSet)
 	}
 	set := value(child(n, "metadata"), "name")
 	spec := child(n, "spec")
@@ -197,8 +197,8 @@ func ListDocument(name string, selector *metav1.LabelSelector, images []string) 
 		pinned = append(pinned, map[string]string{"name": img})
 	}
 	return sigsyaml.Marshal(map[string]any{
-		"apiVersion": conf.APIVersionImagepin,
-		"kind":       conf.KindPinnedImageSet,
+		"apiVersion": pinset.APIVersionImagepin,
+		"kind":       pinset.KindPinnedImageSet,
 		"metadata":   map[string]any{"name": name},
 		"spec":       map[string]any{"nodeSelector": selector, "pinnedImages": pinned},
 	})

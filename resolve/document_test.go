@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 const d64 = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
@@ -42,7 +42,7 @@ items:
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := conf.ParseSetFile("out.yaml", out)
+	res, err := pinset.ParseSetFile("out.yaml", out)
 	if err != nil || len(res.Sets) != 2 || res.Sets[1].ReleaseImage != "quay.io/ocp/release@"+d64 {
 		t.Fatalf("%v %+v\n%s", err, res, out)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 func TestStoreRoundTrip(t *testing.T) {
@@ -83,7 +83,7 @@ func TestLongClusterFileNameIsStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := conf.ClusterFile(strings.Repeat("a", 253))
+	name := pinset.ClusterFile(strings.Repeat("a", 253))
 	if err := s.SaveGood(name, []byte("content")); err != nil {
 		t.Fatal(err)
 	}

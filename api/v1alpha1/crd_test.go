@@ -1,4 +1,4 @@
-package v1alpha1
+package v1alpha1_test
 
 import (
 	"regexp"
@@ -7,12 +7,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 func schemaField(t *testing.T, path ...string) any {
 	t.Helper()
-	crd, err := CRD()
+	crd, err := v1alpha1.CRD()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func field(t *testing.T, dotted string) any {
 	return schemaField(t, strings.Split(dotted, ".")...)
 }
 
-// The API server checks images with the CRD's pattern, imagepind with conf.ValidateImage:
+// The API server checks images with the CRD's pattern, imagepind with pinset.ValidateImage:
 // an object the API admits must not fail on the node for its image names, and the
 // other way round (a node must not pin what the API would refuse).
 func TestCRDPatternAgreesWithConf(t *testing.T) {
@@ -82,26 +83,23 @@ func TestCRDPatternAgreesWithConf(t *testing.T) {
 		" quay.io/a" + d,
 		"",
 	} {
-		byConf := conf.ValidateImage(img) == nil
+		byConf := pinset.ValidateImage(img) == nil
 		byCRD := pattern.MatchString(img)
 		if byConf != byCRD {
-			t.Errorf("%q: conf accepts=%v, CRD pattern accepts=%v", img, byConf, byCRD)
+			t.Errorf("%q: conf accepts=%v, v1alpha1.CRD pattern accepts=%v", img, byConf, byCRD)
 		}
 	}
 }
 
 func TestCRDLimitsMatchConf(t *testing.T) {
-	if got := field(t, specProps+".pinnedImages.maxItems"); num(got) != conf.MaxImagesPerSet {
-		t.Fatalf("maxItems %v, conf allows %d", got, conf.MaxImagesPerSet)
+	if got := field(t, specProps+".pinnedImages.maxItems"); num(got) != pinset.MaxImagesPerSet {
+		t.Fatalf("maxItems %v, conf allows %d", got, pinset.MaxImagesPerSet)
 	}
 	if got := field(t, specProps+".pinnedImages.items.properties.name.maxLength"); num(got) != 1024 {
 		t.Fatalf("maxLength %v", got)
 	}
-	if got := field(t, "schema.openAPIV3Schema.properties.status.properties.failingNodes.maxItems"); num(got) != MaxFailingNodes {
+	if got := field(t, "schema.openAPIV3Schema.properties.status.properties.failingNodes.maxItems"); num(got) != v1alpha1.MaxFailingNodes {
 		t.Fatalf("failingNodes maxItems %v", got)
-	}
-	if Group+"/"+Version != conf.APIVersionImagepin || RoleLabel != conf.RoleLabel {
-		t.Fatal("conf and the API disagree on the apiVersion or the pool label")
 	}
 	cols := field(t, "additionalPrinterColumns").([]any)
 	var names []string

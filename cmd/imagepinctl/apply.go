@@ -16,6 +16,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
@@ -110,12 +111,12 @@ func apply(ctx context.Context, cfg conf.Config, o *applyOptions, files []string
 	}
 	defer os.RemoveAll(setsDir)
 	for _, f := range files {
-		data, err := fsutil.ReadRegular(f, conf.MaxSetFileSize)
+		data, err := fsutil.ReadRegular(f, pinset.MaxSetFileSize)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: %v\n", f, err)
 			return exitNo
 		}
-		if _, err := conf.ParseSetFile(f, data); err != nil {
+		if _, err := pinset.ParseSetFile(f, data); err != nil {
 			fmt.Fprintln(stdout, err)
 			return exitNo
 		}

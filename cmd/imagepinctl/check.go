@@ -20,6 +20,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/status"
@@ -81,14 +82,14 @@ Exit 0 when every set is admitted and every missing image reachable, 1 if not.`,
 }
 
 func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map[string]string, o *checkOptions, files []string, stdout, stderr io.Writer) int {
-	var sets []conf.Set
+	var sets []pinset.Set
 	for _, f := range files {
-		data, err := fsutil.ReadRegular(f, conf.MaxSetFileSize)
+		data, err := fsutil.ReadRegular(f, pinset.MaxSetFileSize)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: %v\n", f, err)
 			return exitNo
 		}
-		res, err := conf.ParseSetFile(f, data)
+		res, err := pinset.ParseSetFile(f, data)
 		if err != nil {
 			fmt.Fprintln(stdout, err)
 			return exitNo
@@ -278,25 +279,25 @@ func nodeLabels(cfg conf.Config, flagValue string) (map[string]string, error) {
 			k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
 			labels[k] = v
 		}
-		return labels, conf.ValidateLabels(labels)
+		return labels, pinset.ValidateLabels(labels)
 	}
 	var file map[string]string
 	if cfg.Node.LabelsFile != "" {
-		if data, err := fsutil.ReadRegular(cfg.Node.LabelsFile, conf.MaxLabelsFileSize); err == nil {
-			l, err := conf.ParseLabelsFile(data)
+		if data, err := fsutil.ReadRegular(cfg.Node.LabelsFile, pinset.MaxLabelsFileSize); err == nil {
+			l, err := pinset.ParseLabelsFile(data)
 			if err != nil {
 				return nil, fmt.Errorf("labels file %s: %w", cfg.Node.LabelsFile, err)
 			}
 			file = l
 		}
 	}
-	return conf.MergeLabels(cfg.Node.Labels, file), nil
+	return pinset.MergeLabels(cfg.Node.Labels, file), nil
 }
 
 // expandReleaseSets adds to each set naming a release the images imagepind would expand
 // it to on this node (its role, its OS stream), through the same registry access, and
 // returns what each release gave.
-func expandReleaseSets(ctx context.Context, resolver *registry.Client, labels map[string]string, sets []conf.Set) map[string]*status.Release {
+func expandReleaseSets(ctx context.Context, resolver *registry.Client, labels map[string]string, sets []pinset.Set) map[string]*status.Release {
 	out := map[string]*status.Release{}
 	for i, s := range sets {
 		if s.ReleaseImage == "" {

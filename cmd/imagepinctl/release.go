@@ -13,6 +13,7 @@ import (
 
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 )
@@ -138,11 +139,11 @@ func releaseDocuments(rel release.Release, pools []string, stream, prefix string
 				return nil, err
 			}
 			docs = append(docs, map[string]any{
-				"apiVersion": conf.APIVersionV1,
-				"kind":       conf.KindPinnedImageSet,
+				"apiVersion": pinset.APIVersionV1,
+				"kind":       pinset.KindPinnedImageSet,
 				"metadata": map[string]any{
 					"name":   name,
-					"labels": map[string]string{conf.RoleLabel: pool},
+					"labels": map[string]string{pinset.RoleLabel: pool},
 				},
 				"spec": map[string]any{"pinnedImages": pinned},
 			})
@@ -153,7 +154,7 @@ func releaseDocuments(rel release.Release, pools []string, stream, prefix string
 
 func validateName(name string) error {
 	doc := fmt.Sprintf("apiVersion: %s\nkind: PinnedImageSet\nmetadata: {name: %q}\nspec: {pinnedImages: [{name: \"quay.io/x/y@sha256:%s\"}]}\n",
-		conf.APIVersionV1, name, strings.Repeat("0", 64))
-	_, err := conf.ParseSetFile("name", []byte(doc))
+		pinset.APIVersionV1, name, strings.Repeat("0", 64))
+	_, err := pinset.ParseSetFile("name", []byte(doc))
 	return err
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/registry"
 
-	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/release/releasetest"
 )
 
@@ -35,7 +35,7 @@ func TestReleaseSets(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	res, err := conf.ParseSetFile("out.yaml", []byte(out))
+	res, err := pinset.ParseSetFile("out.yaml", []byte(out))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/wire"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/resolve"
 )
 
@@ -93,7 +93,7 @@ func resolveFiles(ctx context.Context, r *resolve.Resolver, o *resolveOptions, s
 	var files []*resolved
 	failed := false
 	for _, p := range paths {
-		data, err := fsutil.ReadRegular(p, conf.MaxSetFileSize)
+		data, err := fsutil.ReadRegular(p, pinset.MaxSetFileSize)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", p, err)
 			failed = true
@@ -216,7 +216,7 @@ func (f *resolved) render(o *resolveOptions, sel *metav1.LabelSelector) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.path, err)
 	}
-	if _, err := conf.ParseSetFile(f.path, f.out); err != nil {
+	if _, err := pinset.ParseSetFile(f.path, f.out); err != nil {
 		return fmt.Errorf("the result is not a valid set file: %w", err)
 	}
 	return nil
@@ -225,7 +225,7 @@ func (f *resolved) render(o *resolveOptions, sel *metav1.LabelSelector) error {
 func writeResolved(files []*resolved, o *resolveOptions, stdout, stderr io.Writer) error {
 	if o.write {
 		for _, f := range files {
-			orig, err := fsutil.ReadRegular(f.path, conf.MaxSetFileSize)
+			orig, err := fsutil.ReadRegular(f.path, pinset.MaxSetFileSize)
 			if err == nil && string(orig) == string(f.out) {
 				continue
 			}
@@ -239,7 +239,7 @@ func writeResolved(files []*resolved, o *resolveOptions, stdout, stderr io.Write
 	if o.output.value == outJSON {
 		var items []json.RawMessage
 		for _, f := range files {
-			docs, err := conf.Documents(f.out)
+			docs, err := pinset.Documents(f.out)
 			if err != nil {
 				return fail(exitUsage, "%s: %v", f.path, err)
 			}

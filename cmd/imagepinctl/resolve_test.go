@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 // resolveWorld is a registry reached only through a registries.conf mirror of
@@ -81,7 +81,7 @@ spec:
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
-	res, err := conf.ParseSetFile("out.yaml", []byte(out))
+	res, err := pinset.ParseSetFile("out.yaml", []byte(out))
 	if err != nil {
 		t.Fatalf("output is not a valid set: %v\n%s", err, out)
 	}
@@ -142,7 +142,7 @@ spec:
 	if code != 0 {
 		t.Fatalf("list: %d\n%s", code, errOut)
 	}
-	res, err = conf.ParseSetFile("list.yaml", []byte(out))
+	res, err = pinset.ParseSetFile("list.yaml", []byte(out))
 	if err != nil || res.Sets[0].Name != "edge-apps" || len(res.Sets[0].Images) != 2 ||
 		!res.Sets[0].Selector.Matches(map[string]string{"node-role.kubernetes.io/edge": ""}) ||
 		res.Sets[0].Selector.Matches(map[string]string{"node-role.kubernetes.io/worker": ""}) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 func newValidate(*globals) *cobra.Command {
@@ -38,15 +38,15 @@ func validate(files []string, stdout, stderr io.Writer) int {
 	// Name uniqueness is decided in name order, as imagepind does in its directory.
 	sort.SliceStable(files, func(i, j int) bool { return filepath.Base(files[i]) < filepath.Base(files[j]) })
 	failed := false
-	var parsed []conf.FileSets
+	var parsed []pinset.FileSets
 	for _, f := range files {
-		data, err := fsutil.ReadRegular(f, conf.MaxSetFileSize)
+		data, err := fsutil.ReadRegular(f, pinset.MaxSetFileSize)
 		if err != nil {
 			fmt.Fprintf(stdout, "%s: %v\n", f, err)
 			failed = true
 			continue
 		}
-		res, err := conf.ParseSetFile(f, data)
+		res, err := pinset.ParseSetFile(f, data)
 		if err != nil {
 			fmt.Fprintln(stdout, err)
 			failed = true
@@ -55,9 +55,9 @@ func validate(files []string, stdout, stderr io.Writer) int {
 		for _, w := range res.Warnings {
 			fmt.Fprintf(stderr, "warning: %s\n", w)
 		}
-		parsed = append(parsed, conf.FileSets{File: f, Sets: res.Sets})
+		parsed = append(parsed, pinset.FileSets{File: f, Sets: res.Sets})
 	}
-	_, dupErrs := conf.UniqueNames(parsed)
+	_, dupErrs := pinset.UniqueNames(parsed)
 	for _, f := range files {
 		if err, ok := dupErrs[f]; ok {
 			fmt.Fprintln(stdout, err)

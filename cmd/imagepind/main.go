@@ -21,6 +21,7 @@ import (
 	"github.com/imagepin/imagepin/internal/idle"
 	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/metrics"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/report"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -135,7 +136,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 
 	w := watch.New(250*time.Millisecond, log,
 		watch.Path{Name: cfg.SetsDir},
-		watch.Path{Name: filepath.Join(cfg.SetsDir, conf.ClusterSubdir)},
+		watch.Path{Name: filepath.Join(cfg.SetsDir, pinset.ClusterSubdir)},
 		watch.Path{Name: cfg.Node.LabelsFile},
 		watch.Path{Name: cfg.CRIO.Config},
 		watch.Path{Name: cfg.CRIO.ConfigDir, Recursive: true},

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 func TestRenderFromTheRPMsFiles(t *testing.T) {
@@ -71,7 +72,7 @@ func TestRenderFromTheRPMsFiles(t *testing.T) {
 		if _, ok := labels["node-role.kubernetes.io/"+pool]; !ok {
 			t.Fatalf("%s: labels %v", pool, labels)
 		}
-		if l, err := conf.ParseLabelsFile(files[LabelsPath]); err != nil || len(l) != 1 {
+		if l, err := pinset.ParseLabelsFile(files[LabelsPath]); err != nil || len(l) != 1 {
 			t.Fatalf("imagepind would not read the labels file: %v", err)
 		}
 		if string(files[SetsDir+"/apps.yaml"]) != string(set) {

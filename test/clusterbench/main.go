@@ -46,8 +46,8 @@ import (
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/clustersync"
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/kube"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
 )
@@ -322,7 +322,7 @@ func rolloutBench(ctx context.Context, k *env.Kube, dyn dynamic.Interface, cs *k
 		return res, err
 	}
 	doc, _ := v1alpha1.NodeDocument(obj)
-	parsed, err := conf.ParseSetFile("cluster/rollout.json", doc)
+	parsed, err := pinset.ParseSetFile("cluster/rollout.json", doc)
 	if err != nil {
 		return res, err
 	}

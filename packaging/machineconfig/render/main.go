@@ -13,6 +13,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/packaging/machineconfig"
+	"github.com/imagepin/imagepin/pinset"
 )
 
 func main() {
@@ -41,7 +42,7 @@ func run(configPath, out, pools, setsDir string) error {
 	}
 	sets := map[string][]byte{}
 	if setsDir != "" {
-		files, err := conf.ReadSetsDir(setsDir, false)
+		files, err := pinset.ReadSetsDir(setsDir, false)
 		if err != nil {
 			return err
 		}
@@ -49,7 +50,7 @@ func run(configPath, out, pools, setsDir string) error {
 			if f.Err != nil {
 				return fmt.Errorf("%s: %w", f.Name, f.Err)
 			}
-			if _, err := conf.ParseSetFile(f.Name, f.Data); err != nil {
+			if _, err := pinset.ParseSetFile(f.Name, f.Data); err != nil {
 				return err
 			}
 			sets[f.Name] = f.Data

@@ -1,4 +1,4 @@
-package conf
+package pinset
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/imagepin/imagepin/api/v1alpha1"
 
 	"github.com/distribution/reference"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -37,10 +39,10 @@ const (
 	APIVersionV1       = "machineconfiguration.openshift.io/v1"
 	// APIVersionImagepin is imagepin's own API (api/v1alpha1): the CRD's objects, as
 	// imagepind writes them into the sets directory, and as files alike.
-	APIVersionImagepin = "imagepin.io/v1alpha1"
+	APIVersionImagepin = v1alpha1.APIVersion
 	KindPinnedImageSet = "PinnedImageSet"
 	// RoleLabel names the pool of a v1 set.
-	RoleLabel = "machineconfiguration.openshift.io/role"
+	RoleLabel = v1alpha1.RoleLabel
 )
 
 // Set is one validated PinnedImageSet.
