@@ -4,63 +4,23 @@ import (
 	"sort"
 	"time"
 
+	"github.com/imagepin/imagepin/api/readv1"
+
 	"github.com/imagepin/imagepin/status"
 )
 
 // UnknownAfter is how many heartbeats a node may miss before it is Unknown.
 const UnknownAfter = 3
 
-// SetView is one set across the cluster.
-type SetView struct {
-	Name string `json:"name"`
-	// Ready is true only when every targeted node is Ready and none is Unknown.
-	Ready            bool      `json:"ready"`
-	Targeted         int       `json:"targeted"`
-	ReadyNodes       int       `json:"readyNodes"`
-	FailedNodes      int       `json:"failedNodes"`
-	ProgressingNodes int       `json:"progressingNodes"`
-	UnknownNodes     int       `json:"unknownNodes"`
-	ImagesTotal      int       `json:"imagesTotal"`
-	ImagesReady      int       `json:"imagesReady"`
-	BytesTotal       uint64    `json:"bytesTotal"`
-	BytesReady       uint64    `json:"bytesReady"`
-	ETASeconds       *float64  `json:"etaSeconds,omitempty"`
-	Nodes            []SetNode `json:"nodes"`
-}
-
-// SetNode is one node's state for a set.
-type SetNode struct {
-	Node         string               `json:"node"`
-	Phase        string               `json:"phase"` // a status phase, or "Unknown"
-	Reason       string               `json:"reason,omitempty"`
-	Message      string               `json:"message,omitempty"`
-	ImagesTotal  int                  `json:"imagesTotal"`
-	ImagesReady  int                  `json:"imagesReady"`
-	BytesTotal   uint64               `json:"bytesTotal"`
-	BytesReady   uint64               `json:"bytesReady"`
-	FailedImages []status.FailedImage `json:"failedImages,omitempty"`
-	LastReport   *time.Time           `json:"lastReport,omitempty"`
-	ETASeconds   *float64             `json:"etaSeconds,omitempty"`
-}
-
-// NodeView is one node as the aggregator sees it.
-type NodeView struct {
-	Name          string     `json:"name"`
-	Unknown       bool       `json:"unknown"`
-	NeverReported bool       `json:"neverReported,omitempty"`
-	LastReport    *time.Time `json:"lastReport,omitempty"`
-	AgeSeconds    float64    `json:"ageSeconds"`
-	Heartbeat     string     `json:"heartbeat,omitempty"`
-	BootID        string     `json:"bootId,omitempty"`
-	Sets          int        `json:"sets"`
-	SetsReady     int        `json:"setsReady"`
-	Faults        []string   `json:"faults,omitempty"`
-	// FileErrors are the set files the node could not use.
-	FileErrors []status.FileError `json:"fileErrors,omitempty"`
-}
+// The read API's views (api/readv1): what the JSON API, the page and imagepinctl show.
+type (
+	SetView  = readv1.SetView
+	SetNode  = readv1.SetNode
+	NodeView = readv1.NodeView
+)
 
 // PhaseUnknown marks a node that went silent (or never reported).
-const PhaseUnknown = "Unknown"
+const PhaseUnknown = readv1.PhaseUnknown
 
 func (e *nodeEntry) unknown(now time.Time) bool {
 	return now.Sub(e.received) > time.Duration(UnknownAfter)*e.heartbeat
@@ -142,7 +102,7 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 			v.UnknownNodes++
 			v.Nodes = append(v.Nodes, SetNode{Node: n, Phase: PhaseUnknown, Reason: "NeverReported", Message: "an expected node has never reported"})
 		}
-		v.finish()
+		finish(v)
 		out = append(out, *v)
 	}
 	for name, t := range s.targets {
@@ -155,7 +115,7 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 }
 
 // finish sets Ready and the set's ETA (its slowest node's) and sorts the nodes.
-func (v *SetView) finish() {
+func finish(v *SetView) {
 	v.Ready = v.Targeted > 0 && v.ReadyNodes == v.Targeted
 	for _, n := range v.Nodes {
 		if n.ETASeconds != nil && (v.ETASeconds == nil || *n.ETASeconds > *v.ETASeconds) {

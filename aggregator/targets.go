@@ -102,7 +102,7 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 		}
 		v.Nodes = append(v.Nodes, n)
 	}
-	v.finish()
+	finish(&v)
 	return v
 }
 

@@ -13,14 +13,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/api/readv1"
 	"github.com/imagepin/imagepin/diskcheck"
 )
 
 // clusterView is what status --aggregator shows: every set, and every node's problems.
 type clusterView struct {
-	Sets  []aggregator.SetView  `json:"sets"`
-	Nodes []aggregator.NodeView `json:"nodes"`
+	Sets  []readv1.SetView  `json:"sets"`
+	Nodes []readv1.NodeView `json:"nodes"`
 }
 
 // attention says whether anything in the view needs an administrator: a set not ready, a
@@ -128,12 +128,12 @@ func readClient(kubeconfig, caFile string) (*http.Client, error) {
 
 // fetchSets reads every set; allNodes lists every node of each, not only those that are
 // not Ready.
-func fetchSets(ctx context.Context, client *http.Client, url string, allNodes bool) ([]aggregator.SetView, error) {
+func fetchSets(ctx context.Context, client *http.Client, url string, allNodes bool) ([]readv1.SetView, error) {
 	path := "/v1/sets"
 	if allNodes {
 		path += "?nodes=all"
 	}
-	var sets []aggregator.SetView
+	var sets []readv1.SetView
 	return sets, getJSON(ctx, client, url+path, &sets)
 }
 
@@ -187,7 +187,7 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 			if wide {
 				fmt.Fprintf(w, "  %s on %s: %s %d/%d images %s/%s %s: %s\n", s.Name, n.Node, n.Phase, n.ImagesReady, n.ImagesTotal,
 					diskcheck.Human(n.BytesReady), diskcheck.Human(n.BytesTotal), n.Reason, oneLine(n.Message, 300))
-			} else if n.Phase == "Failed" || n.Phase == aggregator.PhaseUnknown {
+			} else if n.Phase == "Failed" || n.Phase == readv1.PhaseUnknown {
 				fmt.Fprintf(w, "  %s on %s: %s %s: %s\n", s.Name, n.Node, n.Phase, n.Reason, oneLine(n.Message, 160))
 			}
 		}
@@ -195,7 +195,7 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 }
 
 // bar is a 20-cell progress bar of bytes (images when sizes are unknown).
-func bar(s aggregator.SetView) string {
+func bar(s readv1.SetView) string {
 	done, total := float64(s.BytesReady), float64(s.BytesTotal)
 	if total == 0 {
 		done, total = float64(s.ImagesReady), float64(s.ImagesTotal)
@@ -210,7 +210,7 @@ func bar(s aggregator.SetView) string {
 
 // printNodeProblems lists what nodes report beside their sets: unknown nodes, files
 // they could not use, faults.
-func printNodeProblems(w io.Writer, nodes []aggregator.NodeView) {
+func printNodeProblems(w io.Writer, nodes []readv1.NodeView) {
 	for _, n := range nodes {
 		switch {
 		case n.NeverReported:
