@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/internal/leader"
 	"github.com/imagepin/imagepin/readauth"
+	"github.com/imagepin/imagepin/replica"
 )
 
 var version = "0.1.0-dev"
@@ -128,9 +128,6 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 	if err := resolveReadAddress(&o); err != nil {
 		return err
 	}
-	// Reports are taken only while leading (or always, without leader election): the
-	// standby does not listen, and its /readyz says so, so the Service sends nodes to one.
-	var leading atomic.Bool
 	limits := aggregator.DefaultLimits()
 	limits.MaxNodes, limits.MaxSetsPerReport = o.maxNodes, o.maxSets
 	store := aggregator.NewStore(limits, time.Now)
@@ -166,10 +163,6 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 			return err
 		}
 	}
-	readSide, err := readHandler(o, rc, store, leading.Load, log)
-	if err != nil {
-		return err
-	}
 	readTLS, err := aggregator.ReadTLS(o.tlsCert, o.tlsKey, o.readClientCA != "")
 	if err != nil {
 		return err
@@ -179,25 +172,19 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		return err
 	}
 	log.WithField("grpc", o.grpcAddress).WithField("http", hl.Addr().String()).WithField("version", version).Info("imagepin-aggregator listening")
-	serveReports := func(ctx context.Context) error {
+	// Reports are taken only while leading (or always, without leader election): the
+	// standby does not listen, and its /readyz says so, so the Service sends nodes to one.
+	rcfg := replica.Config{Serve: func(ctx context.Context, ready func()) error {
 		gl, err := net.Listen("tcp", o.grpcAddress)
 		if err != nil {
 			return err
 		}
 		log.WithField("grpc", gl.Addr().String()).Info("taking reports")
-		leading.Store(true)
-		defer leading.Store(false)
+		ready()
 		return aggregator.ServeGRPC(ctx, gl, tlsConfig, store, log)
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, readSide, readTLS) })
-	g.Go(func() error { return store.RunForget(ctx, o.forgetAfter, log) })
-	if persister != nil {
-		g.Go(func() error { return persister.Run(ctx) })
-	}
-	if !o.cluster {
-		g.Go(func() error { return serveReports(ctx) })
-	} else {
+	}}
+	var loop *clusterstatus.Loop
+	if o.cluster {
 		dyn, err := dynamic.NewForConfig(rc)
 		if err != nil {
 			return err
@@ -206,40 +193,36 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		if err != nil {
 			return err
 		}
-		loop := clusterstatus.New(dyn, meta, store, clusterstatus.Config{
+		loop = clusterstatus.New(dyn, meta, store, clusterstatus.Config{
 			MinInterval: o.statusMinInterval, QPS: o.statusQPS, Warmup: o.statusWarmup, Log: log,
 		})
-		g.Go(func() error { return loop.Run(ctx) })
-		// A leader that cannot serve (its port taken) must not keep the Lease: the error
-		// ends the process, the Lease is released, the standby takes over.
-		fatal := make(chan error, 1)
-		g.Go(func() error {
-			select {
-			case err := <-fatal:
-				return err
-			case <-ctx.Done():
-				return nil
-			}
-		})
-		lead := func(ctx context.Context) {
-			lg, lctx := errgroup.WithContext(ctx)
-			lg.Go(func() error { return serveReports(lctx) })
-			lg.Go(func() error { return loop.Lead(lctx) })
-			if err := lg.Wait(); err != nil && !errors.Is(err, context.Canceled) {
-				fatal <- fmt.Errorf("leading: %w", err)
-			}
-		}
-		if !o.leaderElect {
-			g.Go(func() error { lead(ctx); return nil })
-		} else {
-			g.Go(func() error {
+		rcfg.Write = loop.Lead
+		if o.leaderElect {
+			rcfg.Elect = func(ctx context.Context, lead func(context.Context)) error {
 				return leader.Run(ctx, rc, leader.Config{
 					Namespace: o.leaseNamespace, Name: o.leaseName, Identity: o.identity,
 					LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, Retry: o.retry, Log: log,
 				}, lead)
-			})
+			}
 		}
 	}
+	rep := replica.New(rcfg)
+	readSide, err := readHandler(o, rc, store, rep.Leading, log)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return aggregator.ServeHTTP(ctx, hl, readSide, readTLS) })
+	g.Go(func() error { return store.RunForget(ctx, o.forgetAfter, log) })
+	if persister != nil {
+		g.Go(func() error { return persister.Run(ctx) })
+	}
+	if loop != nil {
+		// Both replicas run the informers: the standby's JSON API stays right and a
+		// takeover starts warm.
+		g.Go(func() error { return loop.Run(ctx) })
+	}
+	g.Go(func() error { return rep.Run(ctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
