@@ -52,7 +52,9 @@ func TestLeaderThatCannotServeGivesUp(t *testing.T) {
 			<-ctx.Done() // a real election would hold the Lease until ctx ends
 			return ctx.Err()
 		},
-		Serve: func(ctx context.Context, ready func()) error { return errors.New("listen tcp :9443: address already in use") },
+		Serve: func(ctx context.Context, ready func()) error {
+			return errors.New("listen tcp :9443: address already in use")
+		},
 		Write: func(ctx context.Context) error { <-ctx.Done(); close(writerStopped); return nil },
 	})
 	errc := make(chan error, 1)
