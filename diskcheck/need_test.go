@@ -1,16 +1,10 @@
 package diskcheck
 
 import (
-	"bytes"
 	"context"
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/static"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
@@ -43,14 +37,7 @@ func TestImplausibleHeaderNeedsTheFloor(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
 	reg.WriteCA(f.Certs)
-	hostile := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0, 0, 0, 0, 0, 0, 0, 0, 0x40}
-	hostile = append(hostile, bytes.Repeat([]byte{0x55}, 2<<20)...)
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(img, static.NewLayer(hostile, types.OCILayerZStd), static.NewLayer(append([]byte{1}, hostile...), types.OCILayerZStd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := reg.Host + "/" + reg.Push("u/hostile", img, "")
+	ref := reg.Host + "/" + reg.Push("u/hostile", registrytest.ForgedZstdImage(t), "")
 	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85},
 		resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	c.statfs = func(string) (Space, error) { return Space{Capacity: 10 << 30, Available: 5 << 30}, nil }

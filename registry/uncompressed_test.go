@@ -136,15 +136,7 @@ func TestImplausibleSizesDoNotWrap(t *testing.T) {
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
 	reg.WriteCA(f.Certs)
-	// A zstd frame header: single segment, 8-byte content size 2^62, then junk.
-	hostile := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0, 0, 0, 0, 0, 0, 0, 0, 0x40}
-	hostile = append(hostile, bytes.Repeat([]byte{0x55}, 2<<20)...)
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(img, static.NewLayer(hostile, types.OCILayerZStd), static.NewLayer(append([]byte{1}, hostile...), types.OCILayerZStd))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := reg.Host + "/" + reg.Push("u/hostile", img, "")
+	ref := reg.Host + "/" + reg.Push("u/hostile", registrytest.ForgedZstdImage(t), "")
 	got, err := resolver(f, Platform{}, nil).Resolve(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package registrytest
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -60,4 +62,19 @@ func NewFiles(t *testing.T, registriesConf string) Files {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// ForgedZstdImage is an OCI image of two zstd layers (about 2 MiB each) whose frame
+// headers claim 2^62 bytes of content: what a hostile or broken registry could serve.
+func ForgedZstdImage(t *testing.T) v1.Image {
+	t.Helper()
+	// A zstd frame header: single segment, 8-byte content size 2^62, then junk.
+	forged := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xe0, 0, 0, 0, 0, 0, 0, 0, 0x40}
+	forged = append(forged, bytes.Repeat([]byte{0x55}, 2<<20)...)
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(img, static.NewLayer(forged, types.OCILayerZStd), static.NewLayer(append([]byte{1}, forged...), types.OCILayerZStd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
 }
