@@ -19,6 +19,12 @@ func (s *schedule) set(key string, t time.Time) { s.at[key] = t }
 
 func (s *schedule) clear(key string) { delete(s.at, key) }
 
+// when is key's time, if it is on the schedule.
+func (s *schedule) when(key string) (time.Time, bool) {
+	t, ok := s.at[key]
+	return t, ok
+}
+
 // next is the earliest time after after; ok is false when nothing is due after it.
 func (s *schedule) next(after time.Time) (at time.Time, ok bool) {
 	for _, t := range s.at {

@@ -19,12 +19,13 @@ func (a *Agent) verifyPresence() {
 	if a.verifying || !a.runtimeUp() {
 		return
 	}
-	if at, ok := a.sched.at[verifyKey]; ok && now.Before(at) {
-		return
-	}
-	if _, ok := a.sched.at[verifyKey]; !ok {
+	at, ok := a.sched.when(verifyKey)
+	if !ok {
 		// The first pass looks at every image anyway (ImageStatus): start the clock.
 		a.sched.set(verifyKey, now.Add(a.cfg.VerifyEvery))
+		return
+	}
+	if now.Before(at) {
 		return
 	}
 	a.verifying = true
@@ -43,16 +44,11 @@ func (a *Agent) verified(names map[string]bool, err error) {
 		a.log.WithError(err).Debug("presence verification: list images")
 		return
 	}
-	gone := 0
 	for ref, img := range a.images {
 		if !img.wanted || !img.present || !img.checked || img.inflight || names[strings.ToLower(ref)] {
 			continue
 		}
 		img.checked = false
-		gone++
 		a.log.WithField("image", ref).Warn("a pinned image is no longer listed by the runtime (removed behind imagepind's back?): looking again, and pulling it if it is gone")
-	}
-	if gone > 0 {
-		a.log.WithField("images", gone).Info("presence verification: images to look at again")
 	}
 }

@@ -13,13 +13,12 @@
 //
 // Without the API, a client certificate of ClientCAFile is the only way in, and any such
 // certificate may read; with neither, every request passes: the caller binds the
-// listener to loopback (package aggregator's read side does).
+// listener to loopback (imagepin-aggregator refuses another address then).
 //
 // Open paths (the probes' /healthz and /readyz) pass without either.
 package readauth
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -149,7 +148,7 @@ func (g *Guard) Handler(next http.Handler) http.Handler {
 				return
 			}
 		}
-		next.ServeHTTP(w, r.WithContext(withUser(r.Context(), res.User.GetName())))
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -159,16 +158,4 @@ func verb(method string) string {
 		return "get"
 	}
 	return strings.ToLower(method)
-}
-
-type userKey struct{}
-
-func withUser(ctx context.Context, name string) context.Context {
-	return context.WithValue(ctx, userKey{}, name)
-}
-
-// User is the authenticated reader's name, if the request passed a Guard that checks.
-func User(ctx context.Context) string {
-	s, _ := ctx.Value(userKey{}).(string)
-	return s
 }

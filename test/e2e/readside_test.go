@@ -5,16 +5,14 @@ package e2e
 import (
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	authv1 "k8s.io/api/authentication/v1"
 )
 
 // The aggregator's read side against a real kube-apiserver: anonymous requests and a
@@ -102,5 +100,4 @@ subjects: [{kind: ServiceAccount, name: ` + sa + `, namespace: imagepin}]
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "403") {
 		t.Fatalf("imagepinctl status without RBAC: %v\n%s", err, out)
 	}
-	_ = os.Remove(nk)
 }
