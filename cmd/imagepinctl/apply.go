@@ -13,9 +13,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/fsutil"
-	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"

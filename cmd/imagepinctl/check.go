@@ -15,11 +15,11 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/fsutil"
-	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"

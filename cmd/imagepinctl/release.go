@@ -11,8 +11,8 @@ import (
 	"go.podman.io/image/v5/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
-	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"

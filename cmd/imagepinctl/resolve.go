@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/internal/fsutil"
-	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/resolve"
 )

@@ -17,9 +17,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/imagepin/imagepin/clustersync"
+	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/idle"
-	"github.com/imagepin/imagepin/internal/wire"
 	"github.com/imagepin/imagepin/metrics"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/report"
@@ -100,18 +100,18 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		reporter = report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
 			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName}, log)
 	}
+	// Every new status goes to each publisher in turn.
+	publishers := []wire.Publisher{
+		wire.StatusFile(cfg.StatusFile, log),
+		func(n status.Node) { notifier.Status(n.Summary()) },
+		m.Sets,
+	}
+	if reporter != nil {
+		publishers = append(publishers, reporter.Update)
+	}
 	opts := wire.Options{
-		Version: version,
-		Publish: func(n status.Node) {
-			if err := status.WriteFile(cfg.StatusFile, n); err != nil {
-				log.WithError(err).Error("write status file")
-			}
-			notifier.Status(n.Summary())
-			m.Sets(n)
-			if reporter != nil {
-				reporter.Update(n)
-			}
-		},
+		Version:  version,
+		Publish:  wire.Publish(publishers...),
 		Log:      log,
 		Observer: m,
 		// WATCHDOG=1 only from the loop itself: a CRI-O outage slows no step for long
