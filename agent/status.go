@@ -2,10 +2,8 @@ package agent
 
 import (
 	"errors"
-	"fmt"
 	"reflect"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/imagepin/imagepin/cri"
@@ -67,38 +65,52 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 		st.Conditions = append(st.Conditions, prev.Conditions...)
 	}
 	verdict, checked := a.verdicts[s.Name]
+	f := setFacts{
+		Total:          st.ImagesTotal,
+		DiskChecked:    checked,
+		DiskAdmitted:   verdict.Admitted,
+		DiskCondition:  verdict.Condition,
+		DiskPending:    a.diskPending(),
+		RuntimeKnown:   a.runtime.Version != "",
+		RuntimeUp:      a.runtimeUp(),
+		RuntimeErr:     a.runtimeErr,
+		RuntimeLabel:   a.runtimeLabel(),
+		RuntimeProblem: a.support.Problem,
+		PinsConfirmed:  a.confirmedValid,
+		Overriders:     a.overriders,
+	}
+	if len(a.pinFaults) > 0 {
+		f.LastPinFault = a.pinFaults[len(a.pinFaults)-1]
+	}
+	f.Release.Phase, f.Release.Reason, f.Release.Message, f.Release.Problem = a.releaseProblem(s)
 
-	var transient error
-	var unavailable, noSpace int
-	pinnedByCRIO := a.support.PinnedField
-	notPinned := 0
-	absent := 0 // not known to be on the node: what the disk check gates
+	pinnedByRuntime := a.support.PinnedField
 	for _, ref := range s.Images {
 		img := a.images[ref]
 		size := a.data.Sizes[ref]
 		st.BytesTotal += size
 		if img == nil || !img.present {
-			absent++
+			f.Absent++
 		}
 		if img == nil {
 			continue
 		}
 		if img.present {
-			if pinnedByCRIO && !img.pinned && a.confirmedValid {
-				notPinned++
+			if pinnedByRuntime && !img.pinned && a.confirmedValid {
+				f.NotPinned++
 			}
-			if !pinnedByCRIO || img.pinned {
+			if !pinnedByRuntime || img.pinned {
 				st.ImagesReady++
 				st.BytesReady += size
 			}
 			continue
 		}
 		if why, ok := verdict.Unsized[ref]; ok {
-			transient = errors.New(why)
+			f.Transient = errors.New(why)
 			continue
 		}
 		if why, ok := verdict.Unavailable[ref]; ok {
-			unavailable++
+			f.Unavailable++
 			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonImageUnavailable, Error: why})
 			continue
 		}
@@ -107,104 +119,27 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 		}
 		switch img.failure {
 		case cri.Unavailable:
-			unavailable++
+			f.Unavailable++
 			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonImageUnavailable, Error: img.lastErr.Error()})
 		case cri.NoSpace:
-			noSpace++
+			f.NoSpace++
 			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonInsufficientDiskSpace, Error: img.lastErr.Error()})
 		default:
-			transient = img.lastErr
+			f.Transient = img.lastErr
 		}
 	}
-	overridden := 0
 	if len(a.overriders) > 0 {
 		for _, ref := range s.Images {
 			if !a.effMatch.match(a.effective, ref) {
-				overridden++
+				f.Overridden++
 			}
 		}
 	}
+	f.Ready = st.ImagesReady
 
-	phase, reason, msg := status.Pulling, status.ReasonPulling, ""
-	progressing := true
-	missing := st.ImagesTotal - st.ImagesReady
-	relPhase, relReason, relMsg, relProblem := a.releaseProblem(s)
-	gated := (!checked || !verdict.Admitted) && absent > 0
-	switch {
-	case relProblem:
-		phase, reason, msg, progressing = relPhase, relReason, relMsg, relPhase != status.Failed
-	// The disk check gates pulls only: a set with every image on the node is not held
-	// back by it (its pins are kept whatever it says).
-	case gated && checked && verdict.Condition.Reason == status.ReasonInsufficientDiskSpace:
-		phase, reason, msg, progressing = status.Failed, status.ReasonInsufficientDiskSpace, verdict.Condition.Message, false
-		if absent < st.ImagesTotal {
-			msg += fmt.Sprintf("; the %d images already present stay pinned", st.ImagesTotal-absent)
-		}
-	case gated && !a.runtimeUp():
-		phase, reason = status.Pending, status.ReasonRuntimeUnavailable
-		msg = "container runtime unavailable; retrying"
-		if a.runtimeErr != nil {
-			msg += ": " + a.runtimeErr.Error()
-		}
-	case gated:
-		phase, reason, msg = status.Pending, status.ReasonCheckingDisk, "waiting for the disk check: "+a.diskPending()
-		if verdict.Condition.Message != "" {
-			msg = verdict.Condition.Message
-		}
-	case a.runtime.Version != "" && a.support.Problem != "":
-		phase, reason, msg, progressing = status.Failed, status.ReasonRuntimeTooOld, a.support.Problem, false
-	case overridden > 0:
-		phase, reason, progressing = status.Failed, status.ReasonPinsOverridden, false
-		msg = fmt.Sprintf("%d of %d images are not pinned: %s sets pinned_images and is read after imagepin's drop-in, so CRI-O uses its list", overridden, st.ImagesTotal, strings.Join(a.overriders, ", "))
-	case !a.runtimeUp():
-		phase, reason = status.Pending, status.ReasonRuntimeUnavailable
-		msg = "container runtime unavailable; retrying"
-		if a.runtimeErr != nil {
-			msg += ": " + a.runtimeErr.Error()
-		}
-	case !a.confirmedValid:
-		phase, reason, msg = status.Pending, status.ReasonWaitingForReload, "pins written; waiting for "+a.runtimeLabel()+" to have them in effect"
-		if len(a.pinFaults) > 0 {
-			msg += ": " + a.pinFaults[len(a.pinFaults)-1]
-		}
-	case missing == 0:
-		phase, reason, progressing = status.Ready, status.ReasonAllImagesPinned, false
-		msg = fmt.Sprintf("%d images present and pinned", st.ImagesTotal)
-	case noSpace > 0:
-		phase, reason, progressing = status.Failed, status.ReasonInsufficientDiskSpace, false
-		msg = fmt.Sprintf("the image filesystem is full: %d images could not be stored; pulls stopped and retried with backoff", noSpace)
-	case unavailable > 0 && unavailable+notPinned == missing:
-		phase, reason, progressing = status.Failed, status.ReasonImageUnavailable, false
-		msg = fmt.Sprintf("%d of %d images cannot be pulled (see failedImages); the others are present and pinned", unavailable, st.ImagesTotal)
-	case transient != nil:
-		reason = status.ReasonPullRetrying
-		msg = fmt.Sprintf("%d/%d images ready; retrying after: %v", st.ImagesReady, st.ImagesTotal, transient)
-	default:
-		msg = fmt.Sprintf("%d/%d images ready", st.ImagesReady, st.ImagesTotal)
-		if notPinned > 0 {
-			msg += fmt.Sprintf("; %d present but not pinned by %s yet", notPinned, a.runtimeLabel())
-		}
-	}
-	st.Phase = phase
-
-	ready := status.Condition{Type: status.ConditionReady, Status: status.False, Reason: reason, Message: msg}
-	if phase == status.Ready {
-		ready.Status = status.True
-	}
-	prog := status.Condition{Type: status.ConditionProgressing, Status: status.False, Reason: status.ReasonIdle, Message: ""}
-	if progressing {
-		prog = status.Condition{Type: status.ConditionProgressing, Status: status.True, Reason: reason, Message: msg}
-	}
-	failed := status.Condition{Type: status.ConditionFailed, Status: status.False, Reason: status.ReasonNotFailed}
-	if phase == status.Failed {
-		failed = status.Condition{Type: status.ConditionFailed, Status: status.True, Reason: reason, Message: msg}
-	}
-	disk := verdict.Condition
-	if !checked {
-		disk = status.Condition{Type: status.ConditionDiskChecked, Status: status.Unknown, Reason: status.ReasonCheckingDisk, Message: a.diskPending()}
-	}
-	disk.Type = status.ConditionDiskChecked
-	for _, c := range []status.Condition{ready, prog, failed, disk} {
+	o := decidePhase(f)
+	st.Phase = o.Phase
+	for _, c := range setConditions(o, f) {
 		st.SetCondition(c, now)
 	}
 	sort.Slice(st.FailedImages, func(i, j int) bool { return st.FailedImages[i].Image < st.FailedImages[j].Image })
