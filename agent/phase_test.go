@@ -69,7 +69,9 @@ func TestDecidePhase(t *testing.T) {
 		}, status.Pending, status.ReasonCheckingDisk, true, "registry unreachable"},
 		{"disk full before pulling", func(f *setFacts) { f.Ready, f.Absent, f.DiskAdmitted, f.DiskCondition = 4, 6, false, full },
 			status.Failed, status.ReasonInsufficientDiskSpace, false, "need 30 GB, 5 GB free; the 4 images already present stay pinned"},
-		{"disk full beats a runtime that is down", func(f *setFacts) { f.Absent, f.Ready, f.DiskAdmitted, f.DiskCondition, f.RuntimeUp = 10, 0, false, full, false },
+		{"disk full beats a runtime that is down", func(f *setFacts) {
+			f.Absent, f.Ready, f.DiskAdmitted, f.DiskCondition, f.RuntimeUp = 10, 0, false, full, false
+		},
 			status.Failed, status.ReasonInsufficientDiskSpace, false, "need 30 GB"},
 		{"gated and runtime down: the runtime is named, not the disk", func(f *setFacts) {
 			f.Ready, f.Absent, f.DiskChecked, f.DiskAdmitted, f.RuntimeUp = 0, 10, false, false, false
