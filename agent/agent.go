@@ -14,7 +14,6 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/pin"
-	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
@@ -129,68 +128,15 @@ type Agent struct {
 	// passCost is how long the last full pass took (wall time).
 	passCost time.Duration
 
-	// inputs
-	inputsDirty bool
-	sets        []pinset.Set
-	setsLoaded  bool
-	fileErrors  []status.FileError
-	inputFaults []string
-	labels      map[string]string
-	keyring     *cri.Keyring
-	data        state.Data
-	dataDirty   bool
-
-	// runtime
-	runtime      cri.Version
-	support      pin.Support
-	pinner       pin.Pinner // the runtime's, once known
-	pinnerErr    error      // why there is none
-	runtimeErr   error
-	runtimeRetry retry
-	socketID     fileID
-
-	// pins
-	pinFaults      []string
-	confirmed      []string // the effective pins CRI-O was confirmed to have
-	confirmedValid bool
-	overriders     []string
-	effective      []string
-	pinRetry       retry
-	effMatch       patternMatcher // a.effective, compiled
-	confMatch      patternMatcher // a.confirmed, compiled
-	// pinGen counts pin confirmations: a pull result's pinned flag is only as fresh as
-	// the generation it was dispatched in.
-	pinGen int
-
-	// images and pulls
-	width     *pullwidth.Controller // how many pulls at once, at most cfg.PullConcurrency
-	lastWidth int                   // as last observed
-	images    map[string]*imageState
-	inflight  int
-	// dispatchFrom is where the scan for images to pull resumes between full passes.
-	dispatchFrom int
-	jobs         chan pullJob
-	results      chan pullResult
-	noSpaceAt    time.Time
-	noSpaceTry   retry
-
-	releases     map[string]releaseState // by set name
-	expanding    map[string]bool         // expansions running
-	releaseRetry retry
-	verdicts     map[string]diskcheck.Verdict
-	lastAdmitted []pinset.Set // the admitted sets of the last full pass
-	diskErr      error
-	diskRetry    retry
-	diskRunning  bool                       // a check is in flight
-	verifying    bool                       // a presence verification is in flight
-	sized        map[string]map[string]bool // per set, the images its verdict counted
-	diskStarted  time.Time
-	recheck      retry // present but not yet reported pinned
-	lastDiskReqs []diskcheck.SetRequest
-	imageFS      status.ImageFilesystem
-	last         status.Node
-	published    bool
-	onFirstRun   func()
+	// The loop's state, in the parts that own it (parts.go). Only the loop's goroutine reads or
+	// writes any of them; work off the loop hands results back through done.
+	in    inputs
+	rt    runtimeConn
+	pins  pinState
+	pulls pullState
+	disk  diskState
+	rel   releaseParts
+	out   output
 
 	// Work off the loop (disk checks, release expansion) hands its result back as a
 	// func the loop runs; bgCtx ends it when Run returns.
@@ -241,24 +187,24 @@ func New(cfg Config, deps Deps) *Agent {
 		}
 	}
 	return &Agent{
-		pinner:        pinner,
-		sched:         sched,
-		runtimeRetry:  retry{key: "runtime", sched: sched},
-		pinRetry:      retry{key: "pins", sched: sched},
-		noSpaceTry:    retry{key: "no-space", sched: sched},
-		diskRetry:     retry{key: "disk", sched: sched},
-		recheck:       retry{key: "recheck", sched: sched},
-		releaseRetry:  retry{key: "releases", sched: sched},
-		cfg:           cfg,
-		deps:          deps,
-		log:           deps.Log,
-		rand:          rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
-		inputsDirty:   true,
-		keyring:       &cri.Keyring{},
-		width:         pullwidth.New(cfg.PullConcurrency),
-		images:        map[string]*imageState{},
-		jobs:          make(chan pullJob, cfg.PullConcurrency),
-		results:       make(chan pullResult, cfg.PullConcurrency),
+		cfg:   cfg,
+		deps:  deps,
+		log:   deps.Log,
+		rand:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
+		sched: sched,
+		in:    inputs{dirty: true, keyring: &cri.Keyring{}},
+		rt:    runtimeConn{pinner: pinner, retry: retry{key: "runtime", sched: sched}},
+		pins:  pinState{retry: retry{key: "pins", sched: sched}},
+		pulls: pullState{
+			width:      pullwidth.New(cfg.PullConcurrency),
+			images:     map[string]*imageState{},
+			jobs:       make(chan pullJob, cfg.PullConcurrency),
+			results:    make(chan pullResult, cfg.PullConcurrency),
+			noSpaceTry: retry{key: "no-space", sched: sched},
+			recheck:    retry{key: "recheck", sched: sched},
+		},
+		disk:          diskState{retry: retry{key: "disk", sched: sched}},
+		rel:           releaseParts{retry: retry{key: "releases", sched: sched}},
 		done:          make(chan func(), 4),
 		runtimeEvents: make(chan struct{}, 1),
 		bgCtx:         context.Background(),
@@ -266,7 +212,7 @@ func New(cfg Config, deps Deps) *Agent {
 }
 
 // OnFirstReconcile registers f to run once, after the first reconcile (READY=1).
-func (a *Agent) OnFirstReconcile(f func()) { a.onFirstRun = f }
+func (a *Agent) OnFirstReconcile(f func()) { a.out.onFirstRun = f }
 
 // Run reconciles until ctx ends: once at start, on every trigger (a file changed), when
 // a pull finishes, and when a retry or an unpin delay is due.
@@ -320,22 +266,22 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			// The pulls drained (the last one landed, or what is left waits for a retry):
 			// no result is streaming in that the pass was put off for, and status should
 			// say Ready now, not up to passEvery later.
-			full = a.inflight == 0
+			full = a.pulls.inflight == 0
 		}
 		if full {
 			a.Reconcile(ctx)
 			a.sched.clear(passKey)
 		}
 		a.deps.Alive()
-		if a.onFirstRun != nil {
-			a.onFirstRun()
-			a.onFirstRun = nil
+		if a.out.onFirstRun != nil {
+			a.out.onFirstRun()
+			a.out.onFirstRun = nil
 		}
 		wait := time.Hour
 		if at, ok := a.nextWake(); ok {
 			wait = max(at.Sub(a.deps.Clock.Now()), 10*time.Millisecond)
 		}
-		if a.deps.Idle != nil && wait >= time.Minute && a.inflight == 0 && !a.diskRunning && len(a.expanding) == 0 {
+		if a.deps.Idle != nil && wait >= time.Minute && a.pulls.inflight == 0 && !a.disk.running && len(a.rel.expanding) == 0 {
 			a.deps.Idle()
 		}
 		timer.Reset(wait)
@@ -348,7 +294,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			a.deps.Alive()
 			goto idle
 		case <-triggers:
-			a.inputsDirty = true
+			a.in.dirty = true
 		case <-a.runtimeEvents:
 		case f := <-a.done:
 			f()
@@ -360,12 +306,12 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 					more = false
 				}
 			}
-		case r := <-a.results:
+		case r := <-a.pulls.results:
 			a.handleResult(r)
 			// Take every result that is already there before reconciling again.
 			for more := true; more; {
 				select {
-				case r := <-a.results:
+				case r := <-a.pulls.results:
 					a.handleResult(r)
 				default:
 					more = false
@@ -396,11 +342,11 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	a.passStart = a.deps.Clock.Now()
 	began := time.Now()
 	defer func() { a.passCost = time.Since(began) }()
-	if a.inputsDirty {
-		a.inputsDirty = false
+	if a.in.dirty {
+		a.in.dirty = false
 		a.loadInputs()
 	}
-	desired := a.expandReleases(a.desiredSets())
+	desired := a.expandReleases(a.in.desiredSets())
 	a.ensureRuntime(ctx)
 	a.verifyPresence()
 	a.refreshPresence(ctx, desired)
@@ -410,8 +356,8 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	// runtime may have said an image is gone: a missing image needs the disk check.
 	a.refreshPresence(ctx, desired)
 	admitted = a.checkDisk(desired)
-	a.lastAdmitted = admitted
-	a.dispatchFrom = 0 // a full pass looks at every image
+	a.disk.lastAdmitted = admitted
+	a.pulls.dispatchFrom = 0 // a full pass looks at every image
 	if a.pinsInEffect() {
 		a.dispatchPulls(admitted)
 	}
@@ -446,7 +392,7 @@ const passKey = "pass"
 // pass, between full passes.
 func (a *Agent) dispatchOnly() {
 	if a.pinsInEffect() {
-		a.dispatchPulls(a.lastAdmitted)
+		a.dispatchPulls(a.disk.lastAdmitted)
 	}
 }
 

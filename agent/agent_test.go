@@ -881,30 +881,30 @@ func TestStalePinnedAnswerIsCheckedAgain(t *testing.T) {
 	h := newHarness(t)
 	a := New(h.cfg, Deps{Runtime: h.rt, Pinners: map[string]pin.Pinner{"cri-o": &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}}, Disk: diskcheck.AdmitAll{}, State: h.store})
 	ref := img("a", 1)
-	a.support.PinnedField = true
-	a.images[ref] = &imageState{wanted: true, inflight: true}
-	a.inflight = 1
-	a.pinGen = 2 // pins confirmed while the pull was in flight
+	a.rt.support.PinnedField = true
+	a.pulls.images[ref] = &imageState{wanted: true, inflight: true}
+	a.pulls.inflight = 1
+	a.pins.gen = 2 // pins confirmed while the pull was in flight
 	a.handleResult(pullResult{image: ref, gen: 1, after: cri.Image{Present: true, Pinned: false}})
-	if a.images[ref].checked {
+	if a.pulls.images[ref].checked {
 		t.Fatal("a pinned flag from an older pin generation was trusted")
 	}
-	if a.recheck.next.IsZero() {
+	if a.pulls.recheck.next.IsZero() {
 		t.Fatal("no wake-up scheduled to ask again")
 	}
 	// Same generation, but the confirmed patterns match and CRI-O says unpinned.
-	a.images[ref] = &imageState{wanted: true, inflight: true}
-	a.inflight = 1
-	a.confirmedValid, a.effective = true, []string{ref}
+	a.pulls.images[ref] = &imageState{wanted: true, inflight: true}
+	a.pulls.inflight = 1
+	a.pins.confirmedValid, a.pins.effective = true, []string{ref}
 	a.handleResult(pullResult{image: ref, gen: 2, after: cri.Image{Present: true, Pinned: false}})
-	if a.images[ref].checked {
+	if a.pulls.images[ref].checked {
 		t.Fatal("an unpinned answer for a confirmed pattern was trusted")
 	}
 	// A fresh answer is trusted.
-	a.images[ref] = &imageState{wanted: true, inflight: true}
-	a.inflight = 1
+	a.pulls.images[ref] = &imageState{wanted: true, inflight: true}
+	a.pulls.inflight = 1
 	a.handleResult(pullResult{image: ref, gen: 2, after: cri.Image{Present: true, Pinned: true}})
-	if !a.images[ref].checked || !a.images[ref].pinned {
+	if !a.pulls.images[ref].checked || !a.pulls.images[ref].pinned {
 		t.Fatal("a fresh answer was not taken")
 	}
 }

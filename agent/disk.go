@@ -24,103 +24,103 @@ func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 	for _, s := range desired {
 		r := diskcheck.SetRequest{Name: s.Name}
 		for _, ref := range s.Images {
-			if img := a.images[ref]; img == nil || !img.present {
+			if img := a.pulls.images[ref]; img == nil || !img.present {
 				r.Missing = append(r.Missing, ref)
 			}
 		}
 		reqs = append(reqs, r)
 	}
-	if a.verdicts == nil {
-		a.verdicts = map[string]diskcheck.Verdict{}
+	if a.disk.verdicts == nil {
+		a.disk.verdicts = map[string]diskcheck.Verdict{}
 	}
-	if a.diskRunning || (!a.diskRetry.scheduled(now) && !a.diskDirty(reqs)) {
-		return a.admitted(desired)
+	if a.disk.running || (!a.disk.retry.scheduled(now) && !a.disk.changed(reqs)) {
+		return a.disk.admitted(desired)
 	}
-	a.diskRunning, a.diskStarted = true, now
-	a.lastDiskReqs = reqs
+	a.disk.running, a.disk.started = true, now
+	a.disk.lastReqs = reqs
 	a.background(diskCheckTimeout, func(ctx context.Context) func() {
 		res, err := a.deps.Disk.Check(ctx, reqs)
 		return func() { a.diskChecked(reqs, res, err) }
 	})
-	return a.admitted(desired)
+	return a.disk.admitted(desired)
 }
 
 // diskChecked takes a disk check's answer to reqs, on the loop.
 func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, err error) {
 	now := a.deps.Clock.Now()
-	a.diskRunning = false
-	a.diskErr = err
+	a.disk.running = false
+	a.disk.err = err
 	if err != nil {
 		a.log.WithError(err).Warn("disk check failed; keeping earlier verdicts")
-		a.diskRetry.fail(now, a.cfg.MaxBackoff, a.rand)
+		a.disk.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 		return
 	}
 	if res.Filesystem.Path != "" {
-		a.imageFS = res.Filesystem
+		a.disk.imageFS = res.Filesystem
 	}
 	// How far the registry is sets where the pull width starts.
-	a.width.Link(res.RoundTrip)
+	a.pulls.width.Link(res.RoundTrip)
 	a.observeWidth()
-	a.log.WithField("registry_round_trip", res.RoundTrip.String()).WithField("width", a.width.Width()).Debug("disk check done")
+	a.log.WithField("registry_round_trip", res.RoundTrip.String()).WithField("width", a.pulls.width.Width()).Debug("disk check done")
 	retry := false
 	verdicts := make(map[string]diskcheck.Verdict, len(res.Verdicts))
 	for name, v := range res.Verdicts {
 		undecided := !v.Admitted && v.Condition.Status == status.Unknown
 		if undecided {
-			if prev, ok := a.verdicts[name]; ok && prev.Admitted {
+			if prev, ok := a.disk.verdicts[name]; ok && prev.Admitted {
 				v.Admitted = true
 			}
 		}
-		if prev, ok := a.verdicts[name]; ok && prev.Admitted != v.Admitted {
+		if prev, ok := a.disk.verdicts[name]; ok && prev.Admitted != v.Admitted {
 			a.log.WithField("set", name).WithField("admitted", v.Admitted).Info(v.Condition.Message)
 		} else if !ok && !v.Admitted {
 			a.log.WithField("set", name).Warn(v.Condition.Message)
 		} else if !ok {
-			a.log.WithField("set", name).WithField("took", now.Sub(a.diskStarted).Round(time.Millisecond).String()).
+			a.log.WithField("set", name).WithField("took", now.Sub(a.disk.started).Round(time.Millisecond).String()).
 				WithField("registry_round_trip", res.RoundTrip.Round(100*time.Microsecond).String()).Info("disk check admitted the set: " + v.Condition.Message)
 		}
 		if !v.Admitted || undecided || len(v.Unavailable) > 0 || len(v.Unsized) > 0 {
 			retry = true
 		}
 		for image, b := range v.Bytes {
-			if a.data.Sizes[image] != b {
-				if a.data.Sizes == nil {
-					a.data.Sizes = map[string]uint64{}
+			if a.in.data.Sizes[image] != b {
+				if a.in.data.Sizes == nil {
+					a.in.data.Sizes = map[string]uint64{}
 				}
-				a.data.Sizes[image] = b
-				a.dataDirty = true
+				a.in.data.Sizes[image] = b
+				a.in.dataDirty = true
 			}
 		}
 		verdicts[name] = v
 	}
-	a.verdicts = verdicts
+	a.disk.verdicts = verdicts
 	// A verdict admits the pulls of the images it was asked about, no others: an image a
 	// set gained since waits for the check that counts it.
-	a.sized = map[string]map[string]bool{}
+	a.disk.sized = map[string]map[string]bool{}
 	for _, r := range reqs {
 		m := make(map[string]bool, len(r.Missing))
 		for _, ref := range r.Missing {
 			m[ref] = true
 		}
-		a.sized[r.Name] = m
+		a.disk.sized[r.Name] = m
 	}
 	if retry {
-		a.diskRetry.fail(now, a.cfg.MaxBackoff, a.rand)
+		a.disk.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 	} else {
-		a.diskRetry.reset()
+		a.disk.retry.reset()
 	}
 }
 
-// diskDirty says whether the check must run again: a set came or went, or a set misses
+// changed says whether the check must run again: a set came or went, or a set misses
 // an image the last check was not asked about (a new image, one gone from the node). A
 // set that only misses fewer (images landing as they are pulled) needs no new verdict:
 // each check costs the runtime an ImageFsInfo and the registries their requests.
-func (a *Agent) diskDirty(reqs []diskcheck.SetRequest) bool {
-	if len(reqs) != len(a.lastDiskReqs) {
+func (d *diskState) changed(reqs []diskcheck.SetRequest) bool {
+	if len(reqs) != len(d.lastReqs) {
 		return true
 	}
 	for i, r := range reqs {
-		last := a.lastDiskReqs[i]
+		last := d.lastReqs[i]
 		if r.Name != last.Name {
 			return true
 		}
@@ -140,10 +140,10 @@ func (a *Agent) diskDirty(reqs []diskcheck.SetRequest) bool {
 	return false
 }
 
-func (a *Agent) admitted(desired []pinset.Set) []pinset.Set {
+func (d *diskState) admitted(desired []pinset.Set) []pinset.Set {
 	var out []pinset.Set
 	for _, s := range desired {
-		if v, ok := a.verdicts[s.Name]; ok && v.Admitted {
+		if v, ok := d.verdicts[s.Name]; ok && v.Admitted {
 			out = append(out, s)
 		}
 	}
@@ -152,9 +152,9 @@ func (a *Agent) admitted(desired []pinset.Set) []pinset.Set {
 
 // diskPending says what a set not checked yet waits for.
 func (a *Agent) diskPending() string {
-	if a.diskRunning {
+	if a.disk.running {
 		return fmt.Sprintf("sizing the missing images from their registries (running for %s)",
-			a.deps.Clock.Now().Sub(a.diskStarted).Round(time.Second))
+			a.deps.Clock.Now().Sub(a.disk.started).Round(time.Second))
 	}
 	return "not checked yet"
 }

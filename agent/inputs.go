@@ -16,11 +16,11 @@ import (
 
 func (a *Agent) loadState() error {
 	d, err := a.deps.State.Load()
-	a.data = d
-	if a.data.Pins == nil {
-		a.data.Pins = map[string]time.Time{}
+	a.in.data = d
+	if a.in.data.Pins == nil {
+		a.in.data.Pins = map[string]time.Time{}
 	}
-	for img, released := range a.data.Pins {
+	for img, released := range a.in.data.Pins {
 		if !released.IsZero() {
 			a.sched.set(unpinKey(img), released.Add(a.cfg.UnpinDelay))
 		}
@@ -29,31 +29,31 @@ func (a *Agent) loadState() error {
 }
 
 func (a *Agent) saveState() {
-	if !a.dataDirty {
+	if !a.in.dataDirty {
 		return
 	}
-	if err := a.deps.State.Save(a.data); err != nil {
+	if err := a.deps.State.Save(a.in.data); err != nil {
 		a.log.WithError(err).Error("save state")
 		return
 	}
-	a.dataDirty = false
+	a.in.dataDirty = false
 }
 
 // loadInputs reads the set files, the labels file and the pull secret. A file that fails
 // keeps its last good content; a missing sets directory or a broken labels file is a
 // sync fault that keeps what was there.
 func (a *Agent) loadInputs() {
-	a.inputFaults = nil
+	a.in.inputFaults = nil
 	if a.deps.SourceFaults != nil {
-		a.inputFaults = append(a.inputFaults, a.deps.SourceFaults()...)
+		a.in.inputFaults = append(a.in.inputFaults, a.deps.SourceFaults()...)
 	}
 	a.loadSets()
 	a.loadLabels()
 	k, err := cri.LoadKeyring(a.cfg.PullSecret)
 	if err != nil {
-		a.inputFaults = append(a.inputFaults, err.Error()+"; keeping the previous credentials")
+		a.in.inputFaults = append(a.in.inputFaults, err.Error()+"; keeping the previous credentials")
 	} else {
-		a.keyring = k
+		a.in.keyring = k
 	}
 }
 
@@ -64,7 +64,7 @@ func (a *Agent) loadSets() {
 	case errors.Is(err, pinset.ErrClusterDirMissing):
 		// The local files are read as usual; the cluster sets keep their last good
 		// contents until the cluster sync puts the directory back.
-		a.inputFaults = append(a.inputFaults, fmt.Sprintf("%v: keeping the cluster sets' last good contents until the cluster sync restores it; nothing is unpinned", err))
+		a.in.inputFaults = append(a.in.inputFaults, fmt.Sprintf("%v: keeping the cluster sets' last good contents until the cluster sync restores it; nothing is unpinned", err))
 		a.log.WithError(err).Warn("cluster subdirectory missing: keeping the cluster sets")
 		for _, name := range a.deps.State.GoodNames() {
 			if pinset.IsClusterFile(name) {
@@ -73,9 +73,9 @@ func (a *Agent) loadSets() {
 		}
 		err = nil
 	case err != nil:
-		a.inputFaults = append(a.inputFaults, fmt.Sprintf("%v: keeping the current sets; nothing is unpinned", err))
+		a.in.inputFaults = append(a.in.inputFaults, fmt.Sprintf("%v: keeping the current sets; nothing is unpinned", err))
 		a.log.WithError(err).Warn("sets directory unreadable: keeping the current sets")
-		if a.setsLoaded {
+		if a.in.setsLoaded {
 			return
 		}
 		// First load after a restart: the sets are those of the last good contents.
@@ -87,7 +87,7 @@ func (a *Agent) loadSets() {
 	// A replay takes files in exactly the order a live read does: the same file wins a
 	// name clash after a restart as before it.
 	pinset.SortSetFiles(files)
-	a.setsLoaded = true
+	a.in.setsLoaded = true
 	present := map[string]bool{}
 	var perFile []pinset.FileSets
 	var fileErrors []status.FileError
@@ -134,12 +134,12 @@ func (a *Agent) loadSets() {
 	for file, e := range dupErrs {
 		fileErrors = append(fileErrors, status.FileError{File: file, Error: e.Error()})
 	}
-	a.sets = a.sets[:0]
+	a.in.sets = a.in.sets[:0]
 	for _, f := range kept {
-		a.sets = append(a.sets, f.Sets...)
+		a.in.sets = append(a.in.sets, f.Sets...)
 	}
 	sortFileErrors(fileErrors)
-	a.fileErrors = fileErrors
+	a.in.fileErrors = fileErrors
 }
 
 func (a *Agent) loadLabels() {
@@ -147,40 +147,40 @@ func (a *Agent) loadLabels() {
 	if a.cfg.LabelsFile != "" {
 		data, err := fsutil.ReadRegular(a.cfg.LabelsFile, pinset.MaxLabelsFileSize)
 		switch {
-		case errors.Is(err, os.ErrNotExist) && a.data.Labels == nil:
+		case errors.Is(err, os.ErrNotExist) && a.in.data.Labels == nil:
 			// Never had a labels file: inline labels only.
 		case errors.Is(err, os.ErrNotExist):
-			a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s disappeared: keeping its last good labels (write {} to clear them)", a.cfg.LabelsFile))
-			fileLabels = a.data.Labels
+			a.in.inputFaults = append(a.in.inputFaults, fmt.Sprintf("labels file %s disappeared: keeping its last good labels (write {} to clear them)", a.cfg.LabelsFile))
+			fileLabels = a.in.data.Labels
 		case err != nil:
-			a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, err))
-			fileLabels = a.data.Labels
+			a.in.inputFaults = append(a.in.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, err))
+			fileLabels = a.in.data.Labels
 		default:
 			l, perr := pinset.ParseLabelsFile(data)
 			if perr != nil {
-				a.inputFaults = append(a.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, perr))
-				fileLabels = a.data.Labels
+				a.in.inputFaults = append(a.in.inputFaults, fmt.Sprintf("labels file %s: %v: keeping its last good labels", a.cfg.LabelsFile, perr))
+				fileLabels = a.in.data.Labels
 			} else {
 				fileLabels = l
-				if !maps.Equal(a.data.Labels, l) {
-					a.data.Labels = l
-					a.dataDirty = true
+				if !maps.Equal(a.in.data.Labels, l) {
+					a.in.data.Labels = l
+					a.in.dataDirty = true
 				}
 			}
 		}
 	}
 	labels := pinset.MergeLabels(a.cfg.InlineLabels, fileLabels)
-	if !maps.Equal(labels, a.labels) {
+	if !maps.Equal(labels, a.in.labels) {
 		a.log.WithField("labels", labelString(labels)).Info("node labels")
 	}
-	a.labels = labels
+	a.in.labels = labels
 }
 
 // desiredSets are the sets whose selector matches this node, in name order.
-func (a *Agent) desiredSets() []pinset.Set {
+func (in *inputs) desiredSets() []pinset.Set {
 	var out []pinset.Set
-	for _, s := range a.sets {
-		if s.Selector.Matches(a.labels) {
+	for _, s := range in.sets {
+		if s.Selector.Matches(in.labels) {
 			out = append(out, s)
 		}
 	}

@@ -38,4 +38,4 @@ func (a *Agent) choosePinner(runtimeName string) (pin.Pinner, error) {
 
 // pinsPerRecord says whether the runtime pins image records (containerd: the label is
 // set after the pull) rather than names (CRI-O: a pattern pins what is pulled by it).
-func (a *Agent) pinsPerRecord() bool { return a.pinner != nil && pin.PinsRecords(a.pinner) }
+func (a *Agent) pinsPerRecord() bool { return a.rt.pinner != nil && pin.PinsRecords(a.rt.pinner) }

@@ -18,99 +18,99 @@ import (
 // has it.
 func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 	now := a.deps.Clock.Now()
-	a.pinFaults = nil
+	a.pins.faults = nil
 
 	wanted := a.keepPinned(desired, admitted)
 	for img := range wanted {
-		if released, ok := a.data.Pins[img]; !ok || !released.IsZero() {
+		if released, ok := a.in.data.Pins[img]; !ok || !released.IsZero() {
 			a.setPin(img, time.Time{})
 		}
 	}
-	for img, released := range a.data.Pins {
+	for img, released := range a.in.data.Pins {
 		switch {
 		case wanted[img]:
 		case released.IsZero():
 			a.setPin(img, now)
 			a.log.WithField("image", img).WithField("unpin_in", a.cfg.UnpinDelay.String()).Info("image no longer wanted; keeping its pin for unpin_delay")
 		case now.Sub(released) >= a.cfg.UnpinDelay:
-			delete(a.data.Pins, img)
+			delete(a.in.data.Pins, img)
 			a.sched.clear(unpinKey(img))
-			a.dataDirty = true
+			a.in.dataDirty = true
 			a.log.WithField("image", img).Info("unpinning image")
 		}
 	}
 
-	if a.pinner == nil {
+	if a.rt.pinner == nil {
 		// The runtime is not known yet (auto): nothing can be written; the pins wait.
 		return
 	}
-	patterns := make([]string, 0, len(a.data.Pins))
-	for img := range a.data.Pins {
+	patterns := make([]string, 0, len(a.in.data.Pins))
+	for img := range a.in.data.Pins {
 		patterns = append(patterns, img)
 	}
 	sort.Strings(patterns)
 	images := func(ref string) (bool, bool) {
-		img := a.images[ref]
+		img := a.pulls.images[ref]
 		return img != nil && img.present, img != nil && img.pinned
 	}
 	// Bounded as a whole: containerd's label calls have a deadline each, and a runtime
 	// that does not answer ends the write at its first one.
 	wctx, cancel := context.WithTimeout(ctx, pinWriteTimeout)
-	w, err := a.pinner.Write(wctx, patterns, images)
+	w, err := a.rt.pinner.Write(wctx, patterns, images)
 	cancel()
-	a.pinFaults = append(a.pinFaults, w.Faults...)
+	a.pins.faults = append(a.pins.faults, w.Faults...)
 	if err != nil {
 		a.log.WithError(err).Error("write pins")
-		a.pinRetry.fail(now, a.cfg.MaxBackoff, a.rand)
+		a.pins.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 		return
 	}
 	if w.Changed {
-		a.log.WithField("where", a.pinner.Describe()).WithField("patterns", len(patterns)).Info("pins written")
+		a.log.WithField("where", a.rt.pinner.Describe()).WithField("patterns", len(patterns)).Info("pins written")
 	}
 	for _, ref := range w.Recheck {
-		if img := a.images[ref]; img != nil && !img.inflight {
+		if img := a.pulls.images[ref]; img != nil && !img.inflight {
 			a.log.WithField("image", ref).Info("the runtime changed the image behind imagepind's back (label dropped by a pull, record deleted); looking again")
 			img.checked = false
 		}
 	}
-	a.effective = w.Effective
-	if !slices.Equal(w.Overriders, a.overriders) && len(w.Overriders) > 0 {
+	a.pins.effective = w.Effective
+	if !slices.Equal(w.Overriders, a.pins.overriders) && len(w.Overriders) > 0 {
 		a.log.WithField("files", strings.Join(w.Overriders, ",")).Warn("a CRI-O config file read after ours sets pinned_images and overrides our pins")
 	}
-	a.overriders = w.Overriders
+	a.pins.overriders = w.Overriders
 
 	if w.Changed {
-		a.confirmedValid = false
-		a.pinRetry.reset()
+		a.pins.confirmedValid = false
+		a.pins.retry.reset()
 	}
-	if a.confirmedValid && sameSet(a.confirmed, a.effective) {
+	if a.pins.confirmedValid && sameSet(a.pins.confirmed, a.pins.effective) {
 		return
 	}
-	a.confirmedValid = false
-	if !a.runtimeUp() || !a.support.WithoutRestart {
+	a.pins.confirmedValid = false
+	if !a.rt.up() || !a.rt.support.WithoutRestart {
 		// Nothing to apply (the runtime is down), or it would not help (too old): the
 		// runtime reads the pins when it starts.
 		return
 	}
-	if !a.pinRetry.due(now) {
+	if !a.pins.retry.due(now) {
 		return
 	}
 	if err := a.applyAndConfirm(ctx, w.Changed); err != nil {
 		a.deps.Observer.Reload("failed")
-		a.pinFaults = append(a.pinFaults, err.Error())
+		a.pins.faults = append(a.pins.faults, err.Error())
 		a.log.WithError(err).Warn("pins not confirmed; retrying")
-		a.pinRetry.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
+		a.pins.retry.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
 		return
 	}
 	a.deps.Observer.Reload("confirmed")
-	a.pinRetry.reset()
+	a.pins.retry.reset()
 }
 
 // setPin records a pin: wanted (released zero), or released at that time, its unpin on
 // the schedule.
 func (a *Agent) setPin(img string, released time.Time) {
-	a.data.Pins[img] = released
-	a.dataDirty = true
+	a.in.data.Pins[img] = released
+	a.in.dataDirty = true
 	if released.IsZero() {
 		a.sched.clear(unpinKey(img))
 	} else {
@@ -134,9 +134,9 @@ func (a *Agent) keepPinned(desired, admitted []pinset.Set) map[string]bool {
 	wanted := map[string]bool{}
 	for _, s := range desired {
 		for _, ref := range s.Images {
-			_, pinned := a.data.Pins[ref]
-			img := a.images[ref]
-			if (may[s.Name] && a.sized[s.Name][ref]) || pinned || (img != nil && img.present) {
+			_, pinned := a.in.data.Pins[ref]
+			img := a.pulls.images[ref]
+			if (may[s.Name] && a.disk.sized[s.Name][ref]) || pinned || (img != nil && img.present) {
 				wanted[ref] = true
 			}
 		}
@@ -154,7 +154,7 @@ func (a *Agent) adoptHeld() {
 	for _, p := range a.pinners() {
 		adopted := 0
 		for _, ref := range p.Held() {
-			if _, known := a.data.Pins[ref]; known {
+			if _, known := a.in.data.Pins[ref]; known {
 				continue
 			}
 			a.setPin(ref, now)
@@ -175,7 +175,7 @@ func (a *Agent) applyAndConfirm(ctx context.Context, changed bool) error {
 	inEffect := func() (bool, error) {
 		cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
 		defer cancel()
-		ok, err := a.pinner.InEffect(cctx, a.effective)
+		ok, err := a.rt.pinner.InEffect(cctx, a.pins.effective)
 		return ok && err == nil && a.probePinned(ctx), err
 	}
 	if !changed {
@@ -187,7 +187,7 @@ func (a *Agent) applyAndConfirm(ctx context.Context, changed bool) error {
 	}
 	start := a.deps.Clock.Now()
 	rctx, cancel := context.WithTimeout(ctx, rpcTimeout)
-	err := a.pinner.Apply(rctx)
+	err := a.rt.pinner.Apply(rctx)
 	cancel()
 	if err != nil {
 		return err
@@ -223,12 +223,12 @@ func (a *Agent) applyAndConfirm(ctx context.Context, changed bool) error {
 // list at once, so one present image that this change pins is enough; an image that
 // was pinned before proves nothing.
 func (a *Agent) probePinned(ctx context.Context) bool {
-	if !a.support.PinnedField {
+	if !a.rt.support.PinnedField {
 		return true
 	}
 	var probe string
-	for ref, img := range a.images {
-		newlyPinned := a.effMatch.match(a.effective, ref) && !a.confMatch.match(a.confirmed, ref)
+	for ref, img := range a.pulls.images {
+		newlyPinned := a.pins.effMatch.match(a.pins.effective, ref) && !a.pins.confMatch.match(a.pins.confirmed, ref)
 		if img.wanted && img.present && newlyPinned && (probe == "" || ref < probe) {
 			probe = ref
 		}
@@ -243,13 +243,13 @@ func (a *Agent) probePinned(ctx context.Context) bool {
 }
 
 func (a *Agent) pinsConfirmed(took time.Duration) {
-	a.confirmed = slices.Clone(a.effective)
-	a.confirmedValid = true
+	a.pins.confirmed = slices.Clone(a.pins.effective)
+	a.pins.confirmedValid = true
 	// Pull results that saw an older generation may carry a stale pinned flag.
-	a.pinGen++
-	a.log.WithField("patterns", len(a.effective)).WithField("took", took.Round(time.Millisecond).String()).Info("pins confirmed in effect")
+	a.pins.gen++
+	a.log.WithField("patterns", len(a.pins.effective)).WithField("took", took.Round(time.Millisecond).String()).Info("pins confirmed in effect")
 	// Pins changed: the runtime's pinned flag of present images may have changed too.
-	for _, img := range a.images {
+	for _, img := range a.pulls.images {
 		if img.present {
 			img.checked = false
 		}
@@ -259,17 +259,17 @@ func (a *Agent) pinsConfirmed(took time.Duration) {
 // pinsInEffect says whether pulls may start: pins confirmed, or a runtime too old to
 // confirm (it applies them at its next start; status says so).
 func (a *Agent) pinsInEffect() bool {
-	if !a.runtimeUp() {
+	if !a.rt.up() {
 		return false
 	}
-	return a.confirmedValid || !a.support.WithoutRestart
+	return a.pins.confirmedValid || !a.rt.support.WithoutRestart
 }
 
 // sameSet compares pattern lists as CRI-O matches them: order-free, case-insensitive.
 func sameSet(a, b []string) bool { return pin.SamePatterns(a, b) }
 
 // patternMatcher is a pin.Matcher compiled for the pattern list last asked about
-// (a.effective, a.confirmed): recompiled only when the agent replaces the list.
+// (a.pins.effective, a.pins.confirmed): recompiled only when the agent replaces the list.
 type patternMatcher struct {
 	src []string
 	m   *pin.Matcher

@@ -45,46 +45,46 @@ type pullResult struct {
 
 // refreshPresence asks the runtime about wanted images whose state is not known.
 func (a *Agent) refreshPresence(ctx context.Context, desired []pinset.Set) {
-	for _, img := range a.images {
+	for _, img := range a.pulls.images {
 		img.wanted = false
 	}
 	for _, s := range desired {
 		for _, ref := range s.Images {
-			img := a.images[ref]
+			img := a.pulls.images[ref]
 			if img == nil {
 				img = &imageState{retry: retry{key: pullKey(ref), sched: a.sched}}
-				a.images[ref] = img
+				a.pulls.images[ref] = img
 			}
 			img.wanted = true
 		}
 	}
-	for ref, img := range a.images {
+	for ref, img := range a.pulls.images {
 		if !img.wanted && !img.inflight {
-			delete(a.images, ref)
+			delete(a.pulls.images, ref)
 			a.sched.clear(pullKey(ref))
 		}
 	}
-	if !a.runtimeUp() {
+	if !a.rt.up() {
 		return
 	}
 	again := false // an image to ask about again
 	defer func() {
-		if !again && a.runtimeUp() {
-			a.recheck.reset()
+		if !again && a.rt.up() {
+			a.pulls.recheck.reset()
 		}
 	}()
 	var ask []string
 	asked := map[string]bool{}
 	for _, s := range desired {
 		for _, ref := range s.Images {
-			if img := a.images[ref]; !img.checked && !img.inflight && !asked[ref] {
+			if img := a.pulls.images[ref]; !img.checked && !img.inflight && !asked[ref] {
 				asked[ref] = true
 				ask = append(ask, ref)
 			}
 		}
 	}
 	for i, st := range a.imageStatuses(ctx, ask) {
-		ref, img, err := ask[i], a.images[ask[i]], st.err
+		ref, img, err := ask[i], a.pulls.images[ask[i]], st.err
 		if err != nil {
 			if isUnavailable(err) {
 				a.runtimeDown(err)
@@ -160,14 +160,14 @@ func pullKey(ref string) string { return "pull/" + ref }
 // staleUnpinned says whether CRI-O calls a present image unpinned although the patterns
 // it was confirmed to have match it.
 func (a *Agent) staleUnpinned(ref string, st cri.Image) bool {
-	return st.Present && !st.Pinned && a.confirmedValid && a.support.PinnedField && a.effMatch.match(a.effective, ref)
+	return st.Present && !st.Pinned && a.pins.confirmedValid && a.rt.support.PinnedField && a.pins.effMatch.match(a.pins.effective, ref)
 }
 
 // scheduleRecheck makes sure a pass comes to ask about unchecked images again, with
 // backoff while the reason persists.
 func (a *Agent) scheduleRecheck() {
-	if now := a.deps.Clock.Now(); a.recheck.due(now) {
-		a.recheck.fail(now, a.cfg.MaxBackoff, a.rand)
+	if now := a.deps.Clock.Now(); a.pulls.recheck.due(now) {
+		a.pulls.recheck.fail(now, a.cfg.MaxBackoff, a.rand)
 	}
 }
 
@@ -175,7 +175,7 @@ func (a *Agent) scheduleRecheck() {
 // workers, as long as workers are free and each image's backoff has passed.
 func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 	now := a.deps.Clock.Now()
-	if now.Before(a.noSpaceAt) {
+	if now.Before(a.pulls.noSpaceAt) {
 		return
 	}
 	// Between full passes the scan resumes where the last one stopped: what it passed
@@ -184,24 +184,24 @@ func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 	pos := 0
 	for _, s := range admitted {
 		for _, ref := range s.Images {
-			if pos < a.dispatchFrom {
+			if pos < a.pulls.dispatchFrom {
 				pos++
 				continue
 			}
 			pos++
-			if a.inflight >= a.width.Width() {
-				a.dispatchFrom = pos - 1
+			if a.pulls.inflight >= a.pulls.width.Width() {
+				a.pulls.dispatchFrom = pos - 1
 				return
 			}
-			img := a.images[ref]
+			img := a.pulls.images[ref]
 			if img == nil || !img.checked || img.present || img.inflight || !img.retry.due(now) {
 				continue
 			}
-			if !a.sized[s.Name][ref] {
+			if !a.disk.sized[s.Name][ref] {
 				// Missing since the last check: pull once a check has counted it.
 				continue
 			}
-			v := a.verdicts[s.Name]
+			v := a.disk.verdicts[s.Name]
 			if _, unavailable := v.Unavailable[ref]; unavailable {
 				// The disk check found no endpoint serving it: pull when a later check does.
 				continue
@@ -211,15 +211,15 @@ func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 				continue
 			}
 			img.inflight = true
-			a.inflight++
-			byName := a.confirmedValid && a.support.PinnedField && a.effMatch.match(a.effective, ref) && !a.pinsPerRecord()
-			a.jobs <- pullJob{image: ref, auth: a.keyring.Lookup(ref), gen: a.pinGen, pinner: a.pinner, byName: byName}
+			a.pulls.inflight++
+			byName := a.pins.confirmedValid && a.rt.support.PinnedField && a.pins.effMatch.match(a.pins.effective, ref) && !a.pinsPerRecord()
+			a.pulls.jobs <- pullJob{image: ref, auth: a.in.keyring.Lookup(ref), gen: a.pins.gen, pinner: a.rt.pinner, byName: byName}
 		}
 	}
-	a.dispatchFrom = pos
+	a.pulls.dispatchFrom = pos
 	// Below the width with nothing more to start: this round measures the work left,
 	// not the width.
-	a.width.Unsaturated()
+	a.pulls.width.Unsaturated()
 }
 
 func (a *Agent) pullWorker(ctx context.Context) {
@@ -227,7 +227,7 @@ func (a *Agent) pullWorker(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case job := <-a.jobs:
+		case job := <-a.pulls.jobs:
 			start := time.Now()
 			pctx, cancel := context.WithTimeout(ctx, a.cfg.PullTimeout)
 			_, err := a.deps.Runtime.PullImage(pctx, job.image, job.auth)
@@ -237,7 +237,7 @@ func (a *Agent) pullWorker(ctx context.Context) {
 				res.after, res.err = a.afterPull(ctx, job)
 			}
 			select {
-			case a.results <- res:
+			case a.pulls.results <- res:
 			case <-ctx.Done():
 				return
 			}
@@ -246,8 +246,8 @@ func (a *Agent) pullWorker(ctx context.Context) {
 }
 
 func (a *Agent) handleResult(r pullResult) {
-	a.inflight--
-	img := a.images[r.image]
+	a.pulls.inflight--
+	img := a.pulls.images[r.image]
 	if img == nil {
 		return
 	}
@@ -256,14 +256,14 @@ func (a *Agent) handleResult(r pullResult) {
 	now := a.deps.Clock.Now()
 	defer a.observeWidth()
 	if r.err == nil {
-		a.width.Done(now, int64(a.data.Sizes[r.image]))
+		a.pulls.width.Done(now, int64(a.in.data.Sizes[r.image]))
 		a.deps.Observer.Pull("success", r.took)
 		img.checked, img.present, img.pinned = true, true, r.after.Pinned
 		img.lastErr = nil
 		img.retry.reset()
-		a.noSpaceTry.reset()
+		a.pulls.noSpaceTry.reset()
 		log.WithField("pinned", r.after.Pinned).Info("pulled")
-		if r.gen != a.pinGen || a.staleUnpinned(r.image, r.after) {
+		if r.gen != a.pins.gen || a.staleUnpinned(r.image, r.after) {
 			// The flag was read before the pins now confirmed (or before CRI-O's image
 			// service caught up with them): ask again rather than trust it.
 			img.checked = false
@@ -281,11 +281,11 @@ func (a *Agent) handleResult(r pullResult) {
 		img.checked = false
 	case img.failure == cri.Transient:
 		// The registry or the link is struggling: fewer pulls at once.
-		a.width.Transient(now)
+		a.pulls.width.Transient(now)
 	case img.failure == cri.NoSpace:
 		// Stop every pull at once: the others would fail the same way.
-		a.noSpaceTry.fail(now, a.cfg.MaxBackoff, a.rand)
-		a.noSpaceAt = a.noSpaceTry.next
+		a.pulls.noSpaceTry.fail(now, a.cfg.MaxBackoff, a.rand)
+		a.pulls.noSpaceAt = a.pulls.noSpaceTry.next
 	}
 	log.WithError(r.err).WithField("attempt", img.retry.attempts).Warn("pull failed")
 }
@@ -324,9 +324,9 @@ func (a *Agent) afterPull(ctx context.Context, job pullJob) (cri.Image, error) {
 
 // observeWidth tells the observer (metrics) and the log when the pull width changed.
 func (a *Agent) observeWidth() {
-	if w := a.width.Width(); w != a.lastWidth {
-		a.log.WithField("width", w).WithField("was", a.lastWidth).Debug("pull width")
-		a.lastWidth = w
+	if w := a.pulls.width.Width(); w != a.pulls.lastWidth {
+		a.log.WithField("width", w).WithField("was", a.pulls.lastWidth).Debug("pull width")
+		a.pulls.lastWidth = w
 		a.deps.Observer.Width(w)
 	}
 }

@@ -33,18 +33,18 @@ const expandTimeout = 2 * time.Minute
 // when a release cannot be read, a set keeps the images of its last good expansion, so
 // neither a slow registry nor an outage unpins anything.
 func (a *Agent) expandReleases(desired []pinset.Set) []pinset.Set {
-	if a.releases == nil {
-		a.releases = map[string]releaseState{}
-		a.expanding = map[string]bool{}
+	if a.rel.releases == nil {
+		a.rel.releases = map[string]releaseState{}
+		a.rel.expanding = map[string]bool{}
 	}
 	now := a.deps.Clock.Now()
 	failed := false
 	for i, s := range desired {
 		if s.ReleaseImage == "" {
-			delete(a.releases, s.Name)
+			delete(a.rel.releases, s.Name)
 			continue
 		}
-		prev, had := a.releases[s.Name]
+		prev, had := a.rel.releases[s.Name]
 		if had && (prev.pullSpec != s.ReleaseImage || prev.stream != s.OSImageStream) {
 			prev, had = releaseState{}, false
 		}
@@ -53,17 +53,17 @@ func (a *Agent) expandReleases(desired []pinset.Set) []pinset.Set {
 			st = releaseState{pullSpec: s.ReleaseImage, stream: s.OSImageStream, pending: true}
 		}
 		switch {
-		case had && prev.err == nil && !prev.pending && prev.labels == labelString(a.labels):
+		case had && prev.err == nil && !prev.pending && prev.labels == labelString(a.in.labels):
 			// expanded for these labels already
-		case a.expanding[s.Name]:
-		case had && prev.err != nil && !a.releaseRetry.due(now):
+		case a.rel.expanding[s.Name]:
+		case had && prev.err != nil && !a.rel.retry.due(now):
 		default:
 			a.startExpand(s)
 		}
 		if st.err != nil {
 			failed = true
 		}
-		a.releases[s.Name] = st
+		a.rel.releases[s.Name] = st
 		images := slices.Clone(s.Images)
 		for _, img := range st.images {
 			if !slices.Contains(images, img) {
@@ -73,19 +73,19 @@ func (a *Agent) expandReleases(desired []pinset.Set) []pinset.Set {
 		desired[i].Images = images
 	}
 	if failed {
-		if a.releaseRetry.due(now) {
-			a.releaseRetry.fail(now, a.cfg.MaxBackoff, a.rand)
+		if a.rel.retry.due(now) {
+			a.rel.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 		}
 	} else {
-		a.releaseRetry.reset()
+		a.rel.retry.reset()
 	}
 	return desired
 }
 
 // startExpand expands s's release for the current labels off the loop.
 func (a *Agent) startExpand(s pinset.Set) {
-	a.expanding[s.Name] = true
-	labels := maps.Clone(a.labels)
+	a.rel.expanding[s.Name] = true
+	labels := maps.Clone(a.in.labels)
 	a.background(expandTimeout, func(ctx context.Context) func() {
 		st := a.expand(ctx, s, labels)
 		return func() { a.releaseExpanded(s.Name, st) }
@@ -95,8 +95,8 @@ func (a *Agent) startExpand(s pinset.Set) {
 // releaseExpanded takes an expansion's answer, on the loop. One for a spec the set no
 // longer has is dropped; a failure keeps the last good images.
 func (a *Agent) releaseExpanded(name string, st releaseState) {
-	delete(a.expanding, name)
-	prev, had := a.releases[name]
+	delete(a.rel.expanding, name)
+	prev, had := a.rel.releases[name]
 	if !had || prev.pullSpec != st.pullSpec || prev.stream != st.stream {
 		return
 	}
@@ -108,7 +108,7 @@ func (a *Agent) releaseExpanded(name string, st releaseState) {
 	} else if prev.pending || !slices.Equal(prev.images, st.images) {
 		a.log.WithField("set", name).WithField("release", st.version).WithField("images", len(st.images)).Info("release expanded")
 	}
-	a.releases[name] = st
+	a.rel.releases[name] = st
 }
 
 func (a *Agent) expand(ctx context.Context, s pinset.Set, labels map[string]string) releaseState {
@@ -133,22 +133,22 @@ func (a *Agent) expand(ctx context.Context, s pinset.Set, labels map[string]stri
 	return st
 }
 
-// releaseStatus is the set's status.release.
-func (a *Agent) releaseStatus(s pinset.Set) *status.Release {
-	st, ok := a.releases[s.Name]
+// status is the set's status.release.
+func (r *releaseParts) status(s pinset.Set) *status.Release {
+	st, ok := r.releases[s.Name]
 	if !ok {
 		return nil
 	}
-	r := &status.Release{Image: st.pullSpec, Version: st.version, Images: len(st.images)}
+	out := &status.Release{Image: st.pullSpec, Version: st.version, Images: len(st.images)}
 	if st.err != nil {
-		r.Error = st.err.Error()
+		out.Error = st.err.Error()
 	}
-	return r
+	return out
 }
 
-// releaseProblem is the set's phase override when its release could not be expanded.
-func (a *Agent) releaseProblem(s pinset.Set) (status.Phase, string, string, bool) {
-	st, ok := a.releases[s.Name]
+// problem is the set's phase override when its release could not be expanded.
+func (r *releaseParts) problem(s pinset.Set) (status.Phase, string, string, bool) {
+	st, ok := r.releases[s.Name]
 	if ok && st.pending && len(st.images) == 0 {
 		return status.Pending, status.ReasonExpandingRelease, fmt.Sprintf("reading release %s from its registry", st.pullSpec), true
 	}

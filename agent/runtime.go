@@ -22,19 +22,19 @@ const pinWriteTimeout = 30 * time.Second
 // ensureRuntime asks the runtime for its version when it is not known (at start, and
 // after the runtime went away: it may come back upgraded).
 func (a *Agent) ensureRuntime(ctx context.Context) {
-	if id := socketID(a.cfg.RuntimeSocket); id != a.socketID {
-		if a.socketID != (fileID{}) {
+	if id := socketID(a.cfg.RuntimeSocket); id != a.rt.socketID {
+		if a.rt.socketID != (fileID{}) {
 			a.log.Info("container runtime socket re-created: the runtime restarted; checking every image again")
 		}
-		a.socketID = id
-		a.runtime = cri.Version{}
-		a.runtimeRetry.reset()
+		a.rt.socketID = id
+		a.rt.runtime = cri.Version{}
+		a.rt.retry.reset()
 	}
-	if a.runtime.Version != "" && a.runtimeErr == nil {
+	if a.rt.runtime.Version != "" && a.rt.err == nil {
 		return
 	}
 	now := a.deps.Clock.Now()
-	if !a.runtimeRetry.due(now) {
+	if !a.rt.retry.due(now) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, rpcTimeout)
@@ -45,44 +45,44 @@ func (a *Agent) ensureRuntime(ctx context.Context) {
 		return
 	}
 	pinner, perr := a.choosePinner(v.Name)
-	if perr != nil && (a.pinnerErr == nil || a.pinnerErr.Error() != perr.Error()) {
+	if perr != nil && (a.rt.pinnerErr == nil || a.rt.pinnerErr.Error() != perr.Error()) {
 		a.log.WithError(perr).Error("container runtime")
 	}
-	a.pinnerErr = perr
+	a.rt.pinnerErr = perr
 	var support pin.Support
 	if pinner != nil && perr == nil {
 		var serr error
 		if support, serr = pinner.Support(v.Version); serr != nil {
 			a.log.WithError(serr).Warn("unknown runtime version; assuming pins apply without a restart")
 		}
-		if pinner != a.pinner {
-			a.pinner, a.confirmedValid = pinner, false
+		if pinner != a.rt.pinner {
+			a.rt.pinner, a.pins.confirmedValid = pinner, false
 		}
 	} else {
 		support = pin.Support{PinnedField: false, WithoutRestart: false, Problem: perr.Error()}
 	}
-	if a.runtimeErr != nil || a.runtime != v {
+	if a.rt.err != nil || a.rt.runtime != v {
 		a.log.WithField("runtime", v.Name+" "+v.Version).Info("container runtime available")
 	}
-	a.runtime, a.support, a.runtimeErr = v, support, nil
-	a.runtimeRetry.reset()
+	a.rt.runtime, a.rt.support, a.rt.err = v, support, nil
+	a.rt.retry.reset()
 	// The runtime may have restarted and lost images (a storage wipe): check them all again.
-	for _, img := range a.images {
+	for _, img := range a.pulls.images {
 		img.checked = false
 	}
 }
 
 // runtimeDown records that the runtime did not answer.
 func (a *Agent) runtimeDown(err error) {
-	if a.runtimeErr == nil {
+	if a.rt.err == nil {
 		a.log.WithError(err).Warn("container runtime unavailable; retrying")
 	}
-	a.runtimeErr = err
-	a.runtime = cri.Version{}
-	a.runtimeRetry.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
+	a.rt.err = err
+	a.rt.runtime = cri.Version{}
+	a.rt.retry.fail(a.deps.Clock.Now(), a.cfg.MaxBackoff, a.rand)
 }
 
-func (a *Agent) runtimeUp() bool { return a.runtimeErr == nil && a.runtime.Version != "" }
+func (r *runtimeConn) up() bool { return r.err == nil && r.runtime.Version != "" }
 
 // socketID identifies the socket file (inode and change time: inodes are reused), zero
 // when absent or not configured.
@@ -104,13 +104,13 @@ func isUnavailable(err error) bool {
 	return errors.Is(err, cri.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// runtimeLabel names the runtime for status messages.
-func (a *Agent) runtimeLabel() string {
-	switch a.runtime.Name {
+// label names the runtime for status messages.
+func (r *runtimeConn) label() string {
+	switch r.runtime.Name {
 	case "cri-o":
 		return "CRI-O"
 	case "":
 		return "the container runtime"
 	}
-	return a.runtime.Name
+	return r.runtime.Name
 }

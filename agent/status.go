@@ -18,23 +18,23 @@ func (a *Agent) publish(desired []pinset.Set) {
 	n := status.Node{
 		Node: status.NodeInfo{
 			Name: a.cfg.NodeName, Architecture: a.cfg.Architecture, Version: a.cfg.Version,
-			Runtime:         status.Runtime{Name: a.runtime.Name, Version: a.runtime.Version},
-			ImageFilesystem: a.imageFS,
+			Runtime:         status.Runtime{Name: a.rt.runtime.Name, Version: a.rt.runtime.Version},
+			ImageFilesystem: a.disk.imageFS,
 		},
 		Sets:       []status.Set{},
-		FileErrors: a.fileErrors,
+		FileErrors: a.in.fileErrors,
 	}
-	n.Faults = append(n.Faults, a.inputFaults...)
-	n.Faults = append(n.Faults, a.pinFaults...)
-	if a.runtimeErr != nil {
-		n.Faults = append(n.Faults, "container runtime unavailable: "+a.runtimeErr.Error())
+	n.Faults = append(n.Faults, a.in.inputFaults...)
+	n.Faults = append(n.Faults, a.pins.faults...)
+	if a.rt.err != nil {
+		n.Faults = append(n.Faults, "container runtime unavailable: "+a.rt.err.Error())
 	}
-	if a.diskErr != nil {
-		n.Faults = append(n.Faults, "disk check: "+a.diskErr.Error())
+	if a.disk.err != nil {
+		n.Faults = append(n.Faults, "disk check: "+a.disk.err.Error())
 	}
 	for _, s := range desired {
 		var prev *status.Set
-		if p := a.last.Set(s.Name); p != nil {
+		if p := a.out.last.Set(s.Name); p != nil {
 			prev = p
 		}
 		n.Sets = append(n.Sets, a.setStatus(s, prev))
@@ -43,12 +43,12 @@ func (a *Agent) publish(desired []pinset.Set) {
 	a.recordCompleted(n)
 
 	// Condition times were carried over from the last status; compare without the clock.
-	if a.published && reflect.DeepEqual(withoutTime(n), withoutTime(a.last)) {
+	if a.out.published && reflect.DeepEqual(withoutTime(n), withoutTime(a.out.last)) {
 		return
 	}
 	n.Updated = now
-	a.last = n
-	a.published = true
+	a.out.last = n
+	a.out.published = true
 	a.deps.Publish(n)
 }
 
@@ -60,34 +60,34 @@ func withoutTime(n status.Node) status.Node {
 // setStatus derives one set's phase and conditions from the agent's state.
 func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 	now := a.deps.Clock.Now()
-	st := status.Set{Name: s.Name, UID: s.UID, SpecHash: s.SpecHash, File: s.File, ImagesTotal: len(s.Images), Release: a.releaseStatus(s)}
+	st := status.Set{Name: s.Name, UID: s.UID, SpecHash: s.SpecHash, File: s.File, ImagesTotal: len(s.Images), Release: a.rel.status(s)}
 	if prev != nil && prev.UID == s.UID {
 		st.Conditions = append(st.Conditions, prev.Conditions...)
 	}
-	verdict, checked := a.verdicts[s.Name]
+	verdict, checked := a.disk.verdicts[s.Name]
 	f := setFacts{
 		Total:          st.ImagesTotal,
 		DiskChecked:    checked,
 		DiskAdmitted:   verdict.Admitted,
 		DiskCondition:  verdict.Condition,
 		DiskPending:    a.diskPending(),
-		RuntimeKnown:   a.runtime.Version != "",
-		RuntimeUp:      a.runtimeUp(),
-		RuntimeErr:     a.runtimeErr,
-		RuntimeLabel:   a.runtimeLabel(),
-		RuntimeProblem: a.support.Problem,
-		PinsConfirmed:  a.confirmedValid,
-		Overriders:     a.overriders,
+		RuntimeKnown:   a.rt.runtime.Version != "",
+		RuntimeUp:      a.rt.up(),
+		RuntimeErr:     a.rt.err,
+		RuntimeLabel:   a.rt.label(),
+		RuntimeProblem: a.rt.support.Problem,
+		PinsConfirmed:  a.pins.confirmedValid,
+		Overriders:     a.pins.overriders,
 	}
-	if len(a.pinFaults) > 0 {
-		f.LastPinFault = a.pinFaults[len(a.pinFaults)-1]
+	if len(a.pins.faults) > 0 {
+		f.LastPinFault = a.pins.faults[len(a.pins.faults)-1]
 	}
-	f.Release.Phase, f.Release.Reason, f.Release.Message, f.Release.Problem = a.releaseProblem(s)
+	f.Release.Phase, f.Release.Reason, f.Release.Message, f.Release.Problem = a.rel.problem(s)
 
-	pinnedByRuntime := a.support.PinnedField
+	pinnedByRuntime := a.rt.support.PinnedField
 	for _, ref := range s.Images {
-		img := a.images[ref]
-		size := a.data.Sizes[ref]
+		img := a.pulls.images[ref]
+		size := a.in.data.Sizes[ref]
 		st.BytesTotal += size
 		if img == nil || !img.present {
 			f.Absent++
@@ -96,7 +96,7 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 			continue
 		}
 		if img.present {
-			if pinnedByRuntime && !img.pinned && a.confirmedValid {
+			if pinnedByRuntime && !img.pinned && a.pins.confirmedValid {
 				f.NotPinned++
 			}
 			if !pinnedByRuntime || img.pinned {
@@ -128,9 +128,9 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 			f.Transient = img.lastErr
 		}
 	}
-	if len(a.overriders) > 0 {
+	if len(a.pins.overriders) > 0 {
 		for _, ref := range s.Images {
-			if !a.effMatch.match(a.effective, ref) {
+			if !a.pins.effMatch.match(a.pins.effective, ref) {
 				f.Overridden++
 			}
 		}
@@ -148,38 +148,38 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 
 // recordCompleted remembers which set versions were Ready, for the next start's log.
 func (a *Agent) recordCompleted(n status.Node) {
-	if a.data.Completed == nil {
-		a.data.Completed = map[string]state.Completed{}
+	if a.in.data.Completed == nil {
+		a.in.data.Completed = map[string]state.Completed{}
 	}
 	for _, s := range n.Sets {
 		if s.Phase != status.Ready {
 			continue
 		}
-		c := a.data.Completed[s.Name]
+		c := a.in.data.Completed[s.Name]
 		if c.UID != s.UID || c.SpecHash != s.SpecHash {
-			a.data.Completed[s.Name] = state.Completed{UID: s.UID, SpecHash: s.SpecHash, At: a.deps.Clock.Now()}
-			a.dataDirty = true
+			a.in.data.Completed[s.Name] = state.Completed{UID: s.UID, SpecHash: s.SpecHash, At: a.deps.Clock.Now()}
+			a.in.dataDirty = true
 			a.log.WithField("set", s.Name).WithField("images", s.ImagesTotal).Info("set Ready")
 		}
 	}
 	names := map[string]bool{}
 	wanted := map[string]bool{}
-	for _, s := range a.sets {
+	for _, s := range a.in.sets {
 		names[s.Name] = true
 		for _, img := range s.Images {
 			wanted[img] = true
 		}
 	}
-	for img := range a.data.Sizes {
+	for img := range a.in.data.Sizes {
 		if !wanted[img] {
-			delete(a.data.Sizes, img)
-			a.dataDirty = true
+			delete(a.in.data.Sizes, img)
+			a.in.dataDirty = true
 		}
 	}
-	for name := range a.data.Completed {
+	for name := range a.in.data.Completed {
 		if !names[name] {
-			delete(a.data.Completed, name)
-			a.dataDirty = true
+			delete(a.in.data.Completed, name)
+			a.in.dataDirty = true
 		}
 	}
 }

@@ -16,7 +16,7 @@ const verifyKey = "verify"
 // imagepind's back.
 func (a *Agent) verifyPresence() {
 	now := a.deps.Clock.Now()
-	if a.verifying || !a.runtimeUp() {
+	if a.pulls.verifying || !a.rt.up() {
 		return
 	}
 	at, ok := a.sched.when(verifyKey)
@@ -28,7 +28,7 @@ func (a *Agent) verifyPresence() {
 	if now.Before(at) {
 		return
 	}
-	a.verifying = true
+	a.pulls.verifying = true
 	a.sched.clear(verifyKey)
 	a.background(rpcTimeout, func(ctx context.Context) func() {
 		names, err := a.deps.Runtime.ImageNames(ctx)
@@ -38,13 +38,13 @@ func (a *Agent) verifyPresence() {
 
 // verified takes a ListImages answer, on the loop.
 func (a *Agent) verified(names map[string]bool, err error) {
-	a.verifying = false
+	a.pulls.verifying = false
 	a.sched.set(verifyKey, a.deps.Clock.Now().Add(a.cfg.VerifyEvery))
 	if err != nil {
 		a.log.WithError(err).Debug("presence verification: list images")
 		return
 	}
-	for ref, img := range a.images {
+	for ref, img := range a.pulls.images {
 		if !img.wanted || !img.present || !img.checked || img.inflight || names[strings.ToLower(ref)] {
 			continue
 		}
