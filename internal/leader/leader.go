@@ -32,6 +32,14 @@ func Run(ctx context.Context, rc *rest.Config, cfg Config, lead func(ctx context
 	if err != nil {
 		return err
 	}
+	return RunWith(ctx, client, cfg, lead)
+}
+
+// RunWith is Run on a client already built.
+func RunWith(ctx context.Context, client kubernetes.Interface, cfg Config, lead func(ctx context.Context)) error {
+	if cfg.Log == nil {
+		cfg.Log = logrus.StandardLogger()
+	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: cfg.Namespace, Name: cfg.Name},
 		Client:     client.CoordinationV1(),
