@@ -31,6 +31,7 @@ cross:
 
 lint: build
 	hack/verify-tree.sh
+	hack/verify-imports.sh
 	hack/verify-unit.sh $(BIN)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
