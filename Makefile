@@ -68,7 +68,9 @@ bench: build
 # RUNTIME=containerd runs the same demo against a real containerd 2.2.9. The demo builds
 # only what it runs (CRI-O and crictl, or containerd): the kube builds belong to make test.
 RUNTIME ?= cri-o
-demo: build
+# The demo builds only what it runs: imagepind, imagepinctl and the runtime it shows.
+demo:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/ ./cmd/imagepind ./cmd/imagepinctl
 	hack/e2e-deps.sh $(RUNTIME) >/dev/null
 	RUNTIME=$(RUNTIME) IMAGEPIN_BIN=$(BIN) $(GO) run ./test/demo
 
