@@ -33,6 +33,16 @@ type Config struct {
 	Report     ReportConfig     `toml:"report"`
 	Metrics    MetricsConfig    `toml:"metrics"`
 	Cluster    ClusterConfig    `toml:"cluster"`
+	Kubelet    KubeletConfig    `toml:"kubelet"`
+}
+
+// KubeletConfig is where the node's kubelet keeps what imagepind reads besides its
+// config file ([disk] kubelet_config): the config drop-in directory (the kubelet's
+// --config-dir) and its root directory (--root-dir), which holds the records of the
+// pulls it made itself.
+type KubeletConfig struct {
+	ConfigDir string `toml:"config_dir"`
+	RootDir   string `toml:"root_dir"`
 }
 
 // ClusterConfig is the cluster sync: PinnedImageSet objects and this node's labels from
@@ -164,6 +174,10 @@ func Default() Config {
 			UncompressedSizes:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
+		Kubelet: KubeletConfig{
+			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
+			RootDir:   "/var/lib/kubelet",
+		},
 		Report: ReportConfig{
 			Heartbeat: Duration(30 * time.Second),
 			Cert:      "/var/lib/kubelet/pki/kubelet-client-current.pem",
@@ -236,6 +250,7 @@ func (c *Config) Validate() error {
 		{"node.labels_file", c.Node.LabelsFile}, {"cri.pull_secret", c.CRI.PullSecret},
 		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
 		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
+		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir},
 		{"cluster.kubeconfig", c.Cluster.Kubeconfig}, {"containerd.config_path", c.Containerd.ConfigPath},
 		{"containerd.address", strings.TrimPrefix(c.Containerd.Address, "unix://")},
 	} {

@@ -18,6 +18,7 @@ type Config struct {
 	Multiplier             float64
 	GCHighThresholdPercent int
 	KubeletConfig          string
+	KubeletConfigDir       string // the kubelet's --config-dir
 }
 
 // ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
@@ -61,7 +62,7 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 		<-foundCh
 		return Result{}, err
 	}
-	threshold, thresholdFrom, terr := GCHighThreshold(r.cfg.GCHighThresholdPercent, r.cfg.KubeletConfig)
+	threshold, thresholdFrom, terr := GCHighThreshold(r.cfg.GCHighThresholdPercent, r.cfg.KubeletConfig, r.cfg.KubeletConfigDir)
 	res := Result{Verdicts: map[string]Verdict{}, Filesystem: Filesystem{Path: path, CapacityBytes: space.Capacity, FreeBytes: space.Available}}
 
 	found := <-foundCh

@@ -130,18 +130,25 @@ func TestZeroNeedIsNeverRefused(t *testing.T) {
 func TestGCHighThreshold(t *testing.T) {
 	dir := t.TempDir()
 	kc := filepath.Join(dir, "kubelet.conf")
-	if v, _, err := GCHighThreshold(0, kc); v != 85 || err != nil {
+	if v, _, err := GCHighThreshold(0, kc, ""); v != 85 || err != nil {
 		t.Fatalf("absent: %d %v", v, err)
 	}
 	os.WriteFile(kc, []byte("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nimageGCHighThresholdPercent: 70\n"), 0o644)
-	if v, from, err := GCHighThreshold(0, kc); v != 70 || from != kc || err != nil {
+	if v, from, err := GCHighThreshold(0, kc, ""); v != 70 || from != kc || err != nil {
 		t.Fatalf("from kubelet: %d %s %v", v, from, err)
 	}
-	if v, _, _ := GCHighThreshold(90, kc); v != 90 {
+	if v, _, _ := GCHighThreshold(90, kc, ""); v != 90 {
 		t.Fatalf("configured wins: %d", v)
 	}
+	// The kubelet's drop-in directory (--config-dir) overrides its file, as in the kubelet.
+	dropIns := filepath.Join(dir, "kubelet.conf.d")
+	os.MkdirAll(dropIns, 0o755)
+	os.WriteFile(filepath.Join(dropIns, "50-gc.conf"), []byte("kind: KubeletConfiguration\napiVersion: kubelet.config.k8s.io/v1beta1\nimageGCHighThresholdPercent: 75\n"), 0o644)
+	if v, from, err := GCHighThreshold(0, kc, dropIns); v != 75 || !strings.Contains(from, "50-gc.conf") || err != nil {
+		t.Fatalf("from the drop-in: %d %s %v", v, from, err)
+	}
 	os.WriteFile(kc, []byte(`{"imageGCHighThresholdPercent": 0}`), 0o644)
-	if v, _, err := GCHighThreshold(0, kc); v != 85 || err == nil {
+	if v, _, err := GCHighThreshold(0, kc, ""); v != 85 || err == nil {
 		t.Fatalf("out of range: %d %v", v, err)
 	}
 }

@@ -1,14 +1,11 @@
 package diskcheck
 
 import (
-	"errors"
 	"fmt"
-	"os"
+	"strings"
 
+	"github.com/imagepin/imagepin/kubelet"
 	"golang.org/x/sys/unix"
-	"sigs.k8s.io/yaml"
-
-	"github.com/imagepin/imagepin/internal/fsutil"
 )
 
 // Space is a filesystem's size as statfs and the kubelet see it.
@@ -38,35 +35,28 @@ func Statfs(path string) (Space, error) {
 const DefaultGCHighThresholdPercent = 85
 
 // GCHighThreshold is the configured percent, else the kubelet's from its config file
-// (KubeletConfiguration, YAML or JSON) when present, else 85.
-func GCHighThreshold(configured int, kubeletConfig string) (int, string, error) {
+// and drop-in directory (merged as the kubelet merges them: package kubelet) when
+// present, else 85. It says where the value came from.
+func GCHighThreshold(configured int, kubeletConfig, kubeletConfigDir string) (int, string, error) {
 	if configured > 0 {
 		return configured, "gc_high_threshold_percent", nil
 	}
-	if kubeletConfig == "" {
+	if kubeletConfig == "" && kubeletConfigDir == "" {
 		return DefaultGCHighThresholdPercent, "the kubelet's default", nil
 	}
-	data, err := fsutil.ReadRegular(kubeletConfig, 4<<20)
-	if errors.Is(err, os.ErrNotExist) {
-		return DefaultGCHighThresholdPercent, "the kubelet's default", nil
-	}
+	kc, err := kubelet.LoadConfig(kubeletConfig, kubeletConfigDir)
 	if err != nil {
-		return DefaultGCHighThresholdPercent, "the kubelet's default", fmt.Errorf("kubelet config %s: %w", kubeletConfig, err)
-	}
-	var kc struct {
-		ImageGCHighThresholdPercent *int `json:"imageGCHighThresholdPercent"`
-	}
-	if err := yaml.Unmarshal(data, &kc); err != nil {
-		return DefaultGCHighThresholdPercent, "the kubelet's default", fmt.Errorf("kubelet config %s: %w", kubeletConfig, err)
+		return DefaultGCHighThresholdPercent, "the kubelet's default", err
 	}
 	if kc.ImageGCHighThresholdPercent == nil {
 		return DefaultGCHighThresholdPercent, "the kubelet's default", nil
 	}
+	from := strings.Join(kc.Files, " + ")
 	v := *kc.ImageGCHighThresholdPercent
 	if v <= 0 || v > 100 {
-		return DefaultGCHighThresholdPercent, "the kubelet's default", fmt.Errorf("kubelet config %s: imageGCHighThresholdPercent %d out of range", kubeletConfig, v)
+		return DefaultGCHighThresholdPercent, "the kubelet's default", fmt.Errorf("kubelet config %s: imageGCHighThresholdPercent %d out of range", from, v)
 	}
-	return v, kubeletConfig, nil
+	return v, from, nil
 }
 
 // Human formats bytes in binary units with one decimal: "14.2 GiB".

@@ -157,7 +157,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 		nodeName = hostname()
 	}
 	checker := diskcheck.New(diskcheck.Config{NodeName: nodeName, Multiplier: cfg.Disk.LayerSizeMultiplier,
-		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent, KubeletConfig: cfg.Disk.KubeletConfig}, resolver, imageFS)
+		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent, KubeletConfig: cfg.Disk.KubeletConfig, KubeletConfigDir: cfg.Kubelet.ConfigDir}, resolver, imageFS)
 	res, err := checker.Check(ctx, reqs)
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepinctl check: %v\n", err)

@@ -275,6 +275,7 @@ func DiskCheck(cfg conf.Config, registries *registry.Client, client *cri.Client,
 		Multiplier:             cfg.Disk.LayerSizeMultiplier,
 		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent,
 		KubeletConfig:          cfg.Disk.KubeletConfig,
+		KubeletConfigDir:       cfg.Kubelet.ConfigDir,
 	}, registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
 }
 
