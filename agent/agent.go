@@ -13,6 +13,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/release"
@@ -25,8 +26,8 @@ type Runtime interface {
 	Version(ctx context.Context) (cri.Version, error)
 	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
 	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
-	// ImageNames is one ListImages: every name the runtime has an image under.
-	ImageNames(ctx context.Context) (map[string]bool, error)
+	// ImageNames is one ListImages: every name the runtime has an image under, to its ID.
+	ImageNames(ctx context.Context) (map[string]string, error)
 }
 
 // Observer receives the events metrics count. Results: pulls "success", "transient",
@@ -110,6 +111,9 @@ type Deps struct {
 	// Idle is called after a pass that leaves nothing in flight and nothing due within a
 	// minute (imagepind gives memory back to the system then); nil: nothing.
 	Idle func()
+	// Kubelet reads the kubelet's image pull credential verification (its config,
+	// drop-ins and pull records); nil: not known, RegistryIndependent stays Unknown.
+	Kubelet func() (kubelet.Verification, error)
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string
@@ -137,6 +141,7 @@ type Agent struct {
 	disk  diskState
 	rel   releaseParts
 	out   output
+	kube  podStart
 
 	// Work off the loop (disk checks, release expansion) hands its result back as a
 	// func the loop runs; bgCtx ends it when Run returns.
@@ -349,6 +354,7 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	desired := a.expandReleases(a.in.desiredSets())
 	a.ensureRuntime(ctx)
 	a.verifyPresence()
+	a.checkPodStart()
 	a.refreshPresence(ctx, desired)
 	admitted := a.checkDisk(desired)
 	a.syncPins(ctx, desired, admitted)

@@ -21,6 +21,7 @@ import (
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/fakeruntime"
+	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
@@ -59,6 +60,8 @@ type harness struct {
 	runtime Runtime
 	// containerd makes the fake runtime containerd and the pinner containerd's.
 	containerd bool
+	// kubelet is Deps.Kubelet.
+	kubelet func() (kubelet.Verification, error)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -104,6 +107,7 @@ func (h *harness) start() {
 		Log:      log,
 		Observer: h.observer,
 		Releases: h.releases,
+		Kubelet:  h.kubelet,
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {

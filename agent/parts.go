@@ -16,7 +16,8 @@ import (
 // reads inputs, runtime.go keeps runtimeConn, pins.go pinState, pulls.go and verify.go
 // pullState, disk.go diskState, releases.go releaseParts, status.go output. Every part
 // is touched only by the loop's goroutine (Agent.Run), which is what makes the agent
-// correct without locks; other parts are read, never written, across files.
+// correct without locks; other parts are read, never written, across files. podStart
+// (podstart.go) is what the kubelet will do with the images at pod start.
 
 // inputs is what the node was asked to do: the sets read from the sets directory (local
 // files and cluster/), its labels, the pull secret, and the state directory's data.

@@ -139,7 +139,8 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 
 	o := decidePhase(f)
 	st.Phase = o.Phase
-	for _, c := range setConditions(o, f) {
+	conds := append(setConditions(o, f), registryCondition(o, a.kube, s.Images))
+	for _, c := range conds {
 		st.SetCondition(c, now)
 	}
 	sort.Slice(st.FailedImages, func(i, j int) bool { return st.FailedImages[i].Image < st.FailedImages[j].Image })

@@ -37,7 +37,7 @@ func (a *Agent) verifyPresence() {
 }
 
 // verified takes a ListImages answer, on the loop.
-func (a *Agent) verified(names map[string]bool, err error) {
+func (a *Agent) verified(names map[string]string, err error) {
 	a.pulls.verifying = false
 	a.sched.set(verifyKey, a.deps.Clock.Now().Add(a.cfg.VerifyEvery))
 	if err != nil {
@@ -45,7 +45,7 @@ func (a *Agent) verified(names map[string]bool, err error) {
 		return
 	}
 	for ref, img := range a.pulls.images {
-		if !img.wanted || !img.present || !img.checked || img.inflight || names[strings.ToLower(ref)] {
+		if !img.wanted || !img.present || !img.checked || img.inflight || names[strings.ToLower(ref)] != "" {
 			continue
 		}
 		img.checked = false

@@ -90,21 +90,22 @@ func (c *Client) ImageStatus(ctx context.Context, ref string) (Image, error) {
 	return Image{Present: true, Pinned: img.Pinned, ID: img.Id, Size: img.Size}, nil
 }
 
-// ImageNames lists every name the runtime has an image under (repo digests and repo
-// tags, lower-cased), with one ListImages call: how imagepind sees, cheaply, that an
-// image it pulled was removed behind its back (crictl rmi, podman rmi on CRI-O's storage).
-func (c *Client) ImageNames(ctx context.Context) (map[string]bool, error) {
+// ImageNames maps every name the runtime has an image under (repo digests and repo
+// tags, lower-cased) to the image's ID, with one ListImages call: how imagepind sees,
+// cheaply, that an image it pulled was removed behind its back (crictl rmi, podman rmi
+// on CRI-O's storage), and the IDs the kubelet's pull records are keyed by.
+func (c *Client) ImageNames(ctx context.Context) (map[string]string, error) {
 	resp, err := c.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
 		return nil, convert("list images", err)
 	}
-	names := map[string]bool{}
+	names := map[string]string{}
 	for _, img := range resp.GetImages() {
 		for _, n := range img.GetRepoDigests() {
-			names[strings.ToLower(n)] = true
+			names[strings.ToLower(n)] = img.GetId()
 		}
 		for _, n := range img.GetRepoTags() {
-			names[strings.ToLower(n)] = true
+			names[strings.ToLower(n)] = img.GetId()
 		}
 	}
 	return names, nil

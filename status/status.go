@@ -22,6 +22,10 @@ const (
 	ConditionProgressing = "Progressing"
 	ConditionFailed      = "Failed"
 	ConditionDiskChecked = "DiskChecked"
+	// ConditionRegistryIndependent: pods can start from the set's images on this node
+	// with the registry gone. True only when the set is Ready and the kubelet's image
+	// pull credential verification (KEP-2535) will not send them to the registry.
+	ConditionRegistryIndependent = "RegistryIndependent"
 )
 
 // Condition statuses, as in Kubernetes.
@@ -52,6 +56,12 @@ const (
 	ReasonNotFailed      = "NotFailed"
 	ReasonNotReady       = "NotReady"
 	ReasonIdle           = "Idle"
+
+	// RegistryIndependent's reasons.
+	ReasonPodsStartWithoutRegistry = "PodsStartWithoutRegistry"
+	ReasonCredentialVerification   = "CredentialVerification"
+	ReasonKubeletConfigUnreadable  = "KubeletConfigUnreadable"
+	ReasonCheckingKubelet          = "CheckingKubelet"
 )
 
 // Node is the whole report of one node: what imagepind writes to the status file and

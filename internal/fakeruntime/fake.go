@@ -196,16 +196,16 @@ func (r *Runtime) Remove(ref string) {
 }
 
 // ImageNames lists the names of the images in storage (CRI ListImages).
-func (r *Runtime) ImageNames(context.Context) (map[string]bool, error) {
+func (r *Runtime) ImageNames(context.Context) (map[string]string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down {
 		return nil, errDown
 	}
-	names := map[string]bool{}
+	names := map[string]string{}
 	for ref, ok := range r.present {
 		if ok {
-			names[strings.ToLower(ref)] = true
+			names[strings.ToLower(ref)] = ref // ImageStatus's ID
 		}
 	}
 	return names, nil

@@ -19,7 +19,7 @@ type Runtime interface {
 	Version(ctx context.Context) (cri.Version, error)
 	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
 	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
-	ImageNames(ctx context.Context) (map[string]bool, error)
+	ImageNames(ctx context.Context) (map[string]string, error)
 }
 
 // Subject is one runtime (real or fake) to check, with images to use.
@@ -60,15 +60,19 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		s := newSubject(t)
 		ctx := t.Context()
 		ref := s.Available[0]
-		if names, err := s.Runtime.ImageNames(ctx); err != nil || names[strings.ToLower(ref)] {
-			t.Fatalf("before the pull: %v %v", names[strings.ToLower(ref)], err)
+		if names, err := s.Runtime.ImageNames(ctx); err != nil || names[strings.ToLower(ref)] != "" {
+			t.Fatalf("before the pull: %q %v", names[strings.ToLower(ref)], err)
 		}
 		if _, err := s.Runtime.PullImage(ctx, ref, nil); err != nil {
 			t.Fatalf("pull %s: %v", ref, err)
 		}
 		names, err := s.Runtime.ImageNames(ctx)
-		if err != nil || !names[strings.ToLower(ref)] {
+		if err != nil || names[strings.ToLower(ref)] == "" {
 			t.Fatalf("after pulling %s the runtime lists %v (%v)", ref, names, err)
+		}
+		// The ID is ImageStatus's: the kubelet's pull records are keyed by it.
+		if img, err := s.Runtime.ImageStatus(ctx, ref); err != nil || img.ID != names[strings.ToLower(ref)] {
+			t.Fatalf("ListImages says %s is %q, ImageStatus %q (%v)", ref, names[strings.ToLower(ref)], img.ID, err)
 		}
 	})
 	t.Run("AbsentImageIsNotAnError", func(t *testing.T) {

@@ -24,6 +24,7 @@ import (
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/kube"
+	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
@@ -92,6 +93,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Runtime:  client,
 		Pinners:  map[string]pin.Pinner{runtimeName: pinner},
 		Disk:     DiskCheck(cfg, registries, client, nodeName),
+		Kubelet:  Kubelet(cfg),
 		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(registries.SystemContext)},
 		State:    store,
 		Publish:  opts.Publish,
@@ -310,5 +312,22 @@ func Reloader(cfg conf.Config, log logrus.FieldLogger) crio.Reloader {
 		OnFallback: func(err error) {
 			log.WithError(err).Info("systemd unavailable for the reload; sending SIGHUP to CRI-O's socket owner")
 		},
+	}
+}
+
+// Kubelet reads what the kubelet will do at pod start with images already on the node:
+// its config ([disk] kubelet_config) with its drop-ins ([kubelet] config_dir) and the
+// records of its own pulls under [kubelet] root_dir.
+func Kubelet(cfg conf.Config) func() (kubelet.Verification, error) {
+	return func() (kubelet.Verification, error) {
+		kc, err := kubelet.LoadConfig(cfg.Disk.KubeletConfig, cfg.Kubelet.ConfigDir)
+		if err != nil {
+			return kubelet.Verification{}, err
+		}
+		records, err := kubelet.ReadPullRecords(cfg.Kubelet.RootDir)
+		if err != nil {
+			return kubelet.Verification{}, err
+		}
+		return kubelet.NewVerification(kc, records)
 	}
 }
