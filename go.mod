@@ -19,6 +19,7 @@ require (
 	go.etcd.io/bbolt v1.5.0
 	go.podman.io/image/v5 v5.42.0
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/crypto v0.58.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.49.0
 	golang.org/x/time v0.13.0

@@ -350,6 +350,8 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	if a.in.dirty {
 		a.in.dirty = false
 		a.loadInputs()
+		// A changed file may be the kubelet's config: look at it again now.
+		a.sched.clear(podStartKey)
 	}
 	desired := a.expandReleases(a.in.desiredSets())
 	a.ensureRuntime(ctx)

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Builds real kube-apiserver and kubelet (Kubernetes v1.34.2) and etcd (v3.6.6) once into the
+# Builds real kube-apiserver (Kubernetes v1.34.2), kubelet (v1.35.4) and etcd (v3.6.6) once into the
 # cache, from the Go module proxy, for the cluster-loop and kubelet GC end-to-end tests.
 #
 #   hack/kube-deps.sh        build what is missing, print the cache's bin dir
 #
 # k8s.io/kubernetes's module zip holds neither staging/ nor vendor/, and its go.mod
 # replaces the staging modules with ./staging/src/...: each is pointed at the published
-# v0.34.2 module instead. etcd's server module replaces its siblings with ../: each is
+# v0.34.2 (v0.35.4) module instead. etcd's server module replaces its siblings with ../: each is
 # pointed at v3.6.6. One build at a time (2 cores): about 10 + 3 minutes cold.
 set -euo pipefail
 
 CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
 KUBE_VERSION=v1.34.2
-STAGING_VERSION=v0.34.2
+KUBELET_VERSION=v1.35.4
 ETCD_VERSION=v3.6.6
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -23,31 +23,42 @@ log() { echo "kube-deps: $*" >&2; }
 
 has_version() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "$2"; }
 
-# KUBE_BINARIES: which of k8s.io/kubernetes's commands to build (kubelet for the GC test).
-KUBE_BINARIES=${KUBE_BINARIES:-kube-apiserver kubelet}
-missing=()
-for b in $KUBE_BINARIES; do has_version "$BIN/$b" "$KUBE_VERSION" || missing+=("$b"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "building ${missing[*]} $KUBE_VERSION into $BIN (about 8 minutes cold each)"
+# build_kube VERSION BINARY...: builds k8s.io/kubernetes's commands at VERSION, each
+# staging module pointed at its published v0.MINOR.PATCH.
+build_kube() {
+  local version=$1; shift
+  local staging="v0.${version#v1.}" minor
+  minor=$(echo "$version" | cut -d. -f2)
+  local missing=()
+  for b in "$@"; do has_version "$BIN/$b" "$version" || missing+=("$b"); done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  log "building ${missing[*]} $version into $BIN (about 8 minutes cold each)"
+  local work
   work=$(mktemp -d "$CACHE/kube-src.XXXXXX")
-  go_module_src k8s.io/kubernetes "$KUBE_VERSION" "$work/kubernetes"
+  go_module_src k8s.io/kubernetes "$version" "$work/kubernetes"
   (
     cd "$work/kubernetes"
     rm -f go.work go.work.sum
     args=()
     while read -r mod; do
-      args+=("-dropreplace=$mod" "-replace=$mod=$mod@$STAGING_VERSION")
+      args+=("-dropreplace=$mod" "-replace=$mod=$mod@$staging")
     done < <(sed -n 's|^\s*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' go.mod)
     go mod edit "${args[@]}"
     for b in "${missing[@]}"; do
       GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
-        -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34" \
+        -ldflags "-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
         -o "$BIN/$b.new" "./cmd/$b"
       mv "$BIN/$b.new" "$BIN/$b"
     done
   )
   rm -rf "$work"
-fi
+}
+
+# The API server for the cluster loop; the kubelet for the GC and pod-start tests, at
+# 1.35, where image pull credential verification (KEP-2535) is on by default. Only the
+# standalone kubelet runs (static pods), so the version skew is never exercised.
+build_kube "$KUBE_VERSION" kube-apiserver
+build_kube "$KUBELET_VERSION" kubelet
 
 if ! has_version "$BIN/etcd" "${ETCD_VERSION#v}"; then
   log "building etcd $ETCD_VERSION into $BIN (a few minutes cold)"

@@ -29,12 +29,18 @@ type Watcher struct {
 	c        chan struct{}
 }
 
-// New returns a watcher; Run starts it.
+// New returns a watcher; Run starts it. A path with an empty name (a config key left
+// empty: no such file) is skipped, never taken for the working directory.
 func New(debounce time.Duration, log logrus.FieldLogger, paths ...Path) *Watcher {
-	for i := range paths {
-		paths[i].Name = filepath.Clean(paths[i].Name)
+	var kept []Path
+	for _, p := range paths {
+		if p.Name == "" {
+			continue
+		}
+		p.Name = filepath.Clean(p.Name)
+		kept = append(kept, p)
 	}
-	return &Watcher{paths: paths, debounce: debounce, log: log, c: make(chan struct{}, 1)}
+	return &Watcher{paths: kept, debounce: debounce, log: log, c: make(chan struct{}, 1)}
 }
 
 // C receives a value after changes settle.

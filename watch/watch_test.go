@@ -143,3 +143,12 @@ func TestWatcherStreamTriggersEveryDebounce(t *testing.T) {
 		t.Fatalf("%d triggers during 6 debounces of writes, want one at least every debounce", triggers)
 	}
 }
+
+// An empty path (a config key left empty) is not the working directory: before, it was
+// cleaned to "." and a recursive one walked whatever directory imagepind ran in.
+func TestEmptyPathsAreSkipped(t *testing.T) {
+	w := New(time.Millisecond, logrus.New(), Path{Name: ""}, Path{Name: "", Recursive: true}, Path{Name: "/etc/x/"})
+	if len(w.paths) != 1 || w.paths[0].Name != "/etc/x" {
+		t.Fatalf("paths %+v", w.paths)
+	}
+}

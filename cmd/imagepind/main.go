@@ -141,6 +141,9 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		watch.Path{Name: cfg.CRIO.Config},
 		watch.Path{Name: cfg.CRIO.ConfigDir, Recursive: true},
 		watch.Path{Name: cfg.CRI.PullSecret},
+		// The kubelet's config decides the GC threshold and pod-start credential checks.
+		watch.Path{Name: cfg.Disk.KubeletConfig},
+		watch.Path{Name: cfg.Kubelet.ConfigDir, Recursive: true},
 		// CRI-O re-creating its socket means it restarted (and may have wiped images).
 		watch.Path{Name: socket},
 	)

@@ -43,6 +43,11 @@ type CRIOOptions struct {
 	// RootSize, when set ("80m"), puts CRI-O's storage root on a tmpfs of that size: a
 	// small image filesystem.
 	RootSize string
+	// RunContainers makes CRI-O run containers on this machine: runc through
+	// test/runcwrap (no hugetlb hierarchy here), and PauseImage as its pause_image (it
+	// must be present for every sandbox, even one without an infra container).
+	RunContainers bool
+	PauseImage    string
 }
 
 // NewCRIO writes CRI-O's config into dir; Start runs it.
@@ -76,6 +81,16 @@ func NewCRIO(dir string, opts CRIOOptions) (*CRIO, error) {
 	pause := "registry.invalid/pause:latest"
 	if len(opts.Insecure) > 0 {
 		pause = opts.Insecure[0] + "/pause:latest"
+	}
+	if opts.PauseImage != "" {
+		pause = opts.PauseImage
+	}
+	if opts.RunContainers {
+		wrap := filepath.Join(dir, "runcwrap")
+		if err := GoBuild(wrap, "github.com/imagepin/imagepin/test/runcwrap", "-X main.runc="+runc); err != nil {
+			return nil, err
+		}
+		runc = wrap
 	}
 	conf := fmt.Sprintf(`[crio]
 root = "%[1]s/root"

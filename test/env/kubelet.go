@@ -9,8 +9,7 @@ import (
 	"syscall"
 )
 
-// Kubelet is a real kubelet (hack/kube-deps.sh with KUBE_BINARIES including kubelet) in
-// standalone mode (no API server) against a CRI socket, with everything under Dir.
+// Kubelet is a real kubelet (hack/kube-deps.sh: 1.35.4) in standalone mode (no API server) against a CRI socket, with everything under Dir.
 type Kubelet struct {
 	Dir     string
 	Config  string // the KubeletConfiguration file
@@ -32,8 +31,26 @@ type KubeletGC struct {
 	EvictionImagefsAvailable string
 }
 
+// KubeletOptions is what a test sets in the kubelet's configuration besides its GC.
+type KubeletOptions struct {
+	GC KubeletGC
+	// StaticPods, when set, is the directory of static pod manifests (staticPodPath).
+	StaticPods string
+	// CredentialPolicy is imagePullCredentialsVerificationPolicy ("": the kubelet's
+	// default); Allowlist is preloadedImagesVerificationAllowlist.
+	CredentialPolicy string
+	Allowlist        []string
+	FeatureGates     map[string]bool
+}
+
 // NewKubelet writes the kubelet's configuration into dir; Start runs it.
 func NewKubelet(dir, criSocket string, gc KubeletGC) (*Kubelet, error) {
+	return NewKubeletWith(dir, criSocket, KubeletOptions{GC: gc})
+}
+
+// NewKubeletWith is NewKubelet with more of the configuration set.
+func NewKubeletWith(dir, criSocket string, o KubeletOptions) (*Kubelet, error) {
+	gc := o.GC
 	if _, err := os.Stat(filepath.Join(CacheDir(), "kubelet")); err != nil {
 		return nil, fmt.Errorf("%s/kubelet missing: run hack/kube-deps.sh", CacheDir())
 	}
@@ -68,9 +85,30 @@ imageGCLowThresholdPercent: %d
 evictionHard:
   imagefs.available: %q
 evictionPressureTransitionPeriod: 1s
-fileCheckFrequency: 1h
 syncFrequency: 1m
+# Kubelet 1.35 refuses cgroup v1 (these machines) unless told not to.
+failCgroupV1: false
 `, port, healthz, criSocket, gc.HighThresholdPercent, gc.LowThresholdPercent, gc.EvictionImagefsAvailable)
+	if o.StaticPods != "" {
+		cfg += fmt.Sprintf("staticPodPath: %s\nfileCheckFrequency: 2s\n", o.StaticPods)
+	} else {
+		cfg += "fileCheckFrequency: 1h\n"
+	}
+	if o.CredentialPolicy != "" {
+		cfg += "imagePullCredentialsVerificationPolicy: " + o.CredentialPolicy + "\n"
+	}
+	if len(o.Allowlist) > 0 {
+		cfg += "preloadedImagesVerificationAllowlist:\n"
+		for _, a := range o.Allowlist {
+			cfg += fmt.Sprintf("- %q\n", a)
+		}
+	}
+	if len(o.FeatureGates) > 0 {
+		cfg += "featureGates:\n"
+		for g, on := range o.FeatureGates {
+			cfg += fmt.Sprintf("  %s: %v\n", g, on)
+		}
+	}
 	if err := os.WriteFile(k.Config, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
@@ -84,7 +122,7 @@ func (k *Kubelet) Start(hostname string) error {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(CacheDir(), "kubelet"), "--config", k.Config,
-		"--root-dir", filepath.Join(k.Dir, "root"), "--hostname-override", hostname, "--v", "5")
+		"--root-dir", k.RootDir(), "--hostname-override", hostname, "--v", "5")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -96,6 +134,9 @@ func (k *Kubelet) Start(hostname string) error {
 	go func() { cmd.Wait(); logf.Close(); close(k.exited) }()
 	return nil
 }
+
+// RootDir is the kubelet's --root-dir (its pull records are under image_manager/).
+func (k *Kubelet) RootDir() string { return filepath.Join(k.Dir, "root") }
 
 // Exited says whether the kubelet has stopped.
 func (k *Kubelet) Exited() bool {

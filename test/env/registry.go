@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -22,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Registry is a docker-registry process on 127.0.0.1.
@@ -29,6 +32,9 @@ type Registry struct {
 	Host string // 127.0.0.1:PORT
 	cmd  *exec.Cmd
 	Dir  string
+	// User and Password, when set, are required by the registry (htpasswd) for every
+	// request; the test's pushes send them.
+	User, Password string
 }
 
 // StartRegistry runs Debian's docker-registry with filesystem storage under dir.
@@ -37,12 +43,30 @@ func StartRegistry(dir string) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return startRegistry(dir, fmt.Sprintf("127.0.0.1:%d", port))
+	return startRegistry(dir, fmt.Sprintf("127.0.0.1:%d", port), false)
+}
+
+// StartAuthRegistry is StartRegistry requiring user and password (htpasswd, bcrypt) for
+// every request, pulls included, as a private registry does.
+func StartAuthRegistry(dir, user, password string) (*Registry, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	r := &Registry{Host: fmt.Sprintf("127.0.0.1:%d", port), Dir: dir, User: user, Password: password}
+	return r, r.Restart()
 }
 
 // Restart starts a stopped registry again, on the same address and storage.
 func (r *Registry) Restart() error {
-	n, err := startRegistry(r.Dir, r.Host)
+	n, err := startRegistry(r.Dir, r.Host, r.User != "")
 	if err != nil {
 		return err
 	}
@@ -50,7 +74,12 @@ func (r *Registry) Restart() error {
 	return nil
 }
 
-func startRegistry(dir, host string) (*Registry, error) {
+// Auth is the registry's credential as a pull secret's auth (base64 of user:password).
+func (r *Registry) Auth() string {
+	return base64.StdEncoding.EncodeToString([]byte(r.User + ":" + r.Password))
+}
+
+func startRegistry(dir, host string, auth bool) (*Registry, error) {
 	cfg := fmt.Sprintf(`version: 0.1
 log: {level: warn}
 storage:
@@ -58,6 +87,9 @@ storage:
   delete: {enabled: true}
 http: {addr: %s}
 `, filepath.Join(dir, "data"), host)
+	if auth {
+		cfg += fmt.Sprintf("auth:\n  htpasswd: {realm: imagepin-e2e, path: %s}\n", filepath.Join(dir, "htpasswd"))
+	}
 	cfgPath := filepath.Join(dir, "registry.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -146,7 +178,11 @@ func (r *Registry) write(ctx context.Context, repo string, img v1.Image) (Image,
 	if err != nil {
 		return Image{}, err
 	}
-	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+	opts := []remote.Option{remote.WithContext(ctx)}
+	if r.User != "" {
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: r.User, Password: r.Password}))
+	}
+	if err := remote.Write(ref, img, opts...); err != nil {
 		return Image{}, fmt.Errorf("push %s: %w", ref, err)
 	}
 	d, err := img.Digest()
@@ -230,6 +266,44 @@ func (r *Registry) PushContent(ctx context.Context, repo string, layers int, siz
 		if img, err = mutate.AppendLayers(img, l); err != nil {
 			return Image{}, err
 		}
+	}
+	return r.write(ctx, repo, img)
+}
+
+// PushRunnable pushes an image whose entrypoint is binary (a static executable, copied
+// in as /app): an image a pod can run.
+func (r *Registry) PushRunnable(ctx context.Context, repo, binary string) (Image, error) {
+	data, err := os.ReadFile(binary)
+	if err != nil {
+		return Image{}, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: "app", Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+		return Image{}, err
+	}
+	if _, err := tw.Write(data); err != nil {
+		return Image{}, err
+	}
+	if err := tw.Close(); err != nil {
+		return Image{}, err
+	}
+	layer, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		return Image{}, err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return Image{}, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return Image{}, err
+	}
+	cf = cf.DeepCopy()
+	cf.Config.Entrypoint = []string{"/app"}
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return Image{}, err
 	}
 	return r.write(ctx, repo, img)
 }
