@@ -352,3 +352,35 @@ func TestExpectedNodesAndETA(t *testing.T) {
 		t.Fatalf("%+v", nodes)
 	}
 }
+
+// The RegistryIndependent condition a node reports (through the gRPC conversions) is
+// rolled up per set: counted when True, named (first by name) on Ready nodes when not.
+func TestRollupRegistryIndependent(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := NewStore(DefaultLimits(), func() time.Time { return now })
+	with := func(st status.Set, c status.Condition) status.Set {
+		c.Type = status.ConditionRegistryIndependent
+		st.Conditions = append(st.Conditions, c)
+		return st
+	}
+	reports := map[string]status.Set{
+		"w1": with(set("s", status.Ready, 2, 2), status.Condition{Status: status.True, Reason: status.ReasonPodsStartWithoutRegistry}),
+		"w3": with(set("s", status.Ready, 2, 2), status.Condition{Status: status.False, Reason: status.ReasonCredentialVerification, Message: "AlwaysVerify"}),
+		"w2": set("s", status.Ready, 2, 2), // an older imagepind: no condition
+		"w4": with(set("s", status.Pulling, 1, 2), status.Condition{Status: status.False, Reason: status.ReasonNotReady}),
+	}
+	for node, st := range reports {
+		if _, err := s.Ingest(node, report1(node, 1, st)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, ok := s.Set("s", false)
+	if !ok {
+		t.Fatal("no view")
+	}
+	if v.RegistryIndependentNodes != 1 || v.RegistryDependentNodes != 2 || len(v.RegistryDependent) != 2 ||
+		v.RegistryDependent[0].Node != "w2" || v.RegistryDependent[0].Reason != "NotReported" ||
+		v.RegistryDependent[1].Node != "w3" || v.RegistryDependent[1].Reason != status.ReasonCredentialVerification {
+		t.Fatalf("view: independent %d, dependent %d %+v", v.RegistryIndependentNodes, v.RegistryDependentNodes, v.RegistryDependent)
+	}
+}

@@ -60,6 +60,9 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 			v.ImagesReady += set.ImagesReady
 			v.BytesTotal += set.BytesTotal
 			v.BytesReady += set.BytesReady
+			if !unknown {
+				v.AddRegistry(e.name, set.Phase, set.Condition(status.ConditionRegistryIndependent))
+			}
 			if !unknown && set.Phase == status.Ready {
 				v.ReadyNodes++
 				if !allNodes {
@@ -117,6 +120,7 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 // finish sets Ready and the set's ETA (its slowest node's) and sorts the nodes.
 func finish(v *SetView) {
 	v.Ready = v.Targeted > 0 && v.ReadyNodes == v.Targeted
+	v.FinishRegistry()
 	for _, n := range v.Nodes {
 		if n.ETASeconds != nil && (v.ETASeconds == nil || *n.ETASeconds > *v.ETASeconds) {
 			eta := *n.ETASeconds

@@ -75,6 +75,9 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 		if c := set.Condition(status.ConditionReady); c != nil {
 			n.Reason, n.Message = c.Reason, c.Message
 		}
+		if t.SpecHash == "" || set.SpecHash == t.SpecHash {
+			v.AddRegistry(node, set.Phase, set.Condition(status.ConditionRegistryIndependent))
+		}
 		fileErr, hasFileErr := "", false
 		if t.SpecHash != "" && set.SpecHash != t.SpecHash {
 			fileErr, hasFileErr = fileError(e.status, name, t.File)

@@ -24,6 +24,10 @@ const (
 	ReasonPulling          = "Pulling"
 	ReasonIdle             = "Idle"
 	ReasonNotDegraded      = "AsExpected"
+
+	// RegistryIndependent's reasons (with the nodes' own: CredentialVerification, …).
+	ReasonPodsStartWithoutRegistry = "PodsStartWithoutRegistry"
+	ReasonNotAllNodesReady         = "NotAllNodesReady"
 )
 
 // BuildStatus turns a set's rollup into its status. prev are the object's current
@@ -110,6 +114,7 @@ func BuildStatus(generation int64, v aggregator.SetView, invalid string, prev []
 			bad = append(bad, fmt.Sprintf("%s: %s: %s", n.Node, n.Reason, n.Message))
 		}
 	}
+	registryIndependent(v, set)
 	if len(reasons) > 0 {
 		reason, most := "", 0
 		for r, c := range reasons {
@@ -128,7 +133,7 @@ func BuildStatus(generation int64, v aggregator.SetView, invalid string, prev []
 }
 
 func finish(st v1alpha1.Status, conds []metav1.Condition) v1alpha1.Status {
-	order := map[string]int{v1alpha1.ConditionReady: 0, v1alpha1.ConditionProgressing: 1, v1alpha1.ConditionDegraded: 2}
+	order := map[string]int{v1alpha1.ConditionReady: 0, v1alpha1.ConditionProgressing: 1, v1alpha1.ConditionDegraded: 2, v1alpha1.ConditionRegistryIndependent: 3}
 	var out []metav1.Condition
 	for _, c := range conds {
 		if _, ours := order[c.Type]; ours {
@@ -184,4 +189,27 @@ func failing(v aggregator.SetView) []v1alpha1.NodeState {
 		out = out[:v1alpha1.MaxFailingNodes]
 	}
 	return out
+}
+
+// registryIndependent sets the RegistryIndependent condition: True when every targeted
+// node says pods start from the set's images with the registry gone; False while nodes
+// are not Ready, or when Ready nodes would still go to the registry (named, with the
+// reason their imagepind gives, CredentialVerification for the kubelet's policy).
+func registryIndependent(v aggregator.SetView, set func(t string, ok bool, reason, msg string)) {
+	switch {
+	case v.Targeted > 0 && v.RegistryIndependentNodes == v.Targeted:
+		set(v1alpha1.ConditionRegistryIndependent, true, ReasonPodsStartWithoutRegistry,
+			fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone", v.Targeted))
+	case v.RegistryDependentNodes > 0:
+		var parts []string
+		reason := v.RegistryDependent[0].Reason
+		for _, n := range v.RegistryDependent {
+			parts = append(parts, fmt.Sprintf("%s: %s: %s", n.Node, n.Reason, n.Message))
+		}
+		set(v1alpha1.ConditionRegistryIndependent, false, reason,
+			fmt.Sprintf("%d of %d Ready nodes would need the registry when a pod starts; %s", v.RegistryDependentNodes, v.ReadyNodes, strings.Join(parts, "; ")))
+	default:
+		set(v1alpha1.ConditionRegistryIndependent, false, ReasonNotAllNodesReady,
+			fmt.Sprintf("%d/%d nodes ready: a node without every image present and pinned needs the registry", v.ReadyNodes, v.Targeted))
+	}
 }

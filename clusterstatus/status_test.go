@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/api/readv1"
 	"github.com/imagepin/imagepin/api/v1alpha1"
 )
 
@@ -116,5 +117,37 @@ func TestBuildStatusNameClashIsDegraded(t *testing.T) {
 	if cond[v1alpha1.ConditionDegraded].Status != metav1.ConditionTrue || cond[v1alpha1.ConditionProgressing].Status != metav1.ConditionFalse ||
 		!strings.Contains(cond[v1alpha1.ConditionDegraded].Message, "z-foo.yaml") {
 		t.Fatalf("conditions %+v", st.Conditions)
+	}
+}
+
+func TestBuildStatusRegistryIndependent(t *testing.T) {
+	cases := []struct {
+		name   string
+		v      aggregator.SetView
+		status metav1.ConditionStatus
+		reason string
+		msg    string
+	}{
+		{"every node says so", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2},
+			metav1.ConditionTrue, ReasonPodsStartWithoutRegistry, "on all 2 nodes"},
+		{"a node's kubelet verifies", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 1, RegistryDependentNodes: 1,
+			RegistryDependent: []readv1.NodeCondition{{Node: "w2", Status: "False", Reason: "CredentialVerification", Message: "imagePullCredentialsVerificationPolicy AlwaysVerify: 3 of 3 images need the registry"}}},
+			metav1.ConditionFalse, "CredentialVerification", "1 of 2 Ready nodes would need the registry when a pod starts; w2: CredentialVerification: imagePullCredentialsVerificationPolicy AlwaysVerify"},
+		{"nodes still pulling", aggregator.SetView{Targeted: 2, ReadyNodes: 1, ProgressingNodes: 1, RegistryIndependentNodes: 1},
+			metav1.ConditionFalse, ReasonNotAllNodesReady, "1/2 nodes ready"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := BuildStatus(1, c.v, "", nil, time.Now())
+			var got *metav1.Condition
+			for i := range st.Conditions {
+				if st.Conditions[i].Type == v1alpha1.ConditionRegistryIndependent {
+					got = &st.Conditions[i]
+				}
+			}
+			if got == nil || got.Status != c.status || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) {
+				t.Fatalf("RegistryIndependent %+v, want %s/%s containing %q", got, c.status, c.reason, c.msg)
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@
 package readv1
 
 import (
+	"sort"
 	"time"
 
 	"github.com/imagepin/imagepin/status"
@@ -26,6 +27,50 @@ type SetView struct {
 	BytesReady       uint64    `json:"bytesReady"`
 	ETASeconds       *float64  `json:"etaSeconds,omitempty"`
 	Nodes            []SetNode `json:"nodes"`
+	// RegistryIndependentNodes count the nodes where pods start from the set's images
+	// with the registry gone (their RegistryIndependent condition is True).
+	RegistryIndependentNodes int `json:"registryIndependentNodes"`
+	// RegistryDependent are Ready nodes where they would not (the kubelet's credential
+	// verification), or cannot tell: the first few, and how many in all.
+	RegistryDependent      []NodeCondition `json:"registryDependent,omitempty"`
+	RegistryDependentNodes int             `json:"registryDependentNodes"`
+}
+
+// NodeCondition is one node's condition of a set.
+type NodeCondition struct {
+	Node    string `json:"node"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
+// MaxRegistryDependent is how many nodes RegistryDependent lists.
+const MaxRegistryDependent = 5
+
+// AddRegistry counts one node's RegistryIndependent condition for a set of phase.
+func (v *SetView) AddRegistry(node string, phase status.Phase, c *status.Condition) {
+	switch {
+	case c != nil && c.Status == status.True:
+		v.RegistryIndependentNodes++
+	case phase != status.Ready:
+		// Not Ready says more: the node is counted there.
+	default:
+		v.RegistryDependentNodes++
+		nc := NodeCondition{Node: node, Status: status.Unknown, Reason: "NotReported",
+			Message: "the node does not report RegistryIndependent (imagepind older than this aggregator)"}
+		if c != nil {
+			nc.Status, nc.Reason, nc.Message = c.Status, c.Reason, c.Message
+		}
+		v.RegistryDependent = append(v.RegistryDependent, nc)
+	}
+}
+
+// FinishRegistry keeps the first MaxRegistryDependent nodes by name.
+func (v *SetView) FinishRegistry() {
+	sort.Slice(v.RegistryDependent, func(i, j int) bool { return v.RegistryDependent[i].Node < v.RegistryDependent[j].Node })
+	if len(v.RegistryDependent) > MaxRegistryDependent {
+		v.RegistryDependent = v.RegistryDependent[:MaxRegistryDependent]
+	}
 }
 
 // SetNode is one node's state for a set.

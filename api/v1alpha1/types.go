@@ -49,6 +49,10 @@ const (
 	ConditionReady       = "Ready"
 	ConditionProgressing = "Progressing"
 	ConditionDegraded    = "Degraded"
+	// ConditionRegistryIndependent: on every targeted node, pods start from the set's
+	// images with the registry gone (Ready, and the kubelet's image pull credential
+	// verification will not send them to the registry).
+	ConditionRegistryIndependent = "RegistryIndependent"
 )
 
 // Status is the rollup across the targeted nodes, written by the aggregator's leader.
