@@ -20,6 +20,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
@@ -30,10 +31,12 @@ import (
 // --labels), and prints the plan per set: what an administrator runs before an upgrade
 // window. Exit 0 when every set is admitted and every image reachable.
 type checkOptions struct {
-	platform string
-	labels   string
-	storage  string
-	output   *outputFlag
+	// registryGone: exit 0 only when the node is ready to lose its registry.
+	registryGone bool
+	platform     string
+	labels       string
+	storage      string
+	output       *outputFlag
 }
 
 func newCheck(g *globals) *cobra.Command {
@@ -49,10 +52,16 @@ from registries.conf, or the source), or why no endpoint can.
 Images already present in CRI-O count as present; when CRI-O does not answer every image
 counts as missing and --storage is the image filesystem. Nothing is pinned or pulled.
 
-Exit 0 when every set is admitted and every missing image reachable, 1 if not.`,
+Each set also says whether this node is ready to lose its registry: every image present
+and pinned, and the kubelet's image pull credential verification (its config, drop-ins and
+its own pull records) letting pods start from them without the registry.
+
+Exit 0 when every set is admitted and every missing image reachable, 1 if not. With
+--registry-gone, exit 0 only when the node is ready to lose its registry for every set.`,
 		Example: `  imagepinctl check sets/*.yaml
   imagepinctl check --platform linux/arm64 --labels node-role.kubernetes.io/worker= set.yaml
-  imagepinctl check -o json set.yaml | jq '.sets[].missingImages[] | select(.error)'`,
+  imagepinctl check -o json set.yaml | jq '.sets[].missingImages[] | select(.error)'
+  imagepinctl check --registry-gone sets/*.yaml   # before cutting the registry off`,
 		GroupID:           "node",
 		Args:              files,
 		ValidArgsFunction: setFileArgs,
@@ -72,6 +81,7 @@ Exit 0 when every set is admitted and every missing image reachable, 1 if not.`,
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&o.registryGone, "registry-gone", false, "exit 0 only when pods can start from every set's images with the registry gone")
 	f.StringVar(&o.platform, "platform", goruntime.GOOS+"/"+goruntime.GOARCH, "os/arch[/variant] to size images for")
 	f.StringVar(&o.labels, "labels", "", "node labels k=v,k2=v2 (default: the config's labels and labels file)")
 	f.StringVar(&o.storage, "storage", "/var/lib/containers/storage", "image filesystem when CRI-O is not reachable")
@@ -133,6 +143,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 	cancel()
 	var reqs []diskcheck.SetRequest
 	total := map[string]int{}
+	unpinned := map[string][]string{}
 	for _, s := range sets {
 		r := diskcheck.SetRequest{Name: s.Name}
 		total[s.Name] = len(s.Images)
@@ -140,6 +151,9 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 			if reachable {
 				st, err := client.ImageStatus(ctx, img)
 				if err == nil && st.Present {
+					if !st.Pinned {
+						unpinned[s.Name] = append(unpinned[s.Name], img)
+					}
 					continue
 				}
 			}
@@ -147,6 +161,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 		}
 		reqs = append(reqs, r)
 	}
+	podStart := podStartCheck(ctx, cfg, client, reachable)
 	imageFS := wire.ImageFS(client)
 	if !reachable {
 		imageFS = func(context.Context) (string, error) { return o.storage, nil }
@@ -164,7 +179,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 		return exitUsage
 	}
 
-	ok := true
+	ok, ready := true, true
 	var plans []setPlan
 	for _, r := range reqs {
 		v := res.Verdicts[r.Name]
@@ -187,6 +202,8 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 			plan.ImagesPlan = append(plan.ImagesPlan, ip)
 		}
 		ok = ok && plan.Admitted && plan.Unreachable == 0
+		plan.RegistryGone = podStart(sets, r.Name, len(r.Missing), unpinned[r.Name])
+		ready = ready && plan.RegistryGone.Ready
 		plans = append(plans, plan)
 	}
 	report := checkReport{Node: nodeName, Platform: p.String(), Filesystem: res.Filesystem, Sets: plans}
@@ -198,10 +215,64 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 	} else {
 		printPlan(stdout, report)
 	}
-	if !ok {
+	if !ok || (o.registryGone && !ready) {
 		return exitNo
 	}
 	return exitOK
+}
+
+// registryGone is a set's answer to "can pods start from its images on this node with
+// the registry gone?"
+type registryGone struct {
+	Ready bool `json:"ready"`
+	// Why lists what stands in the way (nothing when Ready).
+	Why []string `json:"why,omitempty"`
+	// Policy is the kubelet's image pull credential verification policy in effect.
+	Policy string `json:"policy,omitempty"`
+	// NeedRegistry are the images the kubelet would take to the registry at pod start.
+	NeedRegistry []kubelet.Need `json:"needRegistry,omitempty"`
+}
+
+// podStartCheck reads the kubelet's credential verification once and returns the
+// per-set answer: every image present and pinned, and none the kubelet would verify.
+func podStartCheck(ctx context.Context, cfg conf.Config, client *cri.Client, reachable bool) func(sets []pinset.Set, name string, missing int, unpinned []string) registryGone {
+	v, verr := wire.Kubelet(cfg)()
+	var ids map[string]string
+	if reachable && verr == nil {
+		ids, verr = client.ImageNames(ctx)
+	}
+	return func(sets []pinset.Set, name string, missing int, unpinned []string) registryGone {
+		var images []string
+		for _, s := range sets {
+			if s.Name == name {
+				images = s.Images
+			}
+		}
+		rg := registryGone{Policy: v.Policy}
+		if !reachable {
+			rg.Why = append(rg.Why, "the container runtime does not answer: presence and pins unknown")
+		}
+		if missing > 0 {
+			rg.Why = append(rg.Why, fmt.Sprintf("%d of %d images are not on the node", missing, len(images)))
+		}
+		if len(unpinned) > 0 {
+			rg.Why = append(rg.Why, fmt.Sprintf("%d images are present but not pinned (the kubelet's GC may remove them): %s", len(unpinned), strings.Join(unpinned, ", ")))
+		}
+		if verr != nil {
+			rg.Why = append(rg.Why, "cannot tell what the kubelet verifies at pod start: "+verr.Error())
+		} else {
+			byRef := map[string]string{}
+			for _, img := range images {
+				byRef[img] = ids[strings.ToLower(img)]
+			}
+			rg.NeedRegistry = v.Needs(images, byRef)
+			if len(rg.NeedRegistry) > 0 {
+				rg.Why = append(rg.Why, v.Summary(rg.NeedRegistry, len(images), 5))
+			}
+		}
+		rg.Ready = len(rg.Why) == 0
+		return rg
+	}
 }
 
 type checkReport struct {
@@ -223,6 +294,8 @@ type setPlan struct {
 	Message     string          `json:"message"`
 	Release     *status.Release `json:"release,omitempty"`
 	ImagesPlan  []imagePlan     `json:"missingImages"`
+	// RegistryGone: whether pods start from the set's images with the registry gone.
+	RegistryGone registryGone `json:"registryGone"`
 }
 
 // headline is the set's one-word answer, in agreement with the lines under it.
@@ -256,6 +329,14 @@ func printPlan(w io.Writer, r checkReport) {
 			fmt.Fprintf(w, "  release %s (%s): %d images for this node\n", s.Release.Version, s.Release.Image, s.Release.Images)
 		}
 		fmt.Fprintf(w, "  %s: %s\n", s.Verdict, s.Message)
+		if s.RegistryGone.Ready {
+			fmt.Fprintf(w, "  registry gone: ready (every image present and pinned; kubelet policy %s lets pods start from them)\n", s.RegistryGone.Policy)
+		} else {
+			fmt.Fprintf(w, "  registry gone: NOT READY\n")
+			for _, why := range s.RegistryGone.Why {
+				fmt.Fprintf(w, "      %s\n", oneLine(why, 600))
+			}
+		}
 		for _, ip := range s.ImagesPlan {
 			switch {
 			case ip.Error != "":

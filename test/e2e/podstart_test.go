@@ -221,13 +221,37 @@ func (p *podWorld) registryCondition(want, policy string) status.Condition {
 	return c
 }
 
-// logKubelet puts the kubelet's own lines about the pods' images in the test's log.
+// checkRegistryGone runs imagepinctl check --registry-gone on the set's file: what an
+// administrator runs before cutting the registry off.
+func (p *podWorld) checkRegistryGone(wantExit int, contains string) {
+	p.t.Helper()
+	out, err := exec.Command(filepath.Join(binDir, "imagepinctl"), "check", "--registry-gone", "--config", p.config, filepath.Join(p.setsDir, "apps.yaml")).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		p.t.Fatal(err)
+	}
+	if code != wantExit || !strings.Contains(string(out), contains) {
+		p.t.Fatalf("imagepinctl check --registry-gone: exit %d, want %d with %q:\n%s", code, wantExit, contains, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "registry gone") || strings.Contains(l, "need the registry") {
+			p.t.Logf("imagepinctl check --registry-gone (exit %d): %s", code, strings.TrimSpace(l))
+		}
+	}
+}
+
+// logKubelet puts the kubelet's own lines about the pods' images in the test's log:
+// the first saying the image was present (or is being pulled), and the first failure.
 func (p *podWorld) logKubelet(phase string, images ...string) {
 	for _, img := range images {
-		for _, l := range p.kubelet.Lines(img) {
-			if strings.Contains(l, "already present") || strings.Contains(l, "Pulling image") || strings.Contains(l, "ErrImagePull") || strings.Contains(l, "Failed to pull") {
-				p.t.Logf("%s kubelet: %s", phase, l)
-				break
+		for _, kinds := range [][]string{{"already present", "Pulling image"}, {"Failed to pull image", "ErrImagePull"}} {
+			for _, l := range p.kubelet.Lines(img) {
+				if strings.Contains(l, kinds[0]) || strings.Contains(l, kinds[1]) {
+					p.t.Logf("%s kubelet: %s", phase, l)
+					break
+				}
 			}
 		}
 	}
@@ -250,6 +274,7 @@ func TestPodsStartFromPinnedImagesWithTheRegistryGone(t *testing.T) {
 	if c := p.registryCondition(status.True, kubelet.NeverVerifyPreloadedImages); c.Reason != status.ReasonPodsStartWithoutRegistry || !strings.Contains(c.Message, kubelet.NeverVerifyPreloadedImages) {
 		t.Fatalf("default policy: %+v", c)
 	}
+	p.checkRegistryGone(0, "registry gone: ready")
 
 	// The registry is gone.
 	p.priv.Stop()
@@ -276,6 +301,7 @@ func TestPodsStartFromPinnedImagesWithTheRegistryGone(t *testing.T) {
 	if c.Reason != status.ReasonCredentialVerification || !strings.Contains(c.Message, "AlwaysVerify: 3 of 3 images need the registry") {
 		t.Fatalf("AlwaysVerify predicted: %+v", c)
 	}
+	p.checkRegistryGone(1, "AlwaysVerify: 3 of 3 images need the registry")
 	p.writePods()
 	p.expectPods(nil, 20*time.Second)
 	if lines := p.kubelet.Lines(p.teamA, "Pulling image"); len(lines) == 0 {
