@@ -68,14 +68,18 @@ fi
 
 # containerd 2.x: its module has no replace directives. Static (no cgo), without the
 # btrfs, devmapper and zfs snapshotters the tests do not use. About 1 minute cold.
-if want containerd && { [ ! -x "$BIN/containerd" ] || ! "$BIN/containerd" --version 2>/dev/null | grep -q " $CONTAINERD_VERSION\b"; }; then
-  log "building containerd $CONTAINERD_VERSION into $BIN"
+# The runc shim (beside containerd, where containerd finds it) runs the pods of the
+# pod-start test; it is built with containerd, from the same source.
+if want containerd && { [ ! -x "$BIN/containerd" ] || [ ! -x "$BIN/containerd-shim-runc-v2" ] || ! "$BIN/containerd" --version 2>/dev/null | grep -q " $CONTAINERD_VERSION\b"; }; then
+  log "building containerd $CONTAINERD_VERSION and its runc shim into $BIN"
   work=$(mktemp -d "$CACHE/containerd-src.XXXXXX")
   go_module_src github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" "$work/containerd"
   (cd "$work/containerd" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
      -ldflags "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
-     -o "$BIN/containerd.new" ./cmd/containerd)
+     -o "$BIN/containerd.new" ./cmd/containerd &&
+   GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -o "$BIN/containerd-shim-runc-v2.new" ./cmd/containerd-shim-runc-v2)
   mv "$BIN/containerd.new" "$BIN/containerd"
+  mv "$BIN/containerd-shim-runc-v2.new" "$BIN/containerd-shim-runc-v2"
   rm -rf "$work"
 fi
 

@@ -25,13 +25,14 @@ type podWorld struct {
 	*world
 	priv      *env.Registry
 	kdir      string
+	kroot     string // the kubelet's --root-dir: short (its sockets are under it)
 	manifests string
 	kubelet   *env.Kubelet
 	// teamA, teamB are pinned; unpinned is in the registry only; pause is CRI-O's.
 	teamA, teamB, unpinned, pause string
 }
 
-func newPodWorld(t *testing.T) *podWorld {
+func newPodWorld(t *testing.T, containerd bool) *podWorld {
 	t.Helper()
 	privDir := t.TempDir()
 	priv, err := env.StartAuthRegistry(privDir, "puller", "e2e-s3cret")
@@ -52,9 +53,15 @@ func newPodWorld(t *testing.T) *podWorld {
 		return img.Ref()
 	}
 	p := &podWorld{priv: priv, pause: push("pause"), teamA: push("team-a/app"), teamB: push("team-b/app"), unpinned: push("team-a/unpinned")}
-	p.world = newWorldWith(t, func(string) env.CRIOOptions {
-		return env.CRIOOptions{Insecure: []string{priv.Host}, RunContainers: true, PauseImage: p.pause}
-	})
+	if containerd {
+		p.world = newContainerdWorld(t, func(string) env.ContainerdOptions {
+			return env.ContainerdOptions{Insecure: []string{priv.Host}, RunContainers: true, PauseImage: p.pause}
+		})
+	} else {
+		p.world = newWorldWith(t, func(string) env.CRIOOptions {
+			return env.CRIOOptions{Insecure: []string{priv.Host}, RunContainers: true, PauseImage: p.pause}
+		})
+	}
 	// The node's pull secret: imagepind pulls with it, as the kubelet would hand it over.
 	secret := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, priv.Host, priv.Auth())
 	if err := os.WriteFile(filepath.Join(p.dir, "config.json"), []byte(secret), 0o600); err != nil {
@@ -63,6 +70,10 @@ func newPodWorld(t *testing.T) *podWorld {
 	p.kdir = filepath.Join(p.dir, "kubelet")
 	p.manifests = filepath.Join(p.kdir, "manifests")
 	os.MkdirAll(p.manifests, 0o755)
+	if p.kroot, err = os.MkdirTemp("", "kl-"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(p.kroot) })
 	return p
 }
 
@@ -75,7 +86,7 @@ func (p *podWorld) startKubelet(policy string, allowlist ...string) {
 	}
 	k, err := env.NewKubeletWith(p.kdir, p.socket(), env.KubeletOptions{
 		GC:         env.KubeletGC{HighThresholdPercent: 90, LowThresholdPercent: 80, EvictionImagefsAvailable: "1Gi"},
-		StaticPods: p.manifests, CredentialPolicy: policy, Allowlist: allowlist,
+		StaticPods: p.manifests, CredentialPolicy: policy, Allowlist: allowlist, RootDir: p.kroot,
 	})
 	if err != nil {
 		p.t.Fatal(err)
@@ -261,8 +272,17 @@ func (p *podWorld) logKubelet(phase string, images ...string) {
 // and the registry then gone, a real kubelet 1.35 starts pods from the pinned images,
 // and imagepind said beforehand which kubelet policy would stop them.
 func TestPodsStartFromPinnedImagesWithTheRegistryGone(t *testing.T) {
-	p := newPodWorld(t)
-	p.writeConfig(worldOptions{extra: fmt.Sprintf("[kubelet]\nconfig_dir = \"\"\nroot_dir = %q\n", filepath.Join(p.kdir, "root")),
+	podStart(t, newPodWorld(t, false))
+}
+
+// The same on containerd: its runc shim runs the pods, with a real sandbox (pause)
+// container, which CRI-O does without.
+func TestContainerdPodsStartFromPinnedImagesWithTheRegistryGone(t *testing.T) {
+	podStart(t, newPodWorld(t, true))
+}
+
+func podStart(t *testing.T, p *podWorld) {
+	p.writeConfig(worldOptions{extra: fmt.Sprintf("[kubelet]\nconfig_dir = \"\"\nroot_dir = %q\n", p.kroot),
 		kubeletConfig: filepath.Join(p.kdir, "kubelet.yaml")})
 
 	// The kubelet runs first, with its default policy (NeverVerifyPreloadedImages).

@@ -2,6 +2,7 @@ package env
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -41,6 +42,12 @@ type ContainerdOptions struct {
 	// RootSize, when set ("80m"), puts containerd's root (content store and
 	// snapshots) on a tmpfs of that size.
 	RootSize string
+	// RunContainers makes containerd run pods on this machine: its runc shim (built
+	// beside it by hack/e2e-deps.sh) with runc through test/runcwrap, the sandbox's
+	// oom_score_adj kept at or above containerd's own (these machines cannot lower it),
+	// and PauseImage as the sandbox image.
+	RunContainers bool
+	PauseImage    string
 }
 
 // NewContainerd writes containerd's config into dir; Start runs it.
@@ -71,6 +78,31 @@ func NewContainerd(dir string, opts ContainerdOptions) (*Containerd, error) {
 	if len(opts.Insecure) > 0 {
 		pause = opts.Insecure[0] + "/pause:latest"
 	}
+	if opts.PauseImage != "" {
+		pause = opts.PauseImage
+	}
+	runtime := ""
+	if opts.RunContainers {
+		if _, err := os.Stat(filepath.Join(CacheDir(), "containerd-shim-runc-v2")); err != nil {
+			return nil, fmt.Errorf("%s/containerd-shim-runc-v2 missing: run hack/e2e-deps.sh containerd", CacheDir())
+		}
+		runc, err := exec.LookPath("runc")
+		if err != nil {
+			return nil, errors.New("runc missing: run hack/e2e-deps.sh")
+		}
+		wrap := filepath.Join(dir, "runcwrap")
+		if err := GoBuild(wrap, "github.com/imagepin/imagepin/test/runcwrap", "-X main.runc="+runc); err != nil {
+			return nil, err
+		}
+		runtime = fmt.Sprintf(`  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %q
+`, wrap)
+	}
 	conf := fmt.Sprintf(`version = 3
 root = "%[1]s/root"
 state = "%[1]s/state"
@@ -89,7 +121,7 @@ state = "%[1]s/state"
     config_path = "%[4]s"
 
 [plugins.'io.containerd.cri.v1.runtime']
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
+%[5]s  [plugins.'io.containerd.cri.v1.runtime'.cni]
     conf_dir = "%[1]s/cni"
     bin_dirs = ["/usr/lib/cni"]
 
@@ -100,7 +132,7 @@ state = "%[1]s/state"
 
 [plugins.'io.containerd.nri.v1.nri']
   disable = true
-`, dir, c.Socket, pause, c.HostsDir)
+`, dir, c.Socket, pause, c.HostsDir, runtime)
 	if err := os.WriteFile(c.Config, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}

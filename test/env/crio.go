@@ -283,7 +283,7 @@ func unmountUnder(dir string) {
 	var mounts []string
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
 			mounts = append(mounts, f[4])
 		}
 	}

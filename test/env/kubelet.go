@@ -12,6 +12,7 @@ import (
 // Kubelet is a real kubelet (hack/kube-deps.sh: 1.35.4) in standalone mode (no API server) against a CRI socket, with everything under Dir.
 type Kubelet struct {
 	Dir     string
+	Root    string // --root-dir
 	Config  string // the KubeletConfiguration file
 	LogFile string
 	cmd     *exec.Cmd
@@ -41,6 +42,10 @@ type KubeletOptions struct {
 	CredentialPolicy string
 	Allowlist        []string
 	FeatureGates     map[string]bool
+	// RootDir is the kubelet's --root-dir (default Dir/root). A unix socket path is at
+	// most 107 bytes and the kubelet listens on pod-resources/<n> under it: a deep test
+	// directory makes the kubelet exit ("bind: invalid argument").
+	RootDir string
 }
 
 // NewKubelet writes the kubelet's configuration into dir; Start runs it.
@@ -62,7 +67,10 @@ func NewKubeletWith(dir, criSocket string, o KubeletOptions) (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kubelet{Dir: dir, Config: filepath.Join(dir, "kubelet.yaml"), LogFile: filepath.Join(dir, "kubelet.log")}
+	k := &Kubelet{Dir: dir, Root: o.RootDir, Config: filepath.Join(dir, "kubelet.yaml"), LogFile: filepath.Join(dir, "kubelet.log")}
+	if k.Root == "" {
+		k.Root = filepath.Join(dir, "root")
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -136,7 +144,7 @@ func (k *Kubelet) Start(hostname string) error {
 }
 
 // RootDir is the kubelet's --root-dir (its pull records are under image_manager/).
-func (k *Kubelet) RootDir() string { return filepath.Join(k.Dir, "root") }
+func (k *Kubelet) RootDir() string { return k.Root }
 
 // Exited says whether the kubelet has stopped.
 func (k *Kubelet) Exited() bool {
@@ -153,6 +161,7 @@ func (k *Kubelet) Stop() {
 	stopProc(k.cmd, k.exited)
 	k.cmd = nil
 	unmountUnder(k.Dir) // the kubelet mounts under its root dir
+	unmountUnder(k.Root)
 }
 
 // Lines are the kubelet log's lines that contain every one of the strings.
