@@ -1,0 +1,143 @@
+// Package blobstore keeps the compressed blobs (and manifests) of pinned images on a
+// node whose runtime keeps none: CRI-O stores layers uncompressed and cannot give back
+// the bytes their digests name, so a node that serves its pinned images to others
+// (issue 24, peers) keeps its own copy. It is containerd's local content store
+// (content-addressed, written through a digest check on commit, ingests that survive a
+// kill -9 and are resumed or discarded), used as a library.
+package blobstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/plugins/content/local"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// ErrBusy means another writer is filling the same blob now.
+var ErrBusy = errors.New("blob being written by another request")
+
+// Store is a content-addressed store of blobs under one directory.
+type Store struct {
+	cs content.Store
+}
+
+// Open opens (creating) the store under root.
+func Open(root string) (*Store, error) {
+	cs, err := local.NewStore(root)
+	if err != nil {
+		return nil, fmt.Errorf("blob store %s: %w", root, err)
+	}
+	return &Store{cs: cs}, nil
+}
+
+// Size is the blob's size, and whether the store has it (committed, so verified).
+func (s *Store) Size(ctx context.Context, d digest.Digest) (int64, bool) {
+	info, err := s.cs.Info(ctx, d)
+	if err != nil {
+		return 0, false
+	}
+	return info.Size, true
+}
+
+// Reader reads a committed blob; the caller closes it.
+func (s *Store) Reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
+	info, err := s.cs.Info(ctx, d)
+	if err != nil {
+		return nil, 0, err
+	}
+	ra, err := s.cs.ReaderAt(ctx, ocispec.Descriptor{Digest: d, Size: info.Size})
+	if err != nil {
+		return nil, 0, err
+	}
+	return &readSeeker{SectionReader: io.NewSectionReader(ra, 0, info.Size), ra: ra}, info.Size, nil
+}
+
+type readSeeker struct {
+	*io.SectionReader
+	ra content.ReaderAt
+}
+
+func (r *readSeeker) Close() error { return r.ra.Close() }
+
+// Writer starts writing blob d of size bytes (size < 0: unknown). What is written is
+// checked against d on Commit; a blob another request is writing gives ErrBusy. An
+// ingest left by a killed process is started again from its first byte.
+func (s *Store) Writer(ctx context.Context, d digest.Digest, size int64) (*Writer, error) {
+	desc := ocispec.Descriptor{Digest: d, Size: size}
+	w, err := s.cs.Writer(ctx, content.WithRef("blob-"+d.String()), content.WithDescriptor(desc))
+	if errdefs.IsUnavailable(err) {
+		return nil, ErrBusy
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st, err := w.Status(); err == nil && st.Offset > 0 {
+		if err := w.Truncate(0); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	return &Writer{w: w, d: d, size: size}, nil
+}
+
+// Writer writes one blob.
+type Writer struct {
+	w    content.Writer
+	d    digest.Digest
+	size int64
+	n    int64
+}
+
+func (w *Writer) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	w.n += int64(n)
+	return n, err
+}
+
+// Commit checks the bytes written against the digest (and the size, when known) and
+// makes the blob readable. A blob already committed is not an error.
+func (w *Writer) Commit(ctx context.Context) error {
+	size := w.size
+	if size < 0 {
+		size = w.n
+	}
+	err := w.w.Commit(ctx, size, w.d)
+	if errdefs.IsAlreadyExists(err) {
+		err = nil
+	}
+	return err
+}
+
+// Abandon drops what was written (a failed or cut transfer).
+func (w *Writer) Abandon(ctx context.Context, s *Store) {
+	w.w.Close()
+	_ = s.cs.Abort(ctx, "blob-"+w.d.String())
+}
+
+// Close releases the writer (after Commit).
+func (w *Writer) Close() error { return w.w.Close() }
+
+// Delete removes a blob (released after unpin_delay, as pins are).
+func (s *Store) Delete(ctx context.Context, d digest.Digest) error {
+	err := s.cs.Delete(ctx, d)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// Usage is the bytes of every committed blob: what the store costs on disk.
+func (s *Store) Usage(ctx context.Context) (int64, error) {
+	var total int64
+	err := s.cs.Walk(ctx, func(info content.Info) error {
+		total += info.Size
+		return nil
+	})
+	return total, err
+}

@@ -1,0 +1,197 @@
+package mirror
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/blobstore"
+)
+
+// fakeSource serves one image's manifest and blobs from memory, counting requests.
+type fakeSource struct {
+	manifest  []byte
+	mediaType string
+	blobs     map[digest.Digest][]byte
+	corrupt   bool
+	calls     atomic.Int64
+}
+
+func (s *fakeSource) Manifest(_ context.Context, _ string, d digest.Digest) ([]byte, string, error) {
+	s.calls.Add(1)
+	if digest.FromBytes(s.manifest) != d {
+		return nil, "", errors.New("manifest unknown")
+	}
+	return s.manifest, s.mediaType, nil
+}
+
+func (s *fakeSource) Blob(_ context.Context, _ string, d digest.Digest) (io.ReadCloser, int64, error) {
+	s.calls.Add(1)
+	b, ok := s.blobs[d]
+	if !ok {
+		return nil, 0, errors.New("blob unknown")
+	}
+	if s.corrupt {
+		b = append([]byte(nil), b...)
+		b[len(b)/2] ^= 0xff
+	}
+	return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+}
+
+func newImage(t *testing.T) (v1.Image, *fakeSource) {
+	t.Helper()
+	img, err := random.Image(256<<10, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := img.RawManifest()
+	mt, _ := img.MediaType()
+	src := &fakeSource{manifest: raw, mediaType: string(mt), blobs: map[digest.Digest][]byte{}}
+	cfg, _ := img.RawConfigFile()
+	src.blobs[digest.FromBytes(cfg)] = cfg
+	layers, _ := img.Layers()
+	for _, l := range layers {
+		rc, _ := l.Compressed()
+		b, _ := io.ReadAll(rc)
+		src.blobs[digest.FromBytes(b)] = b
+	}
+	return img, src
+}
+
+const repo = "src.example/team/app"
+
+func serve(t *testing.T, src Source, pinned Pinned) (*httptest.Server, *Mirror, *blobstore.Store) {
+	t.Helper()
+	store, err := blobstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(store, src, pinned, logrus.New())
+	srv := httptest.NewServer(m)
+	t.Cleanup(srv.Close)
+	return srv, m, store
+}
+
+// A real client (go-containerregistry, which checks every digest) pulls a pinned image
+// through the mirror: from the source the first time, from the store the second.
+func TestPinnedImageThroughTheMirror(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	srv, m, store := serve(t, src, func(r string, dd digest.Digest) bool { return r == repo && dd.String() == d.String() })
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref, err := name.NewDigest(host+"/"+repo+"@"+d.String(), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pull := func() {
+		got, err := remote.Image(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, _ := got.Layers()
+		for _, l := range layers {
+			rc, err := l.Compressed()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, rc); err != nil {
+				t.Fatal(err)
+			}
+			rc.Close()
+		}
+		if _, err := got.RawConfigFile(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pull()
+	fromSource := src.calls.Load()
+	if fromSource != 5 { // manifest, config, 3 layers
+		t.Fatalf("source asked %d times, want 5", fromSource)
+	}
+	used, _ := store.Usage(context.Background())
+	t.Logf("first pull: %d bytes from the source; the store holds %d bytes", m.Stats.FromSource.Load(), used)
+	pull()
+	if src.calls.Load() != fromSource {
+		t.Fatalf("the second pull went to the source (%d calls)", src.calls.Load()-fromSource)
+	}
+	if m.Stats.FromStore.Load() == 0 {
+		t.Fatal("nothing served from the store")
+	}
+}
+
+// Anything not pinned is 404 at once, without asking the source: an unpinned pull
+// goes on to its registry untouched.
+func TestOnlyPinnedIsServed(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	srv, _, _ := serve(t, src, func(string, digest.Digest) bool { return false })
+	for _, path := range []string{
+		"/v2/" + repo + "/manifests/" + d.String(),
+		"/v2/" + repo + "/manifests/latest",
+		"/v2/" + repo + "/blobs/" + d.String(),
+		"/v2/nothing",
+	} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("%s: %d, want 404", path, resp.StatusCode)
+		}
+	}
+	if src.calls.Load() != 0 {
+		t.Fatalf("the source was asked %d times for what is not pinned", src.calls.Load())
+	}
+	resp, err := http.Get(srv.URL + "/v2/")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/v2/: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/v2/"+repo+"/manifests/"+d.String(), nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("PUT: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+// A source serving corrupted bytes: the client's copy is cut (it retries elsewhere),
+// and nothing wrong is stored.
+func TestCorruptSourceStoresNothing(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	srv, _, store := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	resp, err := http.Get(srv.URL + "/v2/" + repo + "/manifests/" + d.String())
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("manifest: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	src.corrupt = true
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	resp, err = http.Get(srv.URL + "/v2/" + repo + "/blobs/" + ld.String())
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("a corrupted blob was sent whole, as if it were good")
+	}
+	if _, ok := store.Size(context.Background(), digest.Digest(ld.String())); ok {
+		t.Fatal("a corrupted blob was stored")
+	}
+}
