@@ -177,7 +177,7 @@ func (m *Mirror) manifest(w http.ResponseWriter, r *http.Request, repo string, d
 // remember allows the blobs (or child manifests) a manifest names.
 func (m *Mirror) remember(repo string, data []byte) {
 	var man struct {
-		Config    *struct{ Digest digest.Digest } `json:"config"`
+		Config    *struct{ Digest digest.Digest }  `json:"config"`
 		Layers    []struct{ Digest digest.Digest } `json:"layers"`
 		Manifests []struct{ Digest digest.Digest } `json:"manifests"`
 	}
