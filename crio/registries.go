@@ -1,0 +1,124 @@
+package crio
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
+	"go.podman.io/image/v5/types"
+
+	"github.com/imagepin/imagepin/internal/fsutil"
+)
+
+// MirrorDropInName is imagepind's registries.conf.d drop-in (issue 24, peers): read
+// last of the usual names, so that its entries are the ones CRI-O keeps.
+const MirrorDropInName = "zz-imagepin-mirror.conf"
+
+// AdminRegistry finds the registries.conf entry an administrator wrote for a prefix
+// (the longest prefix match, as containers/image does), nil when there is none.
+type AdminRegistry func(prefix string) (*sysregistriesv2.Registry, error)
+
+// AdminRegistries reads the registries.conf and drop-ins CRI-O reads, without
+// imagepind's own drop-in, through containers/image's own parser. scratch is a
+// directory of imagepind's (rewritten at each call) holding a copy of the drop-ins.
+func AdminRegistries(mainConf, dropInDir, scratch string) (AdminRegistry, error) {
+	if err := os.RemoveAll(scratch); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(scratch, 0o700); err != nil {
+		return nil, err
+	}
+	entries, err := os.ReadDir(dropInDir)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("registries drop-ins %s: %w", dropInDir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || e.Name() == MirrorDropInName || !strings.HasSuffix(e.Name(), ".conf") {
+			continue
+		}
+		data, err := fsutil.ReadRegular(filepath.Join(dropInDir, e.Name()), 1<<20)
+		if err != nil {
+			return nil, fmt.Errorf("registries drop-in %s: %w", e.Name(), err)
+		}
+		if err := os.WriteFile(filepath.Join(scratch, e.Name()), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	sys := &types.SystemContext{SystemRegistriesConfPath: mainConf, SystemRegistriesConfDirPath: scratch}
+	sysregistriesv2.InvalidateCache()
+	if _, err := sysregistriesv2.GetRegistries(sys); err != nil {
+		return nil, fmt.Errorf("registries.conf: %w", err)
+	}
+	return func(prefix string) (*sysregistriesv2.Registry, error) {
+		return sysregistriesv2.FindRegistry(sys, prefix)
+	}, nil
+}
+
+// MirrorDropIn is the drop-in that puts the node-local mirror (host:port, plain HTTP on
+// loopback) first for each repository, by digest only, followed by what the
+// administrator configured for it: the location, insecure, blocked and mirrors of the
+// entry that matched, rewritten for the repository as containers/image rewrites
+// references. A registries.conf.d entry replaces an earlier one with the same prefix,
+// so the administrator's mirrors are carried in, never dropped. The mirror being down
+// makes containers/image go on to the next endpoint.
+func MirrorDropIn(local string, repos []string, admin AdminRegistry) ([]byte, error) {
+	repos = append([]string(nil), repos...)
+	sort.Strings(repos)
+	var file struct {
+		Registries []sysregistriesv2.Registry `toml:"registry"`
+	}
+	seen := map[string]bool{}
+	for _, repo := range repos {
+		if seen[repo] {
+			continue
+		}
+		seen[repo] = true
+		ours := sysregistriesv2.Endpoint{Location: local + "/" + repo, Insecure: true, PullFromMirror: sysregistriesv2.MirrorByDigestOnly}
+		r := sysregistriesv2.Registry{Prefix: repo, Endpoint: sysregistriesv2.Endpoint{Location: repo}}
+		a, err := admin(repo)
+		if err != nil {
+			return nil, err
+		}
+		if a != nil {
+			rest := repo[matchLen(a.Prefix, repo):]
+			if a.Location != "" {
+				r.Location = a.Location + rest
+			}
+			r.Insecure, r.Blocked = a.Insecure, a.Blocked
+			r.Mirrors = append(r.Mirrors, ours)
+			for _, m := range a.Mirrors {
+				m.Location += rest
+				if m.PullFromMirror == "" && a.MirrorByDigestOnly {
+					m.PullFromMirror = sysregistriesv2.MirrorByDigestOnly
+				}
+				r.Mirrors = append(r.Mirrors, m)
+			}
+		} else {
+			r.Mirrors = []sysregistriesv2.Endpoint{ours}
+		}
+		file.Registries = append(file.Registries, r)
+	}
+	var b bytes.Buffer
+	b.WriteString("# Written by imagepind. Do not edit: the node-local mirror first for the repositories\n# of pinned images, then the mirrors configured for them elsewhere (carried in).\n")
+	if err := toml.NewEncoder(&b).Encode(file); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// matchLen is how much of repo the prefix matches, as containers/image's
+// refMatchingPrefix counts it: the host for "*.example.com", else the prefix.
+func matchLen(prefix, repo string) int {
+	if strings.HasPrefix(prefix, "*.") {
+		if i := strings.Index(repo, "/"); i >= 0 {
+			return i
+		}
+		return len(repo)
+	}
+	return len(prefix)
+}
