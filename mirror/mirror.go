@@ -35,8 +35,9 @@ import (
 type Source interface {
 	// Manifest is the manifest repo@d, as served (bytes and media type).
 	Manifest(ctx context.Context, repo string, d digest.Digest) ([]byte, string, error)
-	// Blob streams the blob d of repo and says its size (-1: unknown).
-	Blob(ctx context.Context, repo string, d digest.Digest) (io.ReadCloser, int64, error)
+	// Blob streams the blob d of repo, named by the manifest repo@manifest, and says its
+	// size (-1: unknown).
+	Blob(ctx context.Context, repo string, manifest, d digest.Digest) (io.ReadCloser, int64, error)
 }
 
 // Pinned says whether repo@d is the manifest of a pinned image (by its full name, as
@@ -58,13 +59,14 @@ type Mirror struct {
 
 	mu sync.Mutex
 	// children are the digests each served manifest names (config, layers, or the
-	// manifests of an index), by repository: the blobs the mirror may serve.
-	children map[string]map[digest.Digest]bool
+	// manifests of an index), by repository, each to the manifest naming it: the blobs
+	// the mirror may serve.
+	children map[string]map[digest.Digest]digest.Digest
 }
 
 // New builds a mirror over store, filling it from source, serving what pinned allows.
 func New(store *blobstore.Store, source Source, pinned Pinned, log logrus.FieldLogger) *Mirror {
-	return &Mirror{store: store, source: source, pinned: pinned, log: log, children: map[string]map[digest.Digest]bool{}}
+	return &Mirror{store: store, source: source, pinned: pinned, log: log, children: map[string]map[digest.Digest]digest.Digest{}}
 }
 
 const mediaTypeLabel = "mediaType"
@@ -117,10 +119,17 @@ func notFound(w http.ResponseWriter, code string) {
 	fmt.Fprintf(w, `{"errors":[{"code":%q,"message":"not pinned on this node"}]}`, code)
 }
 
-func (m *Mirror) allowed(repo string, d digest.Digest) bool {
+// parent is the served manifest that names blob d of repo, and whether there is one.
+func (m *Mirror) parent(repo string, d digest.Digest) (digest.Digest, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.children[repo][d]
+	p, ok := m.children[repo][d]
+	return p, ok
+}
+
+func (m *Mirror) allowed(repo string, d digest.Digest) bool {
+	_, ok := m.parent(repo, d)
+	return ok
 }
 
 func (m *Mirror) manifest(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
@@ -161,7 +170,7 @@ func (m *Mirror) manifest(w http.ResponseWriter, r *http.Request, repo string, d
 			sw.Close()
 		}
 	}
-	m.remember(repo, data)
+	m.remember(repo, d, data)
 	if mediaType == "" {
 		mediaType = sniffMediaType(data)
 	}
@@ -175,7 +184,7 @@ func (m *Mirror) manifest(w http.ResponseWriter, r *http.Request, repo string, d
 }
 
 // remember allows the blobs (or child manifests) a manifest names.
-func (m *Mirror) remember(repo string, data []byte) {
+func (m *Mirror) remember(repo string, d digest.Digest, data []byte) {
 	var man struct {
 		Config    *struct{ Digest digest.Digest }  `json:"config"`
 		Layers    []struct{ Digest digest.Digest } `json:"layers"`
@@ -188,17 +197,17 @@ func (m *Mirror) remember(repo string, data []byte) {
 	defer m.mu.Unlock()
 	c := m.children[repo]
 	if c == nil {
-		c = map[digest.Digest]bool{}
+		c = map[digest.Digest]digest.Digest{}
 		m.children[repo] = c
 	}
 	if man.Config != nil {
-		c[man.Config.Digest] = true
+		c[man.Config.Digest] = d
 	}
 	for _, l := range man.Layers {
-		c[l.Digest] = true
+		c[l.Digest] = d
 	}
 	for _, l := range man.Manifests {
-		c[l.Digest] = true
+		c[l.Digest] = d
 	}
 }
 
@@ -219,7 +228,8 @@ func sniffMediaType(data []byte) string {
 }
 
 func (m *Mirror) blob(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
-	if !m.allowed(repo, d) {
+	manifest, ok := m.parent(repo, d)
+	if !ok {
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	}
@@ -236,7 +246,7 @@ func (m *Mirror) blob(w http.ResponseWriter, r *http.Request, repo string, d dig
 		http.ServeContent(w, r, "", zeroTime, rd)
 		return
 	}
-	body, size, err := m.source.Blob(ctx, repo, d)
+	body, size, err := m.source.Blob(ctx, repo, manifest, d)
 	if err != nil {
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
 		notFound(w, "BLOB_UNKNOWN")

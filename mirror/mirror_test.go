@@ -3,7 +3,11 @@ package mirror
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +23,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/registry"
 )
 
 // fakeSource serves one image's manifest and blobs from memory, counting requests.
@@ -38,7 +45,7 @@ func (s *fakeSource) Manifest(_ context.Context, _ string, d digest.Digest) ([]b
 	return s.manifest, s.mediaType, nil
 }
 
-func (s *fakeSource) Blob(_ context.Context, _ string, d digest.Digest) (io.ReadCloser, int64, error) {
+func (s *fakeSource) Blob(_ context.Context, _ string, _, d digest.Digest) (io.ReadCloser, int64, error) {
 	s.calls.Add(1)
 	b, ok := s.blobs[d]
 	if !ok {
@@ -194,4 +201,55 @@ func TestCorruptSourceStoresNothing(t *testing.T) {
 	if _, ok := store.Size(context.Background(), digest.Digest(ld.String())); ok {
 		t.Fatal("a corrupted blob was stored")
 	}
+}
+
+// The mirror over the node's real registry access (registry.Client, containers/image):
+// a disconnected layout (the source does not exist, the administrator's mirror needs
+// the pull secret and a CA from certs.d); a client pulling by digest from the mirror gets
+// every byte right, and the mirror's store then holds the image.
+func TestFillThroughTheNodesRegistryAccess(t *testing.T) {
+	reg := registrytest.New(t, map[string]string{"ocp": "puller:ppass"})
+	img := registrytest.Image(t, registrytest.RandomLayer(t, 300<<10), registrytest.RandomLayer(t, 200<<10))
+	repoDigest := reg.Push("ocp/release", img, "puller:ppass")
+	d := digest.Digest(strings.SplitN(repoDigest, "@", 2)[1])
+	f := registrytest.NewFiles(t, fmt.Sprintf("[[registry]]\nprefix = \"upstream.example.invalid/ocp\"\nlocation = \"upstream.example.invalid/ocp\"\n[[registry.mirror]]\nlocation = %q\npull-from-mirror = \"digest-only\"\n", reg.Host+"/ocp"))
+	reg.WriteCA(f.Certs)
+	// The pull secret names the administrator's mirror, as a disconnected node's does.
+	authFile := filepath.Join(f.Dir, "config.json")
+	secret := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, reg.Host, base64.StdEncoding.EncodeToString([]byte("puller:ppass")))
+	if err := os.WriteFile(authFile, []byte(secret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	source := registry.New(registry.Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs, AuthFile: authFile},
+		func(string) *cri.Auth { return nil })
+	const src = "upstream.example.invalid/ocp/release"
+	srv, m, store := serve(t, source, func(r string, dd digest.Digest) bool { return r == src && dd == d })
+	ref, err := name.NewDigest(strings.TrimPrefix(srv.URL, "http://")+"/"+src+"@"+d.String(), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := got.Layers()
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, rc); err != nil {
+			t.Fatalf("layer: %v", err)
+		}
+		rc.Close()
+	}
+	if _, err := got.RawConfigFile(); err != nil {
+		t.Fatal(err)
+	}
+	used, _ := store.Usage(context.Background())
+	want := int64(registrytest.LayerBytes(t, layers...))
+	if used < want {
+		t.Fatalf("store holds %d bytes, the layers alone are %d", used, want)
+	}
+	t.Logf("through the node's access: %d bytes from the registry, %d stored", m.Stats.FromSource.Load(), used)
 }
