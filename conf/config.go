@@ -34,6 +34,18 @@ type Config struct {
 	Metrics    MetricsConfig    `toml:"metrics"`
 	Cluster    ClusterConfig    `toml:"cluster"`
 	Kubelet    KubeletConfig    `toml:"kubelet"`
+	Peers      PeersConfig      `toml:"peers"`
+}
+
+// PeersConfig is the node-local mirror of pinned images (issue 24, in progress: the
+// local mirror and its store on CRI-O nodes; sharing between nodes is not built yet).
+type PeersConfig struct {
+	// Enabled turns the mirror on: CRI-O pulls pinned images through it.
+	Enabled bool `toml:"enabled"`
+	// MirrorAddress is where it listens (plain HTTP: loopback only).
+	MirrorAddress string `toml:"mirror_address"`
+	// StoreDir keeps the pinned images' compressed blobs ("": <state_dir>/blobs).
+	StoreDir string `toml:"store_dir"`
 }
 
 // KubeletConfig is where the node's kubelet keeps what imagepind reads besides its
@@ -174,6 +186,7 @@ func Default() Config {
 			UncompressedSizes:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
+		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443"},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",
@@ -250,7 +263,7 @@ func (c *Config) Validate() error {
 		{"node.labels_file", c.Node.LabelsFile}, {"cri.pull_secret", c.CRI.PullSecret},
 		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
 		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
-		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir},
+		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir}, {"peers.store_dir", c.Peers.StoreDir},
 		{"cluster.kubeconfig", c.Cluster.Kubeconfig}, {"containerd.config_path", c.Containerd.ConfigPath},
 		{"containerd.address", strings.TrimPrefix(c.Containerd.Address, "unix://")},
 	} {
@@ -274,6 +287,15 @@ func (c *Config) Validate() error {
 	case RuntimeAuto, RuntimeCRIO, RuntimeContainerd:
 	default:
 		bad("cri.runtime", "must be auto, cri-o or containerd, got %q", c.CRI.Runtime)
+	}
+	if c.Peers.Enabled {
+		host, _, err := net.SplitHostPort(c.Peers.MirrorAddress)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			bad("peers.mirror_address", "must be a loopback host:port (the mirror speaks plain HTTP), got %q", c.Peers.MirrorAddress)
+		}
+		if c.CRI.Runtime == RuntimeContainerd {
+			bad("peers.enabled", "the node-local mirror is built for CRI-O nodes only so far")
+		}
 	}
 	if c.Containerd.Namespace == "" || strings.ContainsAny(c.Containerd.Namespace, "/ \t\n") {
 		bad("containerd.namespace", "must be a containerd namespace such as k8s.io, got %q", c.Containerd.Namespace)

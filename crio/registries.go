@@ -66,7 +66,9 @@ func AdminRegistries(mainConf, dropInDir, scratch string) (AdminRegistry, error)
 // references. A registries.conf.d entry replaces an earlier one with the same prefix,
 // so the administrator's mirrors are carried in, never dropped. The mirror being down
 // makes containers/image go on to the next endpoint.
-func MirrorDropIn(local string, repos []string, admin AdminRegistry) ([]byte, error) {
+//
+// path is how the mirror names a source repository in its paths (mirror.PathFor).
+func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
 	repos = append([]string(nil), repos...)
 	sort.Strings(repos)
 	var file struct {
@@ -78,7 +80,7 @@ func MirrorDropIn(local string, repos []string, admin AdminRegistry) ([]byte, er
 			continue
 		}
 		seen[repo] = true
-		ours := sysregistriesv2.Endpoint{Location: local + "/" + repo, Insecure: true, PullFromMirror: sysregistriesv2.MirrorByDigestOnly}
+		ours := sysregistriesv2.Endpoint{Location: local + "/" + path(repo), Insecure: true, PullFromMirror: sysregistriesv2.MirrorByDigestOnly}
 		r := sysregistriesv2.Registry{Prefix: repo, Endpoint: sysregistriesv2.Endpoint{Location: repo}}
 		a, err := admin(repo)
 		if err != nil {

@@ -38,7 +38,7 @@ pull-from-mirror = "digest-only"
 		t.Fatal(err)
 	}
 	repos := []string{"quay.io/openshift-release-dev/ocp-v4.0-art-dev", "a.corp.example/team/app", "docker.io/library/busybox", "quay.io/openshift-release-dev/ocp-v4.0-art-dev"}
-	data, err := MirrorDropIn("127.0.0.1:7443", repos, admin)
+	data, err := MirrorDropIn("127.0.0.1:7443", repos, admin, func(r string) string { return r })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ pull-from-mirror = "digest-only"
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := MirrorDropIn("127.0.0.1:7443", repos, admin)
+	again, err := MirrorDropIn("127.0.0.1:7443", repos, admin, func(r string) string { return r })
 	if err != nil || string(again) != string(data) {
 		t.Fatalf("rendering again with our drop-in present differs (%v):\n%s", err, again)
 	}

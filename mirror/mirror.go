@@ -99,7 +99,8 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// parsePath splits /v2/<name>/(manifests|blobs)/<ref>.
+// parsePath splits /v2/<name>/(manifests|blobs)/<ref>, the name being a source
+// repository in the mirror's path form (PathFor).
 func parsePath(p string) (repo, kind, ref string, ok bool) {
 	rest, found := strings.CutPrefix(p, "/v2/")
 	if !found {
@@ -107,10 +108,29 @@ func parsePath(p string) (repo, kind, ref string, ok bool) {
 	}
 	for _, k := range []string{"/manifests/", "/blobs/"} {
 		if i := strings.LastIndex(rest, k); i > 0 {
-			return rest[:i], strings.Trim(k, "/"), rest[i+len(k):], true
+			return SourceRepo(rest[:i]), strings.Trim(k, "/"), rest[i+len(k):], true
 		}
 	}
 	return "", "", "", false
+}
+
+// PathFor is how a source repository appears in the mirror's paths: a reference's path
+// may not hold a port's colon, so "host:port/ns/app" is "host_port/ns/app" (a DNS name
+// has no underscore). SourceRepo undoes it.
+func PathFor(repo string) string {
+	host, rest, _ := strings.Cut(repo, "/")
+	return strings.Replace(host, ":", "_", 1) + "/" + rest
+}
+
+// SourceRepo is the source repository of a mirror path (PathFor's inverse).
+func SourceRepo(path string) string {
+	host, rest, _ := strings.Cut(path, "/")
+	if i := strings.LastIndex(host, "_"); i > 0 {
+		if _, err := strconv.Atoi(host[i+1:]); err == nil {
+			host = host[:i] + ":" + host[i+1:]
+		}
+	}
+	return host + "/" + rest
 }
 
 func notFound(w http.ResponseWriter, code string) {

@@ -253,3 +253,18 @@ func TestFillThroughTheNodesRegistryAccess(t *testing.T) {
 	}
 	t.Logf("through the node's access: %d bytes from the registry, %d stored", m.Stats.FromSource.Load(), used)
 }
+
+func TestPathForRoundTrips(t *testing.T) {
+	for repo, path := range map[string]string{
+		"127.0.0.1:38443/ns/app":    "127.0.0.1_38443/ns/app",
+		"quay.io/openshift/etcd":    "quay.io/openshift/etcd",
+		"registry.example:5000/a/b": "registry.example_5000/a/b",
+	} {
+		if got := PathFor(repo); got != path {
+			t.Errorf("PathFor(%s) = %s, want %s", repo, got, path)
+		}
+		if got := SourceRepo(path); got != repo {
+			t.Errorf("SourceRepo(%s) = %s, want %s", path, got, repo)
+		}
+	}
+}

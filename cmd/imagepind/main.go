@@ -109,7 +109,12 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if reporter != nil {
 		publishers = append(publishers, reporter.Update)
 	}
+	peers, err := wire.NewPeers(cfg, cfg.StateDir, log)
+	if err != nil {
+		return err
+	}
 	opts := wire.Options{
+		Peers:    peers,
 		Version:  version,
 		Publish:  wire.Publish(publishers...),
 		Log:      log,
@@ -166,6 +171,9 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if syncer != nil {
 		// The API being down never stops imagepind: the sync keeps the files and retries.
 		g.Go(func() error { return syncer.Run(ctx) })
+	}
+	if peers != nil {
+		g.Go(func() error { return peers.Serve(ctx) })
 	}
 	if cfg.Metrics.Address != "" {
 		g.Go(func() error { return m.Serve(ctx, cfg.Metrics.Address) })

@@ -25,6 +25,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/kubelet"
+	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
@@ -35,6 +36,9 @@ import (
 
 // Options are what differs between imagepind and imagepinctl apply.
 type Options struct {
+	// Peers, when not nil, is the node-local mirror: the CRI-O pinner also points CRI-O
+	// at it and tells it what is pinned.
+	Peers   *Peers
 	Version string
 	// SetsDir overrides cfg.SetsDir (apply uses a temporary directory).
 	SetsDir string
@@ -70,10 +74,21 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	socket := cfg.CRISocket()
 	runtimeName := DetectRuntime(cfg, client, opts.DetectFor, opts.Log)
 	registries, registryProblems := RegistryFor(cfg, runtimeName, store.Dir())
+	if opts.Peers != nil {
+		// The disk check and release expansion read registries as the administrator
+		// configured them, not through the node-local mirror.
+		rc, _ := RegistryAccess(cfg, runtimeName, store.Dir())
+		rc.RegistriesConfDir = opts.Peers.scratch
+		registries = registry.New(rc, (&cri.KeyringFile{Path: cfg.CRI.PullSecret}).Lookup)
+	}
 	pinner, err := Pinner(cfg, runtimeName, store.Dir(), opts.Log)
 	if err != nil {
 		client.Close()
 		return nil, nil, err
+	}
+	if cp, ok := pinner.(*crio.Pinner); ok && opts.Peers != nil {
+		pinner = &crio.MirrorPinner{Pinner: cp, Local: opts.Peers.Address, RegistriesConf: cfg.Disk.RegistriesConf,
+			RegistriesConfDir: cfg.Disk.RegistriesConfDir, Scratch: opts.Peers.scratch, OnPins: opts.Peers.setPinned, Path: mirror.PathFor}
 	}
 	a := agent.New(agent.Config{
 		NodeName:        nodeName,

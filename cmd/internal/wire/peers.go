@@ -1,0 +1,101 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/blobstore"
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/registry"
+)
+
+// Peers is the node-local mirror of pinned images ([peers], issue 24 in progress): its
+// store, the mirror, and what it may serve, kept up to date by the pinner.
+type Peers struct {
+	Mirror  *mirror.Mirror
+	Address string
+	scratch string
+	pinned  atomic.Pointer[map[string]bool]
+}
+
+// NewPeers opens the blob store and builds the mirror; nil when [peers] is off, after
+// removing a mirror drop-in an earlier run left (the mirror being gone makes CRI-O go on
+// to the next endpoint anyway; the next reload drops the entries).
+func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers, error) {
+	dropIn := filepath.Join(cfg.Disk.RegistriesConfDir, crio.MirrorDropInName)
+	if !cfg.Peers.Enabled {
+		if err := os.Remove(dropIn); err == nil {
+			log.WithField("file", dropIn).Info("[peers] is off: removed the node-local mirror's registries drop-in")
+		}
+		return nil, nil
+	}
+	dir := cfg.Peers.StoreDir
+	if dir == "" {
+		dir = filepath.Join(stateDir, "blobs")
+	}
+	store, err := blobstore.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	p := &Peers{Address: cfg.Peers.MirrorAddress, scratch: filepath.Join(stateDir, "registries-admin.d")}
+	empty := map[string]bool{}
+	p.pinned.Store(&empty)
+	// The mirror's own way to the registries: the administrator's files without its
+	// drop-in (AdminRegistries copies them into scratch), or it would ask itself.
+	if _, err := crio.AdminRegistries(cfg.Disk.RegistriesConf, cfg.Disk.RegistriesConfDir, p.scratch); err != nil {
+		log.WithError(err).Warn("[peers] reading the administrator's registries files")
+	}
+	rc, _ := RegistryAccess(cfg, conf.RuntimeCRIO, stateDir)
+	rc.RegistriesConfDir = p.scratch
+	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
+	source := registry.New(rc, keyring.Lookup)
+	p.Mirror = mirror.New(store, source, p.isPinned, log.WithField("part", "mirror"))
+	return p, nil
+}
+
+func (p *Peers) isPinned(repo string, d digest.Digest) bool {
+	return (*p.pinned.Load())[repo+"@"+d.String()]
+}
+
+// setPinned takes the pinned references (the pinner's patterns).
+func (p *Peers) setPinned(refs []string) {
+	m := map[string]bool{}
+	for _, r := range refs {
+		if !strings.Contains(r, "*") {
+			m[r] = true
+		}
+	}
+	p.pinned.Store(&m)
+}
+
+// Serve runs the mirror until ctx ends.
+func (p *Peers) Serve(ctx context.Context) error {
+	l, err := net.Listen("tcp", p.Address)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: p.Mirror, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

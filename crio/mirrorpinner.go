@@ -1,0 +1,101 @@
+package crio
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/distribution/reference"
+
+	"github.com/imagepin/imagepin/internal/fsutil"
+	"github.com/imagepin/imagepin/pin"
+)
+
+// MirrorPinner is the CRI-O pinner with the node-local mirror (issue 24): each pin
+// write also writes the registries.conf.d drop-in that puts the mirror first for the
+// repositories of the pinned images (MirrorDropIn), and tells the mirror what it may
+// serve. A changed drop-in counts as a change, so the same reload (SIGHUP, on which
+// CRI-O re-reads registries.conf.d too) applies both.
+type MirrorPinner struct {
+	*Pinner
+	// Local is the mirror's host:port.
+	Local string
+	// RegistriesConf and RegistriesConfDir are CRI-O's registries.conf and its drop-in
+	// directory; Scratch is a directory of imagepind's for reading the administrator's.
+	RegistriesConf, RegistriesConfDir, Scratch string
+	// OnPins receives the pinned references at each write.
+	OnPins func(refs []string)
+	// Path is how the mirror names a source repository in its paths.
+	Path func(repo string) string
+}
+
+var _ pin.Pinner = (*MirrorPinner)(nil)
+
+// Write writes the pins, then the mirror drop-in.
+func (m *MirrorPinner) Write(ctx context.Context, patterns []string, images func(string) (bool, bool)) (pin.Written, error) {
+	w, err := m.Pinner.Write(ctx, patterns, images)
+	if err != nil {
+		return w, err
+	}
+	if m.OnPins != nil {
+		m.OnPins(patterns)
+	}
+	changed, err := m.writeDropIn(patterns)
+	if err != nil {
+		w.Faults = append(w.Faults, "node-local mirror's registries drop-in: "+err.Error())
+		return w, nil
+	}
+	w.Changed = w.Changed || changed
+	return w, nil
+}
+
+// MirrorRepos are the repositories of the references among patterns (a wildcard pattern
+// names none), sorted.
+func MirrorRepos(patterns []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range patterns {
+		if strings.Contains(p, "*") {
+			continue
+		}
+		named, err := reference.ParseNormalizedNamed(p)
+		if err != nil || seen[named.Name()] {
+			continue
+		}
+		seen[named.Name()] = true
+		out = append(out, named.Name())
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m *MirrorPinner) writeDropIn(patterns []string) (bool, error) {
+	path := filepath.Join(m.RegistriesConfDir, MirrorDropInName)
+	repos := MirrorRepos(patterns)
+	old, _ := os.ReadFile(path)
+	if len(repos) == 0 {
+		if old == nil {
+			return false, nil
+		}
+		return true, os.Remove(path)
+	}
+	admin, err := AdminRegistries(m.RegistriesConf, m.RegistriesConfDir, m.Scratch)
+	if err != nil {
+		return false, err
+	}
+	data, err := MirrorDropIn(m.Local, repos, admin, m.Path)
+	if err != nil {
+		return false, err
+	}
+	if bytes.Equal(old, data) {
+		return false, nil
+	}
+	if err := os.MkdirAll(m.RegistriesConfDir, 0o755); err != nil {
+		return false, err
+	}
+	// The temp file outside the directory: containers/image reads every *.conf there.
+	return true, fsutil.WriteAtomic(path, filepath.Dir(m.RegistriesConfDir), data, 0o644)
+}

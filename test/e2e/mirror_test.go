@@ -1,0 +1,97 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imagepin/imagepin/blobstore"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/env"
+)
+
+// The node-local mirror ([peers], issue 24's first step, one node): CRI-O pulls the
+// pinned images through imagepind's mirror, which keeps their blobs; with the registry
+// gone, an image removed from CRI-O's storage is pulled again from the node's own store.
+// An unpinned image goes straight to its registry, and with imagepind stopped CRI-O
+// pulls from the registry as without imagepin.
+func TestNodeLocalMirrorServesPinnedImages(t *testing.T) {
+	w := newWorld(t)
+	port, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirrorAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = %q\n", mirrorAddr)})
+	refs := w.push("mirrored", 2)
+	w.startDaemon()
+	w.writeSet("mirrored.yaml", alphaSet("mirrored", refs...))
+	w.waitFor("mirrored Ready", 60*time.Second, phaseIs("mirrored", status.Ready))
+	w.requirePinned(refs...)
+
+	dropIn := filepath.Join(w.crio.RegistriesConfDir(), crio.MirrorDropInName)
+	data, err := os.ReadFile(dropIn)
+	at := mirrorAddr + "/" + strings.Replace(w.reg.Host, ":", "_", 1) // mirror.PathFor
+	if err != nil || !strings.Contains(string(data), at) {
+		t.Fatalf("mirror drop-in %s: %v\n%s", dropIn, err, data)
+	}
+	// CRI-O took the pulls to the mirror first (containers/image logs each endpoint it tries).
+	if !w.crio.LogContains(`Trying to access \"` + at) {
+		t.Fatalf("CRI-O never tried the node-local mirror:\n%s", w.crio.LogTail(30))
+	}
+	store, err := blobstore.Open(filepath.Join(w.dir, "state", "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, _ := store.Usage(context.Background())
+	if used < 2*64<<10 {
+		t.Fatalf("the mirror's store holds %d bytes; the two images' layers alone are %d", used, 2*64<<10)
+	}
+	t.Logf("the node-local store holds %d bytes for 2 images of one 64 KiB layer each", used)
+
+	crictl := func(args ...string) (string, error) {
+		out, err := exec.Command(filepath.Join(env.CacheDir(), "crictl"), append([]string{"--runtime-endpoint", "unix://" + w.socket()}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	// The registry gone: an image removed from CRI-O's storage comes back from the store.
+	w.reg.Stop()
+	if out, err := crictl("rmi", refs[0]); err != nil {
+		t.Fatalf("crictl rmi: %v %s", err, out)
+	}
+	start := time.Now()
+	if out, err := crictl("pull", refs[0]); err != nil {
+		t.Fatalf("with the registry gone, pulling a pinned image failed: %v\n%s\n%s", err, out, w.crio.LogTail(20))
+	}
+	t.Logf("with the registry gone, %s pulled again from the node's own store in %s", refs[0], time.Since(start).Round(time.Millisecond))
+
+	// An unpinned image goes to its registry untouched (the mirror answers 404 at once).
+	if err := w.reg.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	loose := w.push("loose", 1)
+	if out, err := crictl("pull", loose[0]); err != nil {
+		t.Fatalf("unpinned pull: %v %s", err, out)
+	}
+	if used2, _ := store.Usage(context.Background()); used2 != used {
+		t.Fatalf("the mirror stored an unpinned image (%d → %d bytes)", used, used2)
+	}
+
+	// imagepind stopped (the mirror down): CRI-O goes on to the registry.
+	w.stopDaemon()
+	if out, err := crictl("rmi", refs[1]); err != nil {
+		t.Fatalf("crictl rmi: %v %s", err, out)
+	}
+	start = time.Now()
+	if out, err := crictl("pull", refs[1]); err != nil {
+		t.Fatalf("with the mirror down, pulling from the registry failed: %v\n%s", err, out)
+	}
+	t.Logf("with imagepind stopped, %s pulled from the registry in %s (the mirror refused the connection first)", refs[1], time.Since(start).Round(time.Millisecond))
+}
