@@ -141,3 +141,8 @@ func (s *Store) Usage(ctx context.Context) (int64, error) {
 	})
 	return total, err
 }
+
+// Walk calls fn for every committed blob.
+func (s *Store) Walk(ctx context.Context, fn func(d digest.Digest, size int64) error) error {
+	return s.cs.Walk(ctx, func(info content.Info) error { return fn(info.Digest, info.Size) })
+}

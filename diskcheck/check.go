@@ -19,6 +19,11 @@ type Config struct {
 	GCHighThresholdPercent int
 	KubeletConfig          string
 	KubeletConfigDir       string // the kubelet's --config-dir
+	// KeepsCompressed: the node also keeps each layer's compressed blob ([peers]: the
+	// node-local mirror's store), so every layer needs its compressed size once more.
+	// Counted against the image filesystem (the state directory is on it on an
+	// OpenShift node: both under /var).
+	KeepsCompressed bool
 }
 
 // ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
@@ -97,6 +102,9 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 				newLayers[l.Digest] = true
 				layers = registry.AddSat(layers, uint64(l.Size))
 				need = registry.AddSat(need, Need(l, r.cfg.Multiplier))
+				if r.cfg.KeepsCompressed {
+					need = registry.AddSat(need, uint64(l.Size))
+				}
 				if l.Uncompressed > 0 {
 					uncompressed = registry.AddSat(uncompressed, uint64(l.Uncompressed))
 				}
@@ -135,6 +143,9 @@ func (r *Registry) describe(set string, images int, layers, uncompressed, need, 
 	how := fmt.Sprintf("%g × %s of layers", r.cfg.Multiplier, Human(layers))
 	if uncompressed > 0 {
 		how += fmt.Sprintf(", or %s uncompressed + compressed where larger", Human(uncompressed))
+	}
+	if r.cfg.KeepsCompressed {
+		how += fmt.Sprintf(", + %s compressed for the node-local mirror's store", Human(layers))
 	}
 	msg := fmt.Sprintf("node %s: %d images need %s (%s) on %s", r.cfg.NodeName, images, Human(need), how, path)
 	if before > 0 {

@@ -3,12 +3,14 @@ package diskcheck
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
@@ -189,4 +191,52 @@ func TestCachedImageFS(t *testing.T) {
 	if calls != 2 {
 		t.Fatalf("%d calls", calls)
 	}
+}
+
+// With the node-local mirror's store ([peers]), each layer's compressed blob is kept once
+// more: the need grows by the compressed bytes, shared layers still counted once.
+func TestKeepsCompressedAddsTheCompressedBytes(t *testing.T) {
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.Certs)
+	base, u1, u2 := layer(t, 10000), layer(t, 3000), layer(t, 4000)
+	img1 := reg.Host + "/" + reg.Push("a/one", image(t, base, u1), "")
+	img2 := reg.Host + "/" + reg.Push("a/two", image(t, base, u2), "")
+	need := func(keep bool) string {
+		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85, KeepsCompressed: keep},
+			resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+		c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
+		res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Missing: []string{img1, img2}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Verdicts["a"].Condition.Message
+	}
+	compressed := layerBytes(t, base, u1, u2)
+	without, with := need(false), need(true)
+	// need = max(2 × compressed, uncompressed + compressed) over the three layers, once
+	// each; with the store, + the compressed bytes.
+	var n uint64
+	for _, l := range []v1.Layer{base, u1, u2} {
+		size, _ := l.Size()
+		n += max(2*uint64(size), layerBytes(t, l)+uncompressedSize(t, l))
+	}
+	if !strings.Contains(without, "need "+Human(n)+" (") || !strings.Contains(with, "need "+Human(n+compressed)+" (") ||
+		!strings.Contains(with, "+ "+Human(compressed)+" compressed for the node-local mirror's store") {
+		t.Fatalf("need without the store %q, with it %q; compressed layers %d", without, with, compressed)
+	}
+}
+
+func uncompressedSize(t *testing.T, l v1.Layer) uint64 {
+	t.Helper()
+	rc, err := l.Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	n, err := io.Copy(io.Discard, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(n)
 }

@@ -268,3 +268,35 @@ func TestPathForRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// Blobs no pinned reference needs leave the store; a pinned image's stay.
+func TestPruneKeepsWhatIsPinned(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	pinnedRef := repo + "@" + d.String()
+	srv, m, store := serve(t, src, func(r string, dd digest.Digest) bool { return r+"@"+dd.String() == pinnedRef })
+	ref, _ := name.NewDigest(strings.TrimPrefix(srv.URL, "http://")+"/"+pinnedRef, name.Insecure)
+	got, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := got.Layers()
+	for _, l := range layers {
+		rc, _ := l.Compressed()
+		io.Copy(io.Discard, rc)
+		rc.Close()
+	}
+	got.RawConfigFile()
+	ctx := context.Background()
+	before, _ := store.Usage(ctx)
+	if n, freed, err := m.Prune(ctx, []string{pinnedRef}); err != nil || n != 0 || freed != 0 {
+		t.Fatalf("pruning while pinned: %d blobs, %d bytes, %v", n, freed, err)
+	}
+	n, freed, err := m.Prune(ctx, nil)
+	if err != nil || n != 5 || freed != before {
+		t.Fatalf("pruning after the unpin: %d blobs, %d bytes (of %d), %v", n, freed, before, err)
+	}
+	if used, _ := store.Usage(ctx); used != 0 {
+		t.Fatalf("%d bytes left", used)
+	}
+}

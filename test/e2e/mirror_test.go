@@ -84,6 +84,22 @@ func TestNodeLocalMirrorServesPinnedImages(t *testing.T) {
 		t.Fatalf("the mirror stored an unpinned image (%d → %d bytes)", used, used2)
 	}
 
+	// The set removed: unpin_delay (2 s here) later its pins go, and so do its blobs.
+	if err := os.Remove(filepath.Join(w.setsDir, "mirrored.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		u, _ := store.Usage(context.Background())
+		if u == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store still holds %d bytes 30 s after the set was removed", u)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
 	// imagepind stopped (the mirror down): CRI-O goes on to the registry.
 	w.stopDaemon()
 	if out, err := crictl("rmi", refs[1]); err != nil {

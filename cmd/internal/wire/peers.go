@@ -29,6 +29,9 @@ type Peers struct {
 	Address string
 	scratch string
 	pinned  atomic.Pointer[map[string]bool]
+	log     logrus.FieldLogger
+	// prune wakes the store's pruning after the pinned references changed.
+	prune chan struct{}
 }
 
 // NewPeers opens the blob store and builds the mirror; nil when [peers] is off, after
@@ -36,21 +39,26 @@ type Peers struct {
 // to the next endpoint anyway; the next reload drops the entries).
 func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers, error) {
 	dropIn := filepath.Join(cfg.Disk.RegistriesConfDir, crio.MirrorDropInName)
+	dir := cfg.Peers.StoreDir
+	if dir == "" {
+		dir = filepath.Join(stateDir, "blobs")
+	}
 	if !cfg.Peers.Enabled {
 		if err := os.Remove(dropIn); err == nil {
 			log.WithField("file", dropIn).Info("[peers] is off: removed the node-local mirror's registries drop-in")
 		}
+		if _, err := os.Stat(dir); err == nil {
+			if err := os.RemoveAll(dir); err == nil {
+				log.WithField("dir", dir).Info("[peers] is off: removed the node-local mirror's blob store")
+			}
+		}
 		return nil, nil
-	}
-	dir := cfg.Peers.StoreDir
-	if dir == "" {
-		dir = filepath.Join(stateDir, "blobs")
 	}
 	store, err := blobstore.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	p := &Peers{Address: cfg.Peers.MirrorAddress, scratch: filepath.Join(stateDir, "registries-admin.d")}
+	p := &Peers{Address: cfg.Peers.MirrorAddress, scratch: filepath.Join(stateDir, "registries-admin.d"), log: log, prune: make(chan struct{}, 1)}
 	empty := map[string]bool{}
 	p.pinned.Store(&empty)
 	// The mirror's own way to the registries: the administrator's files without its
@@ -78,11 +86,50 @@ func (p *Peers) setPinned(refs []string) {
 			m[r] = true
 		}
 	}
-	p.pinned.Store(&m)
+	old := p.pinned.Swap(&m)
+	if len(*old) != len(m) || !sameKeys(*old, m) {
+		select {
+		case p.prune <- struct{}{}:
+		default:
+		}
+	}
 }
 
-// Serve runs the mirror until ctx ends.
+func sameKeys(a, b map[string]bool) bool {
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// pruneLoop drops the blobs no pinned reference needs, after each change of the pins
+// (an image stays pinned for unpin_delay after its set goes: so do its blobs).
+func (p *Peers) pruneLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.prune:
+		}
+		var refs []string
+		for r := range *p.pinned.Load() {
+			refs = append(refs, r)
+		}
+		n, freed, err := p.Mirror.Prune(ctx, refs)
+		switch {
+		case err != nil:
+			p.log.WithError(err).Warn("mirror store: prune")
+		case n > 0:
+			p.log.WithField("blobs", n).WithField("bytes", freed).Info("mirror store: released the blobs of images no longer pinned")
+		}
+	}
+}
+
+// Serve runs the mirror (and the store's pruning) until ctx ends.
 func (p *Peers) Serve(ctx context.Context) error {
+	go p.pruneLoop(ctx)
 	l, err := net.Listen("tcp", p.Address)
 	if err != nil {
 		return err

@@ -293,6 +293,7 @@ func DiskCheck(cfg conf.Config, registries *registry.Client, client *cri.Client,
 		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent,
 		KubeletConfig:          cfg.Disk.KubeletConfig,
 		KubeletConfigDir:       cfg.Kubelet.ConfigDir,
+		KeepsCompressed:        cfg.Peers.Enabled,
 	}, registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
 }
 

@@ -1,0 +1,78 @@
+package mirror
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Prune deletes from the store every blob that no pinned reference needs: the pinned
+// manifests, what they name, and for an index what its manifests name. pinned are the
+// pinner's patterns (images stay in them for unpin_delay after their set goes, so their
+// blobs are released when their pins are). It returns how many blobs and bytes went.
+func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error) {
+	keep := map[digest.Digest]bool{}
+	var visit func(d digest.Digest)
+	visit = func(d digest.Digest) {
+		if keep[d] {
+			return
+		}
+		keep[d] = true
+		rd, _, err := m.store.Reader(ctx, d)
+		if err != nil {
+			return // not stored (yet): nothing below it to keep
+		}
+		data, err := io.ReadAll(io.LimitReader(rd, 4<<20))
+		rd.Close()
+		if err != nil {
+			return
+		}
+		var man struct {
+			Config    *struct{ Digest digest.Digest } `json:"config"`
+			Layers    []struct{ Digest digest.Digest } `json:"layers"`
+			Manifests []struct{ Digest digest.Digest } `json:"manifests"`
+		}
+		if json.Unmarshal(data, &man) != nil {
+			return // a layer or a config: a leaf
+		}
+		if man.Config != nil {
+			keep[man.Config.Digest] = true
+		}
+		for _, l := range man.Layers {
+			keep[l.Digest] = true
+		}
+		for _, c := range man.Manifests {
+			visit(c.Digest)
+		}
+	}
+	for _, p := range pinned {
+		if strings.Contains(p, "*") {
+			continue
+		}
+		if _, ref, ok := strings.Cut(p, "@"); ok {
+			if d, err := digest.Parse(ref); err == nil {
+				visit(d)
+			}
+		}
+	}
+	var gone []digest.Digest
+	var freed int64
+	if err := m.store.Walk(ctx, func(d digest.Digest, size int64) error {
+		if !keep[d] {
+			gone = append(gone, d)
+			freed += size
+		}
+		return nil
+	}); err != nil {
+		return 0, 0, err
+	}
+	for _, d := range gone {
+		if err := m.store.Delete(ctx, d); err != nil {
+			return 0, 0, err
+		}
+	}
+	return len(gone), freed, nil
+}
