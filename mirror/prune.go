@@ -31,7 +31,7 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 			return
 		}
 		var man struct {
-			Config    *struct{ Digest digest.Digest } `json:"config"`
+			Config    *struct{ Digest digest.Digest }  `json:"config"`
 			Layers    []struct{ Digest digest.Digest } `json:"layers"`
 			Manifests []struct{ Digest digest.Digest } `json:"manifests"`
 		}
