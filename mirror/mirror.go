@@ -266,6 +266,11 @@ func (m *Mirror) blob(w http.ResponseWriter, r *http.Request, repo string, d dig
 		http.ServeContent(w, r, "", zeroTime, rd)
 		return
 	}
+	if r.Method == http.MethodHead {
+		// Pulls GET their blobs; a HEAD for one not stored yet is not worth a fetch.
+		notFound(w, "BLOB_UNKNOWN")
+		return
+	}
 	body, size, err := m.source.Blob(ctx, repo, manifest, d)
 	if err != nil {
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
@@ -277,10 +282,6 @@ func (m *Mirror) blob(w http.ResponseWriter, r *http.Request, repo string, d dig
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
-	}
-	if r.Method == http.MethodHead {
-		w.WriteHeader(http.StatusOK)
-		return
 	}
 	// Streamed to the client while written to the store, all but the last bytes: those
 	// are sent only once the whole blob matches its digest, so a client never receives a

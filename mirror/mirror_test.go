@@ -292,11 +292,17 @@ func TestPruneKeepsWhatIsPinned(t *testing.T) {
 	if n, freed, err := m.Prune(ctx, []string{pinnedRef}); err != nil || n != 0 || freed != 0 {
 		t.Fatalf("pruning while pinned: %d blobs, %d bytes, %v", n, freed, err)
 	}
+	if ld, _ := layers[0].Digest(); !m.allowed(repo, digest.Digest(ld.String())) {
+		t.Fatal("a pinned image's layer is no longer served after a prune")
+	}
 	n, freed, err := m.Prune(ctx, nil)
 	if err != nil || n != 5 || freed != before {
 		t.Fatalf("pruning after the unpin: %d blobs, %d bytes (of %d), %v", n, freed, before, err)
 	}
 	if used, _ := store.Usage(ctx); used != 0 {
 		t.Fatalf("%d bytes left", used)
+	}
+	if ld, _ := layers[0].Digest(); m.allowed(repo, digest.Digest(ld.String())) {
+		t.Fatal("an unpinned image's layer is still served")
 	}
 }

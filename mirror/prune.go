@@ -74,5 +74,18 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 			return 0, 0, err
 		}
 	}
+	// What the mirror may serve shrinks with the pins too.
+	m.mu.Lock()
+	for repo, c := range m.children {
+		for d := range c {
+			if !keep[d] {
+				delete(c, d)
+			}
+		}
+		if len(c) == 0 {
+			delete(m.children, repo)
+		}
+	}
+	m.mu.Unlock()
 	return len(gone), freed, nil
 }
