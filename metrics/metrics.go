@@ -119,3 +119,13 @@ func (m *Metrics) Serve(ctx context.Context, address string) error {
 	}
 	return nil
 }
+
+// MirrorBytes exposes the node-local mirror's bytes served ([peers]), by where they
+// came from: the node's store, or the registry (fetched while serving).
+func (m *Metrics) MirrorBytes(fromStore, fromRegistry func() int64) {
+	for from, f := range map[string]func() int64{"store": fromStore, "registry": fromRegistry} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "imagepin_mirror_served_bytes_total",
+			Help:        "Bytes the node-local mirror served to the runtime, by where they came from: store or registry.",
+			ConstLabels: prometheus.Labels{"from": from}}, func() float64 { return float64(f()) }))
+	}
+}

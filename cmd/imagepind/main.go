@@ -173,6 +173,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		g.Go(func() error { return syncer.Run(ctx) })
 	}
 	if peers != nil {
+		m.MirrorBytes(peers.Mirror.Stats.FromStore.Load, peers.Mirror.Stats.FromSource.Load)
 		g.Go(func() error { return peers.Serve(ctx) })
 	}
 	if cfg.Metrics.Address != "" {

@@ -30,7 +30,7 @@ func TestNodeLocalMirrorServesPinnedImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	mirrorAddr := fmt.Sprintf("127.0.0.1:%d", port)
-	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = %q\n", mirrorAddr)})
+	w.writeConfig(worldOptions{metrics: true, extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = %q\n", mirrorAddr)})
 	refs := w.push("mirrored", 2)
 	w.startDaemon()
 	w.writeSet("mirrored.yaml", alphaSet("mirrored", refs...))
@@ -71,6 +71,21 @@ func TestNodeLocalMirrorServesPinnedImages(t *testing.T) {
 		t.Fatalf("with the registry gone, pulling a pinned image failed: %v\n%s\n%s", err, out, w.crio.LogTail(20))
 	}
 	t.Logf("with the registry gone, %s pulled again from the node's own store in %s", refs[0], time.Since(start).Round(time.Millisecond))
+	// The counters say where the bytes came from.
+	served := map[string]float64{}
+	for _, line := range strings.Split(scrape(t, w), "\n") {
+		for _, from := range []string{"store", "registry"} {
+			if v, ok := strings.CutPrefix(line, `imagepin_mirror_served_bytes_total{from="`+from+`"} `); ok {
+				var n float64
+				fmt.Sscan(v, &n)
+				served[from] = n
+			}
+		}
+	}
+	t.Logf("imagepin_mirror_served_bytes_total: %v", served)
+	if served["registry"] < 2*64<<10 || served["store"] < 64<<10 {
+		t.Fatalf("mirror counters %v: the first pulls came from the registry, the second from the store", served)
+	}
 
 	// An unpinned image goes to its registry untouched (the mirror answers 404 at once).
 	if err := w.reg.Restart(); err != nil {
