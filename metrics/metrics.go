@@ -5,8 +5,6 @@ package metrics
 
 import (
 	"context"
-	"errors"
-	"net"
 	"net/http"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/imagepin/imagepin/internal/httpserve"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -103,21 +102,7 @@ func (m *Metrics) Handler() http.Handler {
 func (m *Metrics) Serve(ctx context.Context, address string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	l, err := net.Listen("tcp", address)
-	if err != nil {
-		return err
-	}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Run(ctx, address, mux)
 }
 
 // MirrorBytes exposes the node-local mirror's bytes served ([peers]), by where they

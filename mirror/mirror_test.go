@@ -92,37 +92,45 @@ func serve(t *testing.T, src Source, pinned Pinned) (*httptest.Server, *Mirror, 
 	return srv, m, store
 }
 
+// pullThrough pulls repo@d from the mirror at srv with go-containerregistry (which
+// checks every digest), reading the config and every layer, and returns its layers.
+func pullThrough(t *testing.T, srv *httptest.Server, repo string, d fmt.Stringer) []v1.Layer {
+	t.Helper()
+	ref, err := name.NewDigest(strings.TrimPrefix(srv.URL, "http://")+"/"+repo+"@"+d.String(), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Image(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := got.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.Copy(io.Discard, rc); err != nil {
+			t.Fatalf("layer: %v", err)
+		}
+		rc.Close()
+	}
+	if _, err := got.RawConfigFile(); err != nil {
+		t.Fatal(err)
+	}
+	return layers
+}
+
 // A real client (go-containerregistry, which checks every digest) pulls a pinned image
 // through the mirror: from the source the first time, from the store the second.
 func TestPinnedImageThroughTheMirror(t *testing.T) {
 	img, src := newImage(t)
 	d, _ := img.Digest()
 	srv, m, store := serve(t, src, func(r string, dd digest.Digest) bool { return r == repo && dd.String() == d.String() })
-	host := strings.TrimPrefix(srv.URL, "http://")
-	ref, err := name.NewDigest(host+"/"+repo+"@"+d.String(), name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pull := func() {
-		got, err := remote.Image(ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		layers, _ := got.Layers()
-		for _, l := range layers {
-			rc, err := l.Compressed()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.Copy(io.Discard, rc); err != nil {
-				t.Fatal(err)
-			}
-			rc.Close()
-		}
-		if _, err := got.RawConfigFile(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pull := func() { pullThrough(t, srv, repo, d) }
 	pull()
 	fromSource := src.calls.Load()
 	if fromSource != 5 { // manifest, config, 3 layers
@@ -224,28 +232,7 @@ func TestFillThroughTheNodesRegistryAccess(t *testing.T) {
 		func(string) *cri.Auth { return nil })
 	const src = "upstream.example.invalid/ocp/release"
 	srv, m, store := serve(t, source, func(r string, dd digest.Digest) bool { return r == src && dd == d })
-	ref, err := name.NewDigest(strings.TrimPrefix(srv.URL, "http://")+"/"+src+"@"+d.String(), name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layers, _ := got.Layers()
-	for _, l := range layers {
-		rc, err := l.Compressed()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(io.Discard, rc); err != nil {
-			t.Fatalf("layer: %v", err)
-		}
-		rc.Close()
-	}
-	if _, err := got.RawConfigFile(); err != nil {
-		t.Fatal(err)
-	}
+	layers := pullThrough(t, srv, src, d)
 	used, _ := store.Usage(context.Background())
 	want := int64(registrytest.LayerBytes(t, layers...))
 	if used < want {
@@ -275,18 +262,7 @@ func TestPruneKeepsWhatIsPinned(t *testing.T) {
 	d, _ := img.Digest()
 	pinnedRef := repo + "@" + d.String()
 	srv, m, store := serve(t, src, func(r string, dd digest.Digest) bool { return r+"@"+dd.String() == pinnedRef })
-	ref, _ := name.NewDigest(strings.TrimPrefix(srv.URL, "http://")+"/"+pinnedRef, name.Insecure)
-	got, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layers, _ := got.Layers()
-	for _, l := range layers {
-		rc, _ := l.Compressed()
-		io.Copy(io.Discard, rc)
-		rc.Close()
-	}
-	got.RawConfigFile()
+	layers := pullThrough(t, srv, repo, d)
 	ctx := context.Background()
 	before, _ := store.Usage(ctx)
 	if n, freed, err := m.Prune(ctx, []string{pinnedRef}); err != nil || n != 0 || freed != 0 {

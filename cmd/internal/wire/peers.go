@@ -2,14 +2,10 @@ package wire
 
 import (
 	"context"
-	"errors"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
@@ -18,6 +14,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/internal/httpserve"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/registry"
 )
@@ -130,19 +127,5 @@ func (p *Peers) pruneLoop(ctx context.Context) {
 // Serve runs the mirror (and the store's pruning) until ctx ends.
 func (p *Peers) Serve(ctx context.Context) error {
 	go p.pruneLoop(ctx)
-	l, err := net.Listen("tcp", p.Address)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: p.Mirror, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return httpserve.Run(ctx, p.Address, p.Mirror)
 }
