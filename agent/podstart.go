@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"strings"
 
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/status"
@@ -64,11 +63,7 @@ func registryCondition(o phaseOutcome, ps podStart, refs []string) status.Condit
 		c.Reason = status.ReasonKubeletConfigUnreadable
 		c.Message = "cannot tell whether the kubelet verifies pull credentials at pod start: " + ps.err.Error()
 	default:
-		ids := map[string]string{}
-		for _, ref := range refs {
-			ids[ref] = ps.ids[strings.ToLower(ref)]
-		}
-		needs := ps.v.Needs(refs, ids)
+		needs := ps.v.Needs(refs, ps.ids)
 		c.Message = ps.v.Summary(needs, len(refs), 5)
 		c.Status, c.Reason = status.True, status.ReasonPodsStartWithoutRegistry
 		if len(needs) > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -23,13 +24,18 @@ type MirrorPinner struct {
 	*Pinner
 	// Local is the mirror's host:port.
 	Local string
-	// RegistriesConf and RegistriesConfDir are CRI-O's registries.conf and its drop-in
-	// directory; Scratch is a directory of imagepind's for reading the administrator's.
-	RegistriesConf, RegistriesConfDir, Scratch string
+	// Admin are CRI-O's registries files as the administrator wrote them; the drop-in
+	// goes into Admin.Dir.
+	Admin *AdminFiles
 	// OnPins receives the pinned references at each write.
 	OnPins func(refs []string)
 	// Path is how the mirror names a source repository in its paths.
 	Path func(repo string) string
+
+	// lastRepos and last are the inputs and the drop-in of the last render: with the
+	// same repositories and unchanged administrator's files, nothing is rendered again.
+	lastRepos []string
+	last      []byte
 }
 
 var _ pin.Pinner = (*MirrorPinner)(nil)
@@ -73,29 +79,33 @@ func MirrorRepos(patterns []string) []string {
 }
 
 func (m *MirrorPinner) writeDropIn(patterns []string) (bool, error) {
-	path := filepath.Join(m.RegistriesConfDir, MirrorDropInName)
+	path := filepath.Join(m.Admin.Dir, MirrorDropInName)
 	repos := MirrorRepos(patterns)
 	old, _ := os.ReadFile(path)
 	if len(repos) == 0 {
+		m.lastRepos, m.last = nil, nil
 		if old == nil {
 			return false, nil
 		}
 		return true, os.Remove(path)
 	}
-	admin, err := AdminRegistries(m.RegistriesConf, m.RegistriesConfDir, m.Scratch)
+	admin, adminChanged, err := m.Admin.Read()
 	if err != nil {
 		return false, err
 	}
-	data, err := MirrorDropIn(m.Local, repos, admin, m.Path)
-	if err != nil {
-		return false, err
+	data := m.last
+	if adminChanged || !slices.Equal(repos, m.lastRepos) {
+		if data, err = MirrorDropIn(m.Local, repos, admin, m.Path); err != nil {
+			return false, err
+		}
+		m.lastRepos, m.last = repos, data
 	}
 	if bytes.Equal(old, data) {
 		return false, nil
 	}
-	if err := os.MkdirAll(m.RegistriesConfDir, 0o755); err != nil {
+	if err := os.MkdirAll(m.Admin.Dir, 0o755); err != nil {
 		return false, err
 	}
 	// The temp file outside the directory: containers/image reads every *.conf there.
-	return true, fsutil.WriteAtomic(path, filepath.Dir(m.RegistriesConfDir), data, 0o644)
+	return true, fsutil.WriteAtomic(path, filepath.Dir(m.Admin.Dir), data, 0o644)
 }

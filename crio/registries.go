@@ -2,6 +2,7 @@ package crio
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,40 +24,95 @@ const MirrorDropInName = "zz-imagepin-mirror.conf"
 // (the longest prefix match, as containers/image does), nil when there is none.
 type AdminRegistry func(prefix string) (*sysregistriesv2.Registry, error)
 
-// AdminRegistries reads the registries.conf and drop-ins CRI-O reads, without
-// imagepind's own drop-in, through containers/image's own parser. scratch is a
-// directory of imagepind's (rewritten at each call) holding a copy of the drop-ins.
-func AdminRegistries(mainConf, dropInDir, scratch string) (AdminRegistry, error) {
-	if err := os.RemoveAll(scratch); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(scratch, 0o700); err != nil {
-		return nil, err
-	}
-	entries, err := os.ReadDir(dropInDir)
+// AdminFiles are the registries.conf and drop-ins CRI-O reads, without imagepind's own
+// drop-in: Scratch, a directory of imagepind's, holds a copy of the drop-ins that the
+// node-local mirror's own registry access reads (so that it never asks itself). Read is
+// called on every pin write: it rewrites the copy only when a file changed, each file
+// atomically, so a reader of Scratch never sees it half written.
+type AdminFiles struct {
+	Main, Dir, Scratch string
+	seen               [sha256.Size]byte
+}
+
+// Read brings Scratch up to date and returns the lookup, and whether anything changed
+// since the last Read.
+func (a *AdminFiles) Read() (AdminRegistry, bool, error) {
+	files := map[string][]byte{}
+	entries, err := os.ReadDir(a.Dir)
 	if err != nil && !os.IsNotExist(err) {
-		return nil, fmt.Errorf("registries drop-ins %s: %w", dropInDir, err)
+		return nil, false, fmt.Errorf("registries drop-ins %s: %w", a.Dir, err)
 	}
 	for _, e := range entries {
 		if e.IsDir() || e.Name() == MirrorDropInName || !strings.HasSuffix(e.Name(), ".conf") {
 			continue
 		}
-		data, err := fsutil.ReadRegular(filepath.Join(dropInDir, e.Name()), 1<<20)
+		data, err := fsutil.ReadRegular(filepath.Join(a.Dir, e.Name()), 1<<20)
 		if err != nil {
-			return nil, fmt.Errorf("registries drop-in %s: %w", e.Name(), err)
+			return nil, false, fmt.Errorf("registries drop-in %s: %w", e.Name(), err)
 		}
-		if err := os.WriteFile(filepath.Join(scratch, e.Name()), data, 0o600); err != nil {
-			return nil, err
-		}
+		files[e.Name()] = data
 	}
-	sys := &types.SystemContext{SystemRegistriesConfPath: mainConf, SystemRegistriesConfDirPath: scratch}
+	main, err := fsutil.ReadRegular(a.Main, 1<<20)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, false, fmt.Errorf("registries.conf %s: %w", a.Main, err)
+	}
+	h := sha256.New()
+	h.Write(main)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "\x00%s\x00%d\x00", n, len(files[n]))
+		h.Write(files[n])
+	}
+	var sum [sha256.Size]byte
+	copy(sum[:], h.Sum(nil))
+	sys := &types.SystemContext{SystemRegistriesConfPath: a.Main, SystemRegistriesConfDirPath: a.Scratch}
+	lookup := func(prefix string) (*sysregistriesv2.Registry, error) {
+		return sysregistriesv2.FindRegistry(sys, prefix)
+	}
+	if sum == a.seen {
+		return lookup, false, nil
+	}
+	if err := a.sync(files); err != nil {
+		return nil, false, err
+	}
 	sysregistriesv2.InvalidateCache()
 	if _, err := sysregistriesv2.GetRegistries(sys); err != nil {
-		return nil, fmt.Errorf("registries.conf: %w", err)
+		return nil, false, fmt.Errorf("registries.conf: %w", err)
 	}
-	return func(prefix string) (*sysregistriesv2.Registry, error) {
-		return sysregistriesv2.FindRegistry(sys, prefix)
-	}, nil
+	a.seen = sum
+	return lookup, true, nil
+}
+
+// sync makes Scratch hold exactly files, writing each atomically.
+func (a *AdminFiles) sync(files map[string][]byte) error {
+	if err := os.MkdirAll(a.Scratch, 0o700); err != nil {
+		return err
+	}
+	for n, data := range files {
+		if old, err := os.ReadFile(filepath.Join(a.Scratch, n)); err == nil && bytes.Equal(old, data) {
+			continue
+		}
+		// The temp file's name does not end in .conf: containers/image skips it.
+		if err := fsutil.WriteAtomic(filepath.Join(a.Scratch, n), "", data, 0o600); err != nil {
+			return err
+		}
+	}
+	entries, err := os.ReadDir(a.Scratch)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if _, keep := files[e.Name()]; !keep {
+			if err := os.RemoveAll(filepath.Join(a.Scratch, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // MirrorDropIn is the drop-in that puts the node-local mirror (host:port, plain HTTP on

@@ -33,9 +33,10 @@ location = ""
 location = "cache.corp.example"
 pull-from-mirror = "digest-only"
 `), 0o644)
-	admin, err := AdminRegistries(main, dropIns, filepath.Join(dir, "scratch"))
-	if err != nil {
-		t.Fatal(err)
+	files := &AdminFiles{Main: main, Dir: dropIns, Scratch: filepath.Join(dir, "scratch")}
+	admin, changed, err := files.Read()
+	if err != nil || !changed {
+		t.Fatal(changed, err)
 	}
 	repos := []string{"quay.io/openshift-release-dev/ocp-v4.0-art-dev", "a.corp.example/team/app", "docker.io/library/busybox", "quay.io/openshift-release-dev/ocp-v4.0-art-dev"}
 	data, err := MirrorDropIn("127.0.0.1:7443", repos, admin, func(r string) string { return r })
@@ -89,10 +90,11 @@ pull-from-mirror = "digest-only"
 			t.Errorf("%s:\n got %v\nwant %v", ref, got, want)
 		}
 	}
-	// Read again with ours in place: the administrator's view leaves ours out.
-	admin, err = AdminRegistries(main, dropIns, filepath.Join(dir, "scratch"))
-	if err != nil {
-		t.Fatal(err)
+	// Read again with ours in place: the administrator's view leaves ours out, and
+	// nothing of theirs changed.
+	admin, changed, err = files.Read()
+	if err != nil || changed {
+		t.Fatalf("second read: changed %v, %v", changed, err)
 	}
 	again, err := MirrorDropIn("127.0.0.1:7443", repos, admin, func(r string) string { return r })
 	if err != nil || string(again) != string(data) {

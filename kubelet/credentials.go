@@ -185,12 +185,13 @@ type Need struct {
 	Image, Why string
 }
 
-// Needs are the images of refs (each with its image ID, "" when unknown) that need the
-// registry at pod start, in name order.
-func (v Verification) Needs(refs []string, ids map[string]string) []Need {
+// Needs are the images of refs that need the registry at pod start, in name order.
+// listed maps the runtime's image names, lower-cased, to their IDs (CRI ListImages);
+// an image not listed has no ID, so no pull record of the kubelet's can match it.
+func (v Verification) Needs(refs []string, listed map[string]string) []Need {
 	var out []Need
 	for _, ref := range refs {
-		if need, why := v.NeedsRegistry(ref, ids[ref]); need {
+		if need, why := v.NeedsRegistry(ref, listed[strings.ToLower(ref)]); need {
 			out = append(out, Need{Image: ref, Why: why})
 		}
 	}

@@ -169,3 +169,26 @@ func TestAllowlistValidation(t *testing.T) {
 		t.Errorf("good allowlist refused: %v", err)
 	}
 }
+
+// Needs finds each image's ID in the runtime's listing (names lower-cased, as
+// ListImages gives them): a kubelet record for that ID makes it need the registry.
+func TestNeedsLooksUpIDsInTheListing(t *testing.T) {
+	recs, err := ReadPullRecords(records(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewVerification(Config{FeatureGates: map[string]bool{FeatureGate: true}}, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	private := "reg.example/team/private@sha256:" + strings.Repeat("4", 64)
+	other := "reg.example/team/Other@sha256:" + strings.Repeat("5", 64)
+	listed := map[string]string{strings.ToLower(private): "id-secret", strings.ToLower(other): "id-other"}
+	needs := v.Needs([]string{other, private}, listed)
+	if len(needs) != 1 || needs[0].Image != private || !strings.Contains(needs[0].Why, "pulled it itself") {
+		t.Fatalf("needs %+v", needs)
+	}
+	if needs := v.Needs([]string{private}, nil); len(needs) != 0 {
+		t.Fatalf("an image the runtime does not list matched a record: %+v", needs)
+	}
+}

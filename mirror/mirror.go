@@ -205,12 +205,8 @@ func (m *Mirror) manifest(w http.ResponseWriter, r *http.Request, repo string, d
 
 // remember allows the blobs (or child manifests) a manifest names.
 func (m *Mirror) remember(repo string, d digest.Digest, data []byte) {
-	var man struct {
-		Config    *struct{ Digest digest.Digest }  `json:"config"`
-		Layers    []struct{ Digest digest.Digest } `json:"layers"`
-		Manifests []struct{ Digest digest.Digest } `json:"manifests"`
-	}
-	if json.Unmarshal(data, &man) != nil {
+	blobs, manifests, ok := named(data)
+	if !ok {
 		return
 	}
 	m.mu.Lock()
@@ -220,15 +216,32 @@ func (m *Mirror) remember(repo string, d digest.Digest, data []byte) {
 		c = map[digest.Digest]digest.Digest{}
 		m.children[repo] = c
 	}
+	for _, b := range append(blobs, manifests...) {
+		c[b] = d
+	}
+}
+
+// named is what a manifest names: the config and layers of an image manifest, the
+// manifests of an index; ok false when data is not a manifest (a layer, a config).
+func named(data []byte) (blobs, manifests []digest.Digest, ok bool) {
+	var man struct {
+		Config    *struct{ Digest digest.Digest }  `json:"config"`
+		Layers    []struct{ Digest digest.Digest } `json:"layers"`
+		Manifests []struct{ Digest digest.Digest } `json:"manifests"`
+	}
+	if json.Unmarshal(data, &man) != nil {
+		return nil, nil, false
+	}
 	if man.Config != nil {
-		c[man.Config.Digest] = d
+		blobs = append(blobs, man.Config.Digest)
 	}
 	for _, l := range man.Layers {
-		c[l.Digest] = d
+		blobs = append(blobs, l.Digest)
 	}
 	for _, l := range man.Manifests {
-		c[l.Digest] = d
+		manifests = append(manifests, l.Digest)
 	}
+	return blobs, manifests, true
 }
 
 // sniffMediaType is a manifest's mediaType field, else the OCI type its shape says.

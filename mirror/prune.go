@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"strings"
 
@@ -30,22 +29,15 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 		if err != nil {
 			return
 		}
-		var man struct {
-			Config    *struct{ Digest digest.Digest }  `json:"config"`
-			Layers    []struct{ Digest digest.Digest } `json:"layers"`
-			Manifests []struct{ Digest digest.Digest } `json:"manifests"`
-		}
-		if json.Unmarshal(data, &man) != nil {
+		blobs, manifests, ok := named(data)
+		if !ok {
 			return // a layer or a config: a leaf
 		}
-		if man.Config != nil {
-			keep[man.Config.Digest] = true
+		for _, b := range blobs {
+			keep[b] = true
 		}
-		for _, l := range man.Layers {
-			keep[l.Digest] = true
-		}
-		for _, c := range man.Manifests {
-			visit(c.Digest)
+		for _, c := range manifests {
+			visit(c)
 		}
 	}
 	for _, p := range pinned {

@@ -49,15 +49,6 @@ func TestNotifierSpeaksSdNotify(t *testing.T) {
 	}
 }
 
-func TestNotifierWithoutSocketIsANoOp(t *testing.T) {
-	t.Setenv("NOTIFY_SOCKET", "")
-	var n Notifier
-	n.Ready()
-	n.Status("x")
-	n.Watchdog()
-	n.Stopping()
-}
-
 func TestWatchdogIntervalIsHalfOfWatchdogSec(t *testing.T) {
 	var n Notifier
 	t.Setenv("WATCHDOG_USEC", "")

@@ -261,11 +261,7 @@ func podStartCheck(ctx context.Context, cfg conf.Config, client *cri.Client, rea
 		if verr != nil {
 			rg.Why = append(rg.Why, "cannot tell what the kubelet verifies at pod start: "+verr.Error())
 		} else {
-			byRef := map[string]string{}
-			for _, img := range images {
-				byRef[img] = ids[strings.ToLower(img)]
-			}
-			rg.NeedRegistry = v.Needs(images, byRef)
+			rg.NeedRegistry = v.Needs(images, ids)
 			if len(rg.NeedRegistry) > 0 {
 				rg.Why = append(rg.Why, v.Summary(rg.NeedRegistry, len(images), 5))
 			}

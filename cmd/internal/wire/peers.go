@@ -24,9 +24,11 @@ import (
 type Peers struct {
 	Mirror  *mirror.Mirror
 	Address string
-	scratch string
-	pinned  atomic.Pointer[map[string]bool]
-	log     logrus.FieldLogger
+	// admin are the administrator's registries files, copied without ours into
+	// admin.Scratch: what the mirror's and the disk check's registry access read.
+	admin  *crio.AdminFiles
+	pinned atomic.Pointer[map[string]bool]
+	log    logrus.FieldLogger
 	// prune wakes the store's pruning after the pinned references changed.
 	prune chan struct{}
 }
@@ -55,16 +57,18 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers,
 	if err != nil {
 		return nil, err
 	}
-	p := &Peers{Address: cfg.Peers.MirrorAddress, scratch: filepath.Join(stateDir, "registries-admin.d"), log: log, prune: make(chan struct{}, 1)}
+	p := &Peers{Address: cfg.Peers.MirrorAddress, log: log, prune: make(chan struct{}, 1),
+		admin: &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: filepath.Join(stateDir, "registries-admin.d")}}
 	empty := map[string]bool{}
 	p.pinned.Store(&empty)
 	// The mirror's own way to the registries: the administrator's files without its
-	// drop-in (AdminRegistries copies them into scratch), or it would ask itself.
-	if _, err := crio.AdminRegistries(cfg.Disk.RegistriesConf, cfg.Disk.RegistriesConfDir, p.scratch); err != nil {
+	// drop-in (copied into Scratch, kept up to date at every pin write), or it would
+	// ask itself.
+	if _, _, err := p.admin.Read(); err != nil {
 		log.WithError(err).Warn("[peers] reading the administrator's registries files")
 	}
 	rc, _ := RegistryAccess(cfg, conf.RuntimeCRIO, stateDir)
-	rc.RegistriesConfDir = p.scratch
+	rc.RegistriesConfDir = p.admin.Scratch
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
 	source := registry.New(rc, keyring.Lookup)
 	p.Mirror = mirror.New(store, source, p.isPinned, log.WithField("part", "mirror"))

@@ -78,7 +78,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		// The disk check and release expansion read registries as the administrator
 		// configured them, not through the node-local mirror.
 		rc, _ := RegistryAccess(cfg, runtimeName, store.Dir())
-		rc.RegistriesConfDir = opts.Peers.scratch
+		rc.RegistriesConfDir = opts.Peers.admin.Scratch
 		registries = registry.New(rc, (&cri.KeyringFile{Path: cfg.CRI.PullSecret}).Lookup)
 	}
 	pinner, err := Pinner(cfg, runtimeName, store.Dir(), opts.Log)
@@ -87,8 +87,8 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		return nil, nil, err
 	}
 	if cp, ok := pinner.(*crio.Pinner); ok && opts.Peers != nil {
-		pinner = &crio.MirrorPinner{Pinner: cp, Local: opts.Peers.Address, RegistriesConf: cfg.Disk.RegistriesConf,
-			RegistriesConfDir: cfg.Disk.RegistriesConfDir, Scratch: opts.Peers.scratch, OnPins: opts.Peers.setPinned, Path: mirror.PathFor}
+		pinner = &crio.MirrorPinner{Pinner: cp, Local: opts.Peers.Address,
+			Admin: opts.Peers.admin, OnPins: opts.Peers.setPinned, Path: mirror.PathFor}
 	}
 	a := agent.New(agent.Config{
 		NodeName:        nodeName,
