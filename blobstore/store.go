@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/plugins/content/local"
@@ -24,7 +25,8 @@ var ErrBusy = errors.New("blob being written by another request")
 
 // Store is a content-addressed store of blobs under one directory.
 type Store struct {
-	cs content.Store
+	cs   content.Store
+	root string
 }
 
 // Open opens (creating) the store under root.
@@ -33,7 +35,7 @@ func Open(root string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", root, err)
 	}
-	return &Store{cs: cs}, nil
+	return &Store{cs: cs, root: root}, nil
 }
 
 // Size is the blob's size, and whether the store has it (committed, so verified).
@@ -70,7 +72,7 @@ func (r *readSeeker) Close() error { return r.ra.Close() }
 // ingest left by a killed process is started again from its first byte.
 func (s *Store) Writer(ctx context.Context, d digest.Digest, size int64) (*Writer, error) {
 	desc := ocispec.Descriptor{Digest: d, Size: size}
-	w, err := s.cs.Writer(ctx, content.WithRef("blob-"+d.String()), content.WithDescriptor(desc))
+	w, err := s.cs.Writer(ctx, content.WithRef(ingestRef(d)), content.WithDescriptor(desc))
 	if errdefs.IsUnavailable(err) {
 		return nil, ErrBusy
 	}
@@ -84,6 +86,17 @@ func (s *Store) Writer(ctx context.Context, d digest.Digest, size int64) (*Write
 		}
 	}
 	return &Writer{w: w, d: d, size: size}, nil
+}
+
+func ingestRef(d digest.Digest) string { return "blob-" + d.String() }
+
+// IngestFile is the file a Writer of d writes, which readers may follow while it grows
+// (the bytes are unchecked until Commit; Commit moves the file into the store, an open
+// descriptor still reads it). It is where containerd's local store keeps an ingest's
+// data (<root>/ingest/<digest of the ref>/data); TestIngestFileGrowsWhileWritten fails
+// if a containerd release moves it.
+func (s *Store) IngestFile(d digest.Digest) string {
+	return filepath.Join(s.root, "ingest", digest.FromString(ingestRef(d)).Encoded(), "data")
 }
 
 // Writer writes one blob.
@@ -117,7 +130,7 @@ func (w *Writer) Commit(ctx context.Context) error {
 // Abandon drops what was written (a failed or cut transfer).
 func (w *Writer) Abandon(ctx context.Context, s *Store) {
 	w.w.Close()
-	_ = s.cs.Abort(ctx, "blob-"+w.d.String())
+	_ = s.cs.Abort(ctx, ingestRef(w.d))
 }
 
 // Close releases the writer (after Commit).

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
@@ -125,5 +126,48 @@ func TestBusyAndKilledIngest(t *testing.T) {
 	w2.Close()
 	if size, ok := s2.Size(ctx, d); !ok || size != int64(len(b)) {
 		t.Fatalf("size %d %v", size, ok)
+	}
+}
+
+// Readers follow a blob while it is written by reading the ingest file: it must be
+// where IngestFile says, hold what was written so far, and stay readable through an
+// open descriptor after Commit moves it.
+func TestIngestFileGrowsWhileWritten(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	data := bytes.Repeat([]byte("imagepin"), 8192)
+	d := digest.FromBytes(data)
+	w, err := s.Writer(ctx, d, int64(len(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(data[:1000]); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(s.IngestFile(d))
+	if err != nil {
+		t.Fatalf("the ingest file is not where IngestFile says: %v", err)
+	}
+	defer f.Close()
+	got, _ := io.ReadAll(f)
+	if !bytes.Equal(got, data[:1000]) {
+		t.Fatalf("the ingest file holds %d bytes, want the 1000 written", len(got))
+	}
+	if _, err := w.Write(data[1000:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	rest, _ := io.ReadAll(f)
+	if !bytes.Equal(append(got, rest...), data) {
+		t.Fatal("the descriptor opened before Commit does not read the whole blob after it")
+	}
+	if _, err := os.Stat(s.IngestFile(d)); !os.IsNotExist(err) {
+		t.Fatalf("the ingest file is still there after Commit: %v", err)
 	}
 }

@@ -37,8 +37,8 @@ type Config struct {
 	Peers      PeersConfig      `toml:"peers"`
 }
 
-// PeersConfig is the node-local mirror of pinned images (issue 24, in progress: the
-// local mirror and its store on CRI-O nodes; sharing between nodes is not built yet).
+// PeersConfig is the node-local mirror of pinned images and the sharing of their
+// blobs between nodes (CRI-O nodes; docs/peers.md).
 type PeersConfig struct {
 	// Enabled turns the mirror on: CRI-O pulls pinned images through it.
 	Enabled bool `toml:"enabled"`
@@ -46,7 +46,30 @@ type PeersConfig struct {
 	MirrorAddress string `toml:"mirror_address"`
 	// StoreDir keeps the pinned images' compressed blobs ("": <state_dir>/blobs).
 	StoreDir string `toml:"store_dir"`
+
+	// Address is where this node serves its peers (HTTPS), as they reach it: the
+	// node's IP and a port, the same string as in the others' Nodes. "": this node
+	// shares nothing and asks no peer.
+	Address string `toml:"address"`
+	// Nodes are the peers' addresses (this node's among them or not).
+	Nodes []string `toml:"nodes"`
+	// Cert is the serving certificate and key, one PEM (the kubelet's serving
+	// certificate); CA verifies the peers' serving certificates.
+	Cert string `toml:"cert"`
+	CA   string `toml:"ca"`
+	// ClientCert is the certificate and key this node presents to peers ("": the
+	// report's, the kubelet's client certificate); ClientCA verifies the certificates
+	// peers present (the cluster's kubelet client CA): only nodes are served.
+	ClientCert string `toml:"client_cert"`
+	ClientCA   string `toml:"client_ca"`
+	// MaxServing bounds the requests served to peers at once; ServeMiBPerSecond their
+	// bandwidth in all (0: no limit).
+	MaxServing        int `toml:"max_serving"`
+	ServeMiBPerSecond int `toml:"serve_mib_per_second"`
 }
+
+// Sharing says whether this node shares blobs with peers.
+func (p PeersConfig) Sharing() bool { return p.Enabled && p.Address != "" }
 
 // KubeletConfig is where the node's kubelet keeps what imagepind reads besides its
 // config file ([disk] kubelet_config): the config drop-in directory (the kubelet's
@@ -186,7 +209,8 @@ func Default() Config {
 			UncompressedSizes:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
-		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443"},
+		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
+			MaxServing: 4, ServeMiBPerSecond: 50},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",
@@ -295,6 +319,30 @@ func (c *Config) Validate() error {
 		}
 		if c.CRI.Runtime == RuntimeContainerd {
 			bad("peers.enabled", "the node-local mirror is built for CRI-O nodes only so far")
+		}
+	}
+	if c.Peers.Address != "" || len(c.Peers.Nodes) > 0 {
+		if _, _, err := net.SplitHostPort(c.Peers.Address); err != nil {
+			bad("peers.address", "must be this node's host:port as its peers reach it (it is in their peers.nodes): %v", err)
+		}
+		for _, n := range c.Peers.Nodes {
+			if _, _, err := net.SplitHostPort(n); err != nil {
+				bad("peers.nodes", "%q must be host:port: %v", n, err)
+			}
+		}
+		for _, kp := range [][2]string{{"peers.cert", c.Peers.Cert}, {"peers.ca", c.Peers.CA}, {"peers.client_ca", c.Peers.ClientCA}} {
+			if kp[1] == "" || !filepath.IsAbs(kp[1]) {
+				bad(kp[0], "must be an absolute path when peers.address is set (peers talk HTTPS with the nodes' certificates), got %q", kp[1])
+			}
+		}
+		if c.Peers.ClientCert != "" && !filepath.IsAbs(c.Peers.ClientCert) {
+			bad("peers.client_cert", "must be an absolute path or empty (the report's certificate), got %q", c.Peers.ClientCert)
+		}
+		if c.Peers.MaxServing < 1 || c.Peers.MaxServing > 256 {
+			bad("peers.max_serving", "must be 1 to 256, got %d", c.Peers.MaxServing)
+		}
+		if c.Peers.ServeMiBPerSecond < 0 {
+			bad("peers.serve_mib_per_second", "must be 0 (no limit) or more, got %d", c.Peers.ServeMiBPerSecond)
 		}
 	}
 	if c.Containerd.Namespace == "" || strings.ContainsAny(c.Containerd.Namespace, "/ \t\n") {

@@ -105,12 +105,23 @@ func (m *Metrics) Serve(ctx context.Context, address string) error {
 	return httpserve.Run(ctx, address, mux)
 }
 
-// MirrorBytes exposes the node-local mirror's bytes served ([peers]), by where they
-// came from: the node's store, or the registry (fetched while serving).
-func (m *Metrics) MirrorBytes(fromStore, fromRegistry func() int64) {
-	for from, f := range map[string]func() int64{"store": fromStore, "registry": fromRegistry} {
+// MirrorBytes exposes the node-local mirror's bytes served to the runtime ([peers]), by
+// where they came from: the node's store, or a transfer (served while it arrived from
+// the registry or a peer).
+func (m *Metrics) MirrorBytes(fromStore, transferred func() int64) {
+	for from, f := range map[string]func() int64{"store": fromStore, "transfer": transferred} {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "imagepin_mirror_served_bytes_total",
-			Help:        "Bytes the node-local mirror served to the runtime, by where they came from: store or registry.",
+			Help:        "Bytes the node-local mirror served to the runtime, by where they came from: store or transfer.",
 			ConstLabels: prometheus.Labels{"from": from}}, func() float64 { return float64(f()) }))
+	}
+}
+
+// PeerBytes exposes a node's blob bytes ([peers]): fetched from registries (for itself
+// or a peer), read from peers, served to peers.
+func (m *Metrics) PeerBytes(fromRegistry, fromPeers, toPeers func() int64) {
+	for dir, f := range map[string]func() int64{"from_registry": fromRegistry, "from_peers": fromPeers, "to_peers": toPeers} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "imagepin_peer_bytes_total",
+			Help:        "Bytes of pinned images' manifests and blobs by direction: from_registry, from_peers, to_peers.",
+			ConstLabels: prometheus.Labels{"direction": dir}}, func() float64 { return float64(f()) }))
 	}
 }

@@ -9,14 +9,14 @@
 // /v2/quay.io/ns/app/manifests/sha256:…. Only digests are served (CRI-O's
 // pull-from-mirror = "digest-only").
 //
-// Not yet wired into imagepind: the drop-in that points CRI-O at it, the peers and the
-// status are the rest of issue 24.
+// The same mirror serves the node's runtime (on loopback, filling from the peers, then
+// the registry) and, with a chain of manifests on each request, the other nodes (package
+// peers; filling from the registry only, so requests never go round between nodes).
 package mirror
 
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,54 +24,101 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/imagepin/imagepin/blobstore"
 )
 
-// Source fetches what the store lacks.
+// Source fetches what the store lacks: the registry through the node's own access, or
+// the peers before it (package peers). chain are the manifests above d, nearest first
+// (the manifest naming a blob, then the index naming that manifest): a registry needs
+// the nearest to find a blob's repository; a peer needs the whole chain, up to a pinned
+// manifest, to know it may serve d.
 type Source interface {
 	// Manifest is the manifest repo@d, as served (bytes and media type).
-	Manifest(ctx context.Context, repo string, d digest.Digest) ([]byte, string, error)
-	// Blob streams the blob d of repo, named by the manifest repo@manifest, and says its
-	// size (-1: unknown).
-	Blob(ctx context.Context, repo string, manifest, d digest.Digest) (io.ReadCloser, int64, error)
+	Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error)
+	// Blob streams the blob d of repo and says its size (-1: unknown).
+	Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error)
 }
 
 // Pinned says whether repo@d is the manifest of a pinned image (by its full name, as
 // in the set: "quay.io/ns/app").
 type Pinned func(repo string, d digest.Digest) bool
 
-// Stats are the bytes served, by where they came from.
+// Stats are the bytes served, by where they came from: the store (committed, verified
+// blobs), or a transfer (a blob served while it arrived, from the registry or a peer).
 type Stats struct {
-	FromStore, FromSource atomic.Int64
+	FromStore, Transferred atomic.Int64
 }
 
-// Mirror is an http.Handler.
+// Mirror keeps what may be served and the blobs being filled; Handler serves it.
 type Mirror struct {
 	store  *blobstore.Store
-	source Source
 	pinned Pinned
 	log    logrus.FieldLogger
-	Stats  Stats
 
 	mu sync.Mutex
 	// children are the digests each served manifest names (config, layers, or the
 	// manifests of an index), by repository, each to the manifest naming it: the blobs
 	// the mirror may serve.
 	children map[string]map[digest.Digest]digest.Digest
+	// fills are the blobs being written to the store now, each read by every request
+	// for it while it arrives: one transfer per blob, however many ask.
+	fills map[digest.Digest]*fill
+	// manifests are the manifests being fetched now.
+	manifests singleflight.Group
+	// storeFailed is when the store last failed a write (a full disk): for a minute
+	// after, blobs are streamed from the source without being stored.
+	storeFailed time.Time
 }
 
-// New builds a mirror over store, filling it from source, serving what pinned allows.
-func New(store *blobstore.Store, source Source, pinned Pinned, log logrus.FieldLogger) *Mirror {
-	return &Mirror{store: store, source: source, pinned: pinned, log: log, children: map[string]map[digest.Digest]digest.Digest{}}
+// New builds a mirror over store, serving what pinned allows.
+func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror {
+	return &Mirror{store: store, pinned: pinned, log: log,
+		children: map[string]map[digest.Digest]digest.Digest{}, fills: map[digest.Digest]*fill{}}
+}
+
+// Handler serves the mirror, filling what the store lacks from src. With chained, a
+// request may carry the manifests above what it asks for (ChainHeader), so a peer can
+// ask for a blob of a pinned image whose manifest this node has not served yet.
+func (m *Mirror) Handler(src Source, chained bool, stats *Stats) http.Handler {
+	return &handler{m: m, src: src, chained: chained, stats: stats}
+}
+
+// ChainHeader carries, on a peer's request, the manifests above the digest asked for,
+// nearest first, comma-separated: the last is a pinned manifest.
+const ChainHeader = "Imagepin-Chain"
+
+// Chain is the manifests above d in repo as this mirror learnt them, nearest first.
+func (m *Mirror) Chain(repo string, d digest.Digest) []digest.Digest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var chain []digest.Digest
+	for cur := d; len(chain) < 4; {
+		p, ok := m.children[repo][cur]
+		if !ok {
+			break
+		}
+		chain = append(chain, p)
+		cur = p
+	}
+	return chain
+}
+
+type handler struct {
+	m       *Mirror
+	src     Source
+	chained bool
+	stats   *Stats
 }
 
 const mediaTypeLabel = "mediaType"
 
-func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		http.Error(w, "read-only mirror", http.StatusMethodNotAllowed)
 		return
@@ -91,12 +138,53 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		notFound(w, "MANIFEST_UNKNOWN") // tags are not served (digest-only)
 		return
 	}
+	if h.chained {
+		if chain, ok := parseChain(r.Header.Get(ChainHeader)); !ok || !h.m.admit(r.Context(), repo, chain, h.src) {
+			if kind == "manifests" {
+				notFound(w, "MANIFEST_UNKNOWN")
+			} else {
+				notFound(w, "BLOB_UNKNOWN")
+			}
+			return
+		}
+	}
 	switch kind {
 	case "manifests":
-		m.manifest(w, r, repo, d)
+		h.manifest(w, r, repo, d)
 	case "blobs":
-		m.blob(w, r, repo, d)
+		h.blob(w, r, repo, d)
 	}
+}
+
+func parseChain(v string) ([]digest.Digest, bool) {
+	if v == "" {
+		return nil, true
+	}
+	var chain []digest.Digest
+	for _, s := range strings.Split(v, ",") {
+		d, err := digest.Parse(strings.TrimSpace(s))
+		if err != nil || len(chain) == 4 {
+			return nil, false
+		}
+		chain = append(chain, d)
+	}
+	return chain, true
+}
+
+// admit learns what the manifests of chain name, from the pinned one at its end down,
+// so the digest below them may be served. It says false when the chain does not lead
+// to a pinned manifest.
+func (m *Mirror) admit(ctx context.Context, repo string, chain []digest.Digest, src Source) bool {
+	for i := len(chain) - 1; i >= 0; i-- {
+		c := chain[i]
+		if !m.pinned(repo, c) && !m.allowed(repo, c) {
+			return false
+		}
+		if _, _, err := m.loadManifest(ctx, repo, chain[i+1:], c, src); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // parsePath splits /v2/<name>/(manifests|blobs)/<ref>, the name being a source
@@ -152,49 +240,66 @@ func (m *Mirror) allowed(repo string, d digest.Digest) bool {
 	return ok
 }
 
-func (m *Mirror) manifest(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
+// loadManifest is repo@d from the store, else from src (checked against d and stored),
+// with the blobs it names now allowed. fromStore says where it came from.
+func (m *Mirror) loadManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) (data []byte, fromStore bool, err error) {
+	if rd, _, err := m.store.Reader(ctx, d); err == nil {
+		data, err = io.ReadAll(io.LimitReader(rd, maxManifest))
+		rd.Close()
+		if err != nil {
+			return nil, false, err
+		}
+		fromStore = true
+	} else {
+		// One fetch for every request asking at once (the runtime, and peers).
+		v, err, _ := m.manifests.Do(d.String(), func() (any, error) {
+			data, _, err := src.Manifest(ctx, repo, chain, d)
+			if err != nil {
+				return nil, err
+			}
+			if digest.FromBytes(data) != d {
+				return nil, fmt.Errorf("the source sent a manifest that does not match %s", d)
+			}
+			if sw, err := m.store.Writer(ctx, d, int64(len(data))); err == nil {
+				if _, err := sw.Write(data); err == nil {
+					_ = sw.Commit(ctx)
+				}
+				sw.Close()
+			}
+			return data, nil
+		})
+		if err != nil {
+			return nil, false, err
+		}
+		data = v.([]byte)
+	}
+	m.remember(repo, d, data)
+	return data, fromStore, nil
+}
+
+// maxManifest bounds a manifest read (the distribution spec's limit is 4 MiB).
+const maxManifest = 4 << 20
+
+func (h *handler) manifest(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
+	m := h.m
 	if !m.pinned(repo, d) && !m.allowed(repo, d) {
 		notFound(w, "MANIFEST_UNKNOWN")
 		return
 	}
-	ctx := r.Context()
-	var data []byte
-	var mediaType string
-	if rd, _, err := m.store.Reader(ctx, d); err == nil {
-		data, err = io.ReadAll(rd)
-		rd.Close()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		mediaType = sniffMediaType(data)
-		m.Stats.FromStore.Add(int64(len(data)))
+	data, fromStore, err := m.loadManifest(r.Context(), repo, m.Chain(repo, d), d, h.src)
+	if err != nil {
+		// Not available, or a source serving other bytes: the client goes on to its
+		// next endpoint.
+		m.log.WithError(err).WithField("manifest", repo+"@"+d.String()).Info("mirror: manifest not available")
+		notFound(w, "MANIFEST_UNKNOWN")
+		return
+	}
+	if fromStore {
+		h.stats.FromStore.Add(int64(len(data)))
 	} else {
-		data, mediaType, err = m.source.Manifest(ctx, repo, d)
-		if err != nil {
-			m.log.WithError(err).WithField("manifest", repo+"@"+d.String()).Info("mirror: manifest not available")
-			notFound(w, "MANIFEST_UNKNOWN")
-			return
-		}
-		if digest.FromBytes(data) != d {
-			// A source serving other bytes: the client goes on to its next endpoint.
-			m.log.WithField("manifest", repo+"@"+d.String()).Warn("mirror: the source sent a manifest that does not match its digest")
-			notFound(w, "MANIFEST_UNKNOWN")
-			return
-		}
-		m.Stats.FromSource.Add(int64(len(data)))
-		if sw, err := m.store.Writer(ctx, d, int64(len(data))); err == nil {
-			if _, err := sw.Write(data); err == nil {
-				_ = sw.Commit(ctx)
-			}
-			sw.Close()
-		}
+		h.stats.Transferred.Add(int64(len(data)))
 	}
-	m.remember(repo, d, data)
-	if mediaType == "" {
-		mediaType = sniffMediaType(data)
-	}
-	w.Header().Set("Content-Type", mediaType)
+	w.Header().Set("Content-Type", sniffMediaType(data))
 	w.Header().Set("Docker-Content-Digest", d.String())
 	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
 	w.WriteHeader(http.StatusOK)
@@ -260,23 +365,19 @@ func sniffMediaType(data []byte) string {
 	return "application/vnd.oci.image.manifest.v1+json"
 }
 
-func (m *Mirror) blob(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
-	manifest, ok := m.parent(repo, d)
-	if !ok {
+func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
+	m := h.m
+	if !m.allowed(repo, d) {
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	}
 	ctx := r.Context()
-	if rd, size, err := m.store.Reader(ctx, d); err == nil {
+	if rd, _, err := m.store.Reader(ctx, d); err == nil {
 		defer rd.Close()
 		w.Header().Set("Docker-Content-Digest", d.String())
 		w.Header().Set("Content-Type", "application/octet-stream")
-		n := size
-		if r.Method == http.MethodHead {
-			n = 0
-		}
-		m.Stats.FromStore.Add(n)
-		http.ServeContent(w, r, "", zeroTime, rd)
+		cw := &countingWriter{ResponseWriter: w, n: &h.stats.FromStore}
+		http.ServeContent(cw, r, "", time.Time{}, rd)
 		return
 	}
 	if r.Method == http.MethodHead {
@@ -284,7 +385,7 @@ func (m *Mirror) blob(w http.ResponseWriter, r *http.Request, repo string, d dig
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	}
-	body, size, err := m.source.Blob(ctx, repo, manifest, d)
+	body, size, err := m.open(ctx, repo, m.Chain(repo, d), d, h.src, rangeStart(r))
 	if err != nil {
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
 		notFound(w, "BLOB_UNKNOWN")
@@ -293,43 +394,50 @@ func (m *Mirror) blob(w http.ResponseWriter, r *http.Request, repo string, d dig
 	defer body.Close()
 	w.Header().Set("Docker-Content-Digest", d.String())
 	w.Header().Set("Content-Type", "application/octet-stream")
+	status := http.StatusOK
+	if off := body.offset; off > 0 {
+		status = http.StatusPartialContent
+		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, size-1, size))
+	}
 	if size >= 0 {
-		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+		w.Header().Set("Content-Length", strconv.FormatInt(size-body.offset, 10))
 	}
-	// Streamed to the client while written to the store, all but the last bytes: those
-	// are sent only once the whole blob matches its digest, so a client never receives a
-	// complete wrong blob (a source or peer serving garbage costs it a retry). Another
-	// request filling the same blob: this one only streams.
-	sw, err := m.store.Writer(ctx, d, size)
-	if err != nil && !errors.Is(err, blobstore.ErrBusy) {
-		m.log.WithError(err).Warn("mirror: blob store")
-	}
-	verifier := d.Verifier()
+	// Streamed while it arrives, all but the last bytes: those are sent only once the
+	// whole blob matches its digest (the reader's io.EOF), so a client never receives a
+	// complete wrong blob: a source or peer serving garbage costs it a retry.
 	held := &holdback{w: w, keep: 64 << 10}
-	dst := io.MultiWriter(held, verifier)
-	if sw != nil {
-		dst = io.MultiWriter(held, verifier, sw)
-	}
-	w.WriteHeader(http.StatusOK)
-	n, err := io.Copy(dst, body)
-	m.Stats.FromSource.Add(n)
-	if err == nil && !verifier.Verified() {
-		err = fmt.Errorf("the source sent %d bytes that do not match %s", n, d)
-	}
-	if err == nil && sw != nil {
-		err = sw.Commit(ctx)
-	}
+	w.WriteHeader(status)
+	n, err := io.Copy(held, body)
+	h.stats.Transferred.Add(n)
 	if err != nil {
-		if sw != nil {
-			sw.Abandon(context.WithoutCancel(ctx), m.store)
-		}
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Warn("mirror: blob not served whole; the client's copy is cut")
 		panic(http.ErrAbortHandler)
 	}
-	if sw != nil {
-		sw.Close()
-	}
 	held.flush()
+}
+
+// rangeStart is the first byte of a "Range: bytes=N-" request (a peer resuming), else 0.
+func rangeStart(r *http.Request) int64 {
+	v, ok := strings.CutPrefix(r.Header.Get("Range"), "bytes=")
+	if !ok || !strings.HasSuffix(v, "-") {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSuffix(v, "-"), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.ResponseWriter.Write(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 // holdback passes bytes on, keeping the last keep of them until flush.

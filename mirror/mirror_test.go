@@ -12,8 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -37,7 +39,7 @@ type fakeSource struct {
 	calls     atomic.Int64
 }
 
-func (s *fakeSource) Manifest(_ context.Context, _ string, d digest.Digest) ([]byte, string, error) {
+func (s *fakeSource) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
 	s.calls.Add(1)
 	if digest.FromBytes(s.manifest) != d {
 		return nil, "", errors.New("manifest unknown")
@@ -45,7 +47,7 @@ func (s *fakeSource) Manifest(_ context.Context, _ string, d digest.Digest) ([]b
 	return s.manifest, s.mediaType, nil
 }
 
-func (s *fakeSource) Blob(_ context.Context, _ string, _, d digest.Digest) (io.ReadCloser, int64, error) {
+func (s *fakeSource) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
 	s.calls.Add(1)
 	b, ok := s.blobs[d]
 	if !ok {
@@ -80,16 +82,25 @@ func newImage(t *testing.T) (v1.Image, *fakeSource) {
 
 const repo = "src.example/team/app"
 
-func serve(t *testing.T, src Source, pinned Pinned) (*httptest.Server, *Mirror, *blobstore.Store) {
+// served is a mirror under test: its server, the mirror, its store and its counters.
+type served struct {
+	srv   *httptest.Server
+	m     *Mirror
+	store *blobstore.Store
+	stats *Stats
+}
+
+func serve(t *testing.T, src Source, pinned Pinned) served {
 	t.Helper()
 	store, err := blobstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New(store, src, pinned, logrus.New())
-	srv := httptest.NewServer(m)
+	m := New(store, pinned, logrus.New())
+	stats := &Stats{}
+	srv := httptest.NewServer(m.Handler(src, false, stats))
 	t.Cleanup(srv.Close)
-	return srv, m, store
+	return served{srv, m, store, stats}
 }
 
 // pullThrough pulls repo@d from the mirror at srv with go-containerregistry (which
@@ -129,20 +140,20 @@ func pullThrough(t *testing.T, srv *httptest.Server, repo string, d fmt.Stringer
 func TestPinnedImageThroughTheMirror(t *testing.T) {
 	img, src := newImage(t)
 	d, _ := img.Digest()
-	srv, m, store := serve(t, src, func(r string, dd digest.Digest) bool { return r == repo && dd.String() == d.String() })
-	pull := func() { pullThrough(t, srv, repo, d) }
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return r == repo && dd.String() == d.String() })
+	pull := func() { pullThrough(t, s.srv, repo, d) }
 	pull()
 	fromSource := src.calls.Load()
 	if fromSource != 5 { // manifest, config, 3 layers
 		t.Fatalf("source asked %d times, want 5", fromSource)
 	}
-	used, _ := store.Usage(context.Background())
-	t.Logf("first pull: %d bytes from the source; the store holds %d bytes", m.Stats.FromSource.Load(), used)
+	used, _ := s.store.Usage(context.Background())
+	t.Logf("first pull: %d bytes transferred from the source; the store holds %d bytes", s.stats.Transferred.Load(), used)
 	pull()
 	if src.calls.Load() != fromSource {
 		t.Fatalf("the second pull went to the source (%d calls)", src.calls.Load()-fromSource)
 	}
-	if m.Stats.FromStore.Load() == 0 {
+	if s.stats.FromStore.Load() == 0 {
 		t.Fatal("nothing served from the store")
 	}
 }
@@ -152,7 +163,7 @@ func TestPinnedImageThroughTheMirror(t *testing.T) {
 func TestOnlyPinnedIsServed(t *testing.T) {
 	img, src := newImage(t)
 	d, _ := img.Digest()
-	srv, _, _ := serve(t, src, func(string, digest.Digest) bool { return false })
+	srv := serve(t, src, func(string, digest.Digest) bool { return false }).srv
 	for _, path := range []string{
 		"/v2/" + repo + "/manifests/" + d.String(),
 		"/v2/" + repo + "/manifests/latest",
@@ -189,7 +200,8 @@ func TestOnlyPinnedIsServed(t *testing.T) {
 func TestCorruptSourceStoresNothing(t *testing.T) {
 	img, src := newImage(t)
 	d, _ := img.Digest()
-	srv, _, store := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	srv, store := s.srv, s.store
 	resp, err := http.Get(srv.URL + "/v2/" + repo + "/manifests/" + d.String())
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("manifest: %v %v", resp, err)
@@ -228,17 +240,17 @@ func TestFillThroughTheNodesRegistryAccess(t *testing.T) {
 	if err := os.WriteFile(authFile, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	source := registry.New(registry.Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs, AuthFile: authFile},
-		func(string) *cri.Auth { return nil })
+	source := FromRegistry(registry.New(registry.Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs, AuthFile: authFile},
+		func(string) *cri.Auth { return nil }))
 	const src = "upstream.example.invalid/ocp/release"
-	srv, m, store := serve(t, source, func(r string, dd digest.Digest) bool { return r == src && dd == d })
-	layers := pullThrough(t, srv, src, d)
-	used, _ := store.Usage(context.Background())
+	s := serve(t, source, func(r string, dd digest.Digest) bool { return r == src && dd == d })
+	layers := pullThrough(t, s.srv, src, d)
+	used, _ := s.store.Usage(context.Background())
 	want := int64(registrytest.LayerBytes(t, layers...))
 	if used < want {
 		t.Fatalf("store holds %d bytes, the layers alone are %d", used, want)
 	}
-	t.Logf("through the node's access: %d bytes from the registry, %d stored", m.Stats.FromSource.Load(), used)
+	t.Logf("through the node's access: %d bytes from the registry, %d stored", s.stats.Transferred.Load(), used)
 }
 
 func TestPathForRoundTrips(t *testing.T) {
@@ -261,8 +273,9 @@ func TestPruneKeepsWhatIsPinned(t *testing.T) {
 	img, src := newImage(t)
 	d, _ := img.Digest()
 	pinnedRef := repo + "@" + d.String()
-	srv, m, store := serve(t, src, func(r string, dd digest.Digest) bool { return r+"@"+dd.String() == pinnedRef })
-	layers := pullThrough(t, srv, repo, d)
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return r+"@"+dd.String() == pinnedRef })
+	m, store := s.m, s.store
+	layers := pullThrough(t, s.srv, repo, d)
 	ctx := context.Background()
 	before, _ := store.Usage(ctx)
 	if n, freed, err := m.Prune(ctx, []string{pinnedRef}); err != nil || n != 0 || freed != 0 {
@@ -280,5 +293,142 @@ func TestPruneKeepsWhatIsPinned(t *testing.T) {
 	}
 	if ld, _ := layers[0].Digest(); m.allowed(repo, digest.Digest(ld.String())) {
 		t.Fatal("an unpinned image's layer is still served")
+	}
+}
+
+// slowSource hands out each blob in small pieces with pauses, so requests overlap.
+type slowSource struct{ *fakeSource }
+
+func (s slowSource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+	rc, size, err := s.fakeSource.Blob(ctx, repo, chain, d)
+	if err != nil {
+		return nil, 0, err
+	}
+	return io.NopCloser(&trickle{r: rc}), size, nil
+}
+
+type trickle struct{ r io.Reader }
+
+func (t *trickle) Read(p []byte) (int, error) {
+	time.Sleep(2 * time.Millisecond)
+	return t.r.Read(p[:min(len(p), 8<<10)])
+}
+
+// Eight clients asking for the same blobs at once get them from one transfer each:
+// the source is asked once per blob, and every client gets every byte right.
+func TestConcurrentRequestsShareOneTransfer(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	s := serve(t, slowSource{src}, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + d.String())
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("manifest: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	before := src.calls.Load()
+	layers, _ := img.Layers()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8*len(layers))
+	for i := 0; i < 8; i++ {
+		for _, l := range layers {
+			ld, _ := l.Digest()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/blobs/" + ld.String())
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer resp.Body.Close()
+				b, err := io.ReadAll(resp.Body)
+				if err == nil && digest.FromBytes(b).String() != ld.String() {
+					err = fmt.Errorf("%s: got %d bytes that do not match", ld, len(b))
+				}
+				if err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := src.calls.Load() - before; got != int64(len(layers)) {
+		t.Fatalf("the source was asked %d times for %d blobs by 8 clients each", got, len(layers))
+	}
+}
+
+// A client resuming with Range gets the rest of a blob, whether it is being filled or
+// stored.
+func TestRangeResumes(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	s := serve(t, slowSource{src}, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	resp, _ := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + d.String())
+	resp.Body.Close()
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	whole := src.blobs[digest.Digest(ld.String())]
+	for _, when := range []string{"while filled", "stored"} {
+		req, _ := http.NewRequest(http.MethodGet, s.srv.URL+"/v2/"+repo+"/blobs/"+ld.String(), nil)
+		req.Header.Set("Range", "bytes=1000-")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusPartialContent || !bytes.Equal(b, whole[1000:]) {
+			t.Fatalf("%s: status %d, %d bytes (want %d), %v", when, resp.StatusCode, len(b), len(whole)-1000, err)
+		}
+	}
+}
+
+// The peers' side (chained): a blob is served to a request whose chain leads to a
+// pinned manifest, even if this node never served that manifest; without the chain,
+// or with one that leads nowhere pinned, it is a 404 and the source is not asked.
+func TestChainAdmitsPeerRequests(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	md := digest.Digest(d.String())
+	store, err := blobstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(store, func(r string, dd digest.Digest) bool { return dd == md }, logrus.New())
+	srv := httptest.NewServer(m.Handler(src, true, &Stats{}))
+	t.Cleanup(srv.Close)
+	layers, _ := img.Layers()
+	ld, _ := layers[1].Digest()
+	get := func(chain string) int {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v2/"+repo+"/blobs/"+ld.String(), nil)
+		if chain != "" {
+			req.Header.Set(ChainHeader, chain)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && digest.FromBytes(b).String() != ld.String() {
+			t.Fatal("wrong bytes")
+		}
+		return resp.StatusCode
+	}
+	other := digest.FromString("not pinned")
+	for chain, want := range map[string]int{"": 404, other.String(): 404, "garbage": 404} {
+		if got := get(chain); got != want {
+			t.Errorf("chain %q: %d, want %d", chain, got, want)
+		}
+	}
+	if src.calls.Load() != 0 {
+		t.Fatalf("the source was asked %d times for requests that lead to nothing pinned", src.calls.Load())
+	}
+	if got := get(md.String()); got != http.StatusOK {
+		t.Fatalf("chain to the pinned manifest: %d", got)
 	}
 }

@@ -83,6 +83,18 @@ type NodeInfo struct {
 	Version         string          `json:"version"`
 	Runtime         Runtime         `json:"runtime"`
 	ImageFilesystem ImageFilesystem `json:"imageFilesystem"`
+	// Peers are the blob bytes by where they came from or went ([peers] on).
+	Peers *PeerBytes `json:"peers,omitempty"`
+}
+
+// PeerBytes are a node's bytes of pinned images' manifests and blobs since imagepind
+// started: fetched from registries (for itself or for a peer), read from peers, served
+// to peers; and what its blob store holds.
+type PeerBytes struct {
+	FromRegistry int64 `json:"fromRegistry"`
+	FromPeers    int64 `json:"fromPeers"`
+	ToPeers      int64 `json:"toPeers"`
+	Stored       int64 `json:"stored"`
 }
 
 // Runtime is the container runtime as CRI Version reports it.

@@ -121,6 +121,10 @@ func nodeExit(n status.Node) int {
 func printStatus(w io.Writer, n status.Node, wide bool) {
 	fmt.Fprintf(w, "node %s (%s), %s %s, updated %s\n", n.Node.Name, n.Node.Architecture,
 		n.Node.Runtime.Name, n.Node.Runtime.Version, n.Updated.Local().Format(time.DateTime))
+	if p := n.Node.Peers; p != nil {
+		fmt.Fprintf(w, "blobs: %s from registries, %s from peers, %s served to peers; %s stored\n",
+			diskcheck.Human(uint64(p.FromRegistry)), diskcheck.Human(uint64(p.FromPeers)), diskcheck.Human(uint64(p.ToPeers)), diskcheck.Human(uint64(p.Stored)))
+	}
 	if len(n.Sets) == 0 {
 		fmt.Fprintln(w, "no sets apply to this node")
 	} else {

@@ -113,10 +113,14 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if err != nil {
 		return err
 	}
+	publish := wire.Publish(publishers...)
+	if peers != nil {
+		publish = peers.Stamp(publish)
+	}
 	opts := wire.Options{
 		Peers:    peers,
 		Version:  version,
-		Publish:  wire.Publish(publishers...),
+		Publish:  publish,
 		Log:      log,
 		Observer: m,
 		// WATCHDOG=1 only from the loop itself: a CRI-O outage slows no step for long
@@ -173,7 +177,8 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		g.Go(func() error { return syncer.Run(ctx) })
 	}
 	if peers != nil {
-		m.MirrorBytes(peers.Mirror.Stats.FromStore.Load, peers.Mirror.Stats.FromSource.Load)
+		m.MirrorBytes(peers.Served.FromStore.Load, peers.Served.Transferred.Load)
+		m.PeerBytes(peers.Bytes.FromRegistry.Load, peers.Bytes.FromPeers.Load, peers.Bytes.ToPeers.Load)
 		g.Go(func() error { return peers.Serve(ctx) })
 	}
 	if cfg.Metrics.Address != "" {

@@ -116,3 +116,11 @@ func (ca *CA) HTTPClient(clientPEM string) (*http.Client, error) {
 	}
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}, nil
 }
+
+// NodeServing issues a kubelet-style serving certificate for node (CN system:node:<node>,
+// O system:nodes, for ips), as one PEM file with its key (kubelet-server-current.pem).
+func (ca *CA) NodeServing(dir, node string, ips ...net.IP) (string, error) {
+	p := filepath.Join(dir, node+"-serving.pem")
+	return p, ca.issue(&x509.Certificate{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		IPAddresses: ips, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, p, p)
+}

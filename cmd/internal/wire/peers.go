@@ -2,8 +2,11 @@ package wire
 
 import (
 	"context"
+	"crypto/tls"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -16,14 +19,27 @@ import (
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/internal/httpserve"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/status"
 )
 
-// Peers is the node-local mirror of pinned images ([peers], issue 24 in progress): its
-// store, the mirror, and what it may serve, kept up to date by the pinner.
+// Peers is the node-local mirror of pinned images and the sharing of their blobs with
+// other nodes ([peers]): the store, the mirror, what it may serve (kept up to date by
+// the pinner), and the server its peers read.
 type Peers struct {
 	Mirror  *mirror.Mirror
 	Address string
+	// Served are the bytes the local mirror served the runtime; Bytes those from the
+	// registry, from peers and to peers.
+	Served mirror.Stats
+	Bytes  peers.Stats
+	local  http.Handler
+	store  *blobstore.Store
+	// server and serverTLS serve the peers (nil: this node shares nothing).
+	server    *peers.Server
+	serverTLS *tls.Config
+	peerAddr  string
 	// admin are the administrator's registries files, copied without ours into
 	// admin.Scratch: what the mirror's and the disk check's registry access read.
 	admin  *crio.AdminFiles
@@ -70,9 +86,54 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers,
 	rc, _ := RegistryAccess(cfg, conf.RuntimeCRIO, stateDir)
 	rc.RegistriesConfDir = p.admin.Scratch
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	source := registry.New(rc, keyring.Lookup)
-	p.Mirror = mirror.New(store, source, p.isPinned, log.WithField("part", "mirror"))
+	reg := peers.CountRegistry(mirror.FromRegistry(registry.New(rc, keyring.Lookup)), &p.Bytes)
+	p.store = store
+	p.Mirror = mirror.New(store, p.isPinned, log.WithField("part", "mirror"))
+	p.local = p.Mirror.Handler(reg, false, &p.Served)
+	if cfg.Peers.Sharing() {
+		if err := p.share(cfg, reg); err != nil {
+			// The certificates missing or broken: the node keeps its own mirror and
+			// pulls from the registry, as without peers.
+			log.WithError(err).Error("[peers] sharing with other nodes is off until imagepind restarts with this fixed; the node-local mirror works")
+		}
+	}
 	return p, nil
+}
+
+// share sets up the peers: the mirror fills from them before the registry, and serves
+// them (filling from the registry only).
+func (p *Peers) share(cfg conf.Config, reg mirror.Source) error {
+	clientCert := cfg.Peers.ClientCert
+	if clientCert == "" {
+		clientCert = cfg.Report.Cert
+	}
+	client, err := peers.Client(clientCert, cfg.Peers.CA)
+	if err != nil {
+		return err
+	}
+	serverTLS, err := peers.ServerTLS(cfg.Peers.Cert, cfg.Peers.ClientCA)
+	if err != nil {
+		return err
+	}
+	nodes := slices.Clone(cfg.Peers.Nodes)
+	log := p.log.WithField("part", "peers")
+	src := &peers.Source{Self: cfg.Peers.Address, Nodes: func() []string { return nodes }, Registry: reg, Client: client, Stats: &p.Bytes, Log: log}
+	p.local = p.Mirror.Handler(src, false, &p.Served)
+	p.server = &peers.Server{Mirror: p.Mirror.Handler(reg, true, &mirror.Stats{}), MaxServing: cfg.Peers.MaxServing,
+		BytesPerSecond: int64(cfg.Peers.ServeMiBPerSecond) << 20, Stats: &p.Bytes, Log: log}
+	p.serverTLS, p.peerAddr = serverTLS, cfg.Peers.Address
+	log.WithField("address", p.peerAddr).WithField("peers", len(nodes)).Info("[peers] sharing pinned images with other nodes")
+	return nil
+}
+
+// Stamp adds the peers' byte counts to each status before publish takes it.
+func (p *Peers) Stamp(publish func(status.Node)) func(status.Node) {
+	return func(n status.Node) {
+		stored, _ := p.store.Usage(context.Background())
+		n.Node.Peers = &status.PeerBytes{FromRegistry: p.Bytes.FromRegistry.Load(), FromPeers: p.Bytes.FromPeers.Load(),
+			ToPeers: p.Bytes.ToPeers.Load(), Stored: stored}
+		publish(n)
+	}
 }
 
 func (p *Peers) isPinned(repo string, d digest.Digest) bool {
@@ -128,8 +189,16 @@ func (p *Peers) pruneLoop(ctx context.Context) {
 	}
 }
 
-// Serve runs the mirror (and the store's pruning) until ctx ends.
+// Serve runs the mirror, the store's pruning and the peers' server until ctx ends. The
+// peers' server failing (its address taken) leaves the node-local mirror running.
 func (p *Peers) Serve(ctx context.Context) error {
 	go p.pruneLoop(ctx)
-	return httpserve.Run(ctx, p.Address, p.Mirror)
+	if p.server != nil {
+		go func() {
+			if err := p.server.Serve(ctx, p.peerAddr, p.serverTLS); err != nil {
+				p.log.WithError(err).Error("[peers] serving peers stopped; the node-local mirror works")
+			}
+		}()
+	}
+	return httpserve.Run(ctx, p.Address, p.local)
 }

@@ -1,0 +1,35 @@
+// Package nodecert reads a node's identity from a verified client certificate, as the
+// API server does for kubelets: CN system:node:<name>, O system:nodes. The aggregator
+// checks it on reports, and a node on its peers' requests.
+package nodecert
+
+import (
+	"crypto/x509"
+	"errors"
+	"slices"
+	"strings"
+)
+
+const (
+	cnPrefix = "system:node:"
+	group    = "system:nodes"
+)
+
+// ErrNone means no verified client certificate was presented.
+var ErrNone = errors.New("no verified node client certificate")
+
+// Name is the node name of a verified chain's leaf, or why it is not a node's.
+func Name(verified [][]*x509.Certificate) (string, error) {
+	if len(verified) == 0 || len(verified[0]) == 0 {
+		return "", ErrNone
+	}
+	leaf := verified[0][0]
+	cn := leaf.Subject.CommonName
+	if !strings.HasPrefix(cn, cnPrefix) || len(cn) == len(cnPrefix) {
+		return "", errors.New("client certificate CN " + cn + " is not system:node:<name>")
+	}
+	if !slices.Contains(leaf.Subject.Organization, group) {
+		return "", errors.New("client certificate of " + cn + " is not in group system:nodes")
+	}
+	return strings.TrimPrefix(cn, cnPrefix), nil
+}

@@ -1,0 +1,259 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/imagepin/imagepin/blobstore"
+)
+
+// stallTimeout ends a fill whose source sent nothing for this long (the next request
+// starts over, from another source).
+var stallTimeout = 60 * time.Second
+
+// fill is one blob being written to the store by one transfer from a source, read by
+// every request for it while it arrives (they read the store's ingest file up to what
+// was written). Only a complete blob that matches its digest ends a reader with io.EOF.
+type fill struct {
+	file string // the store's ingest file
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	opened bool  // the source answered: size is known (or -1)
+	size   int64 // -1: unknown
+	n      int64 // bytes written so far
+	done   bool
+	err    error // why the fill failed (done)
+}
+
+func (f *fill) update(fn func()) {
+	f.mu.Lock()
+	fn()
+	f.mu.Unlock()
+	f.cond.Broadcast()
+}
+
+// open reads blob d from offset off: from the fill under way, else a new fill from
+// src, else (the store cannot take it: a full disk) straight from src. The size is
+// the whole blob's (-1: unknown).
+func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source, off int64) (*blobReader, int64, error) {
+	m.mu.Lock()
+	f := m.fills[d]
+	skipStore := time.Since(m.storeFailed) < time.Minute
+	if f == nil && !skipStore {
+		sw, err := m.store.Writer(context.WithoutCancel(ctx), d, -1)
+		switch {
+		case err == nil:
+			f = &fill{file: m.store.IngestFile(d), size: -1}
+			f.cond = sync.NewCond(&f.mu)
+			m.fills[d] = f
+			go m.run(f, sw, repo, chain, d, src)
+		case errors.Is(err, blobstore.ErrBusy):
+			// The store's own lock: a fill ending right now. Stream alone.
+		default:
+			m.storeFailed = time.Now()
+			m.log.WithError(err).Warn("mirror: the blob store cannot take a blob; streaming without storing it for a minute")
+		}
+	}
+	m.mu.Unlock()
+	if f == nil {
+		return m.direct(ctx, repo, chain, d, src, off)
+	}
+	// Wait until the source answered (the size is known) or the fill failed.
+	stop := context.AfterFunc(ctx, func() { f.update(func() {}) })
+	defer stop()
+	f.mu.Lock()
+	for !f.opened && !f.done && ctx.Err() == nil {
+		f.cond.Wait()
+	}
+	size, err := f.size, f.err
+	f.mu.Unlock()
+	if ctx.Err() != nil {
+		return nil, 0, ctx.Err()
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if size < 0 || off >= size {
+		off = 0
+	}
+	return &blobReader{ctx: ctx, f: f, m: m, d: d, offset: off, off: off}, size, nil
+}
+
+// run is the fill's one transfer: from src into the store, committed (checked against
+// d) at the end.
+func (m *Mirror) run(f *fill, sw *blobstore.Writer, repo string, chain []digest.Digest, d digest.Digest, src Source) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := m.transfer(ctx, cancel, f, sw, repo, chain, d, src)
+	if err != nil {
+		sw.Abandon(context.Background(), m.store)
+	} else {
+		sw.Close()
+	}
+	m.mu.Lock()
+	delete(m.fills, d)
+	m.mu.Unlock()
+	f.update(func() { f.done, f.err = true, err })
+}
+
+func (m *Mirror) transfer(ctx context.Context, cancel func(), f *fill, sw *blobstore.Writer, repo string, chain []digest.Digest, d digest.Digest, src Source) error {
+	stall := time.AfterFunc(stallTimeout, cancel)
+	defer stall.Stop()
+	body, size, err := src.Blob(ctx, repo, chain, d)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	f.update(func() { f.opened, f.size = true, size })
+	buf := make([]byte, 64<<10)
+	for {
+		n, rerr := body.Read(buf)
+		if n > 0 {
+			stall.Reset(stallTimeout)
+			if _, err := sw.Write(buf[:n]); err != nil {
+				m.mu.Lock()
+				m.storeFailed = time.Now()
+				m.mu.Unlock()
+				return fmt.Errorf("blob store: %w", err)
+			}
+			f.update(func() { f.n += int64(n) })
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("the source sent nothing for %s: %w", stallTimeout, rerr)
+			}
+			return rerr
+		}
+	}
+	if err := sw.Commit(ctx); err != nil {
+		return fmt.Errorf("%s: %w", d, err)
+	}
+	return nil
+}
+
+// direct streams blob d from src without storing it (the store cannot take it),
+// checking it against d: a mismatch ends the reader with an error, not io.EOF.
+func (m *Mirror) direct(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source, off int64) (*blobReader, int64, error) {
+	body, size, err := src.Blob(ctx, repo, chain, d)
+	if err != nil {
+		return nil, 0, err
+	}
+	r := &blobReader{ctx: ctx, m: m, d: d, src: body, verifier: d.Verifier()}
+	if off > 0 && size >= 0 && off < size {
+		// Resuming: read (and check) the bytes before off without sending them.
+		if _, err := io.CopyN(io.Discard, r, off); err != nil {
+			body.Close()
+			return nil, 0, err
+		}
+		r.offset = off
+	}
+	return r, size, nil
+}
+
+// blobReader reads a fill from offset, or a direct stream.
+type blobReader struct {
+	ctx    context.Context
+	m      *Mirror
+	d      digest.Digest
+	offset int64 // where the reader started (a Range)
+
+	// a fill's
+	f    *fill
+	off  int64
+	file io.ReadSeekCloser
+
+	// a direct stream's
+	src      io.ReadCloser
+	verifier digest.Verifier
+}
+
+func (r *blobReader) Read(p []byte) (int, error) {
+	if r.src != nil {
+		n, err := r.src.Read(p)
+		r.verifier.Write(p[:n])
+		if err == io.EOF && !r.verifier.Verified() {
+			err = fmt.Errorf("the source sent bytes that do not match %s", r.d)
+		}
+		return n, err
+	}
+	f := r.f
+	stop := context.AfterFunc(r.ctx, func() { f.update(func() {}) })
+	defer stop()
+	f.mu.Lock()
+	for r.off >= f.n && !f.done && r.ctx.Err() == nil {
+		f.cond.Wait()
+	}
+	written, done, ferr := f.n, f.done, f.err
+	f.mu.Unlock()
+	switch {
+	case r.ctx.Err() != nil:
+		return 0, r.ctx.Err()
+	case r.off < written:
+		if err := r.openFile(done); err != nil {
+			return 0, err
+		}
+		n, err := r.file.Read(p[:min(int64(len(p)), written-r.off)])
+		r.off += int64(n)
+		if err == io.EOF && n > 0 {
+			err = nil
+		}
+		return n, err
+	case ferr != nil:
+		return 0, ferr
+	default:
+		return 0, io.EOF
+	}
+}
+
+// openFile opens the fill's ingest file at r.off, or, once the fill committed it, the
+// stored blob.
+func (r *blobReader) openFile(done bool) error {
+	if r.file != nil {
+		return nil
+	}
+	file, err := os.Open(r.f.file)
+	if errors.Is(err, os.ErrNotExist) {
+		// Committed (moved into the store) since: wait for the fill to say so.
+		r.f.mu.Lock()
+		for !r.f.done && r.ctx.Err() == nil {
+			r.f.cond.Wait()
+		}
+		ferr := r.f.err
+		r.f.mu.Unlock()
+		if ferr != nil {
+			return ferr
+		}
+		rd, _, err := r.m.store.Reader(r.ctx, r.d)
+		if err != nil {
+			return err
+		}
+		r.file = rd
+	} else if err != nil {
+		return err
+	} else {
+		r.file = file
+	}
+	_, err = r.file.Seek(r.off, io.SeekStart)
+	return err
+}
+
+func (r *blobReader) Close() error {
+	if r.file != nil {
+		r.file.Close()
+	}
+	if r.src != nil {
+		r.src.Close()
+	}
+	return nil
+}

@@ -1,0 +1,28 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/imagepin/imagepin/registry"
+)
+
+// FromRegistry is the registry as a Source, reached through the node's own access
+// (registry.Client: registries.conf and its mirrors, certs.d, the pull secret).
+func FromRegistry(c *registry.Client) Source { return registrySource{c} }
+
+type registrySource struct{ c *registry.Client }
+
+func (s registrySource) Manifest(ctx context.Context, repo string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	return s.c.Manifest(ctx, repo, d)
+}
+
+func (s registrySource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+	if len(chain) == 0 {
+		return nil, 0, errors.New("no manifest names " + d.String() + " on this node")
+	}
+	return s.c.Blob(ctx, repo, chain[0], d)
+}

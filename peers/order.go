@@ -1,0 +1,38 @@
+package peers
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Order is nodes by rendezvous (highest random weight) hashing of key and each node:
+// every node computes the same order for a blob, and a node joining or leaving moves
+// only the blobs it heads.
+func Order(key digest.Digest, nodes []string) []string {
+	type scored struct {
+		node  string
+		score uint64
+	}
+	s := make([]scored, 0, len(nodes))
+	for _, n := range nodes {
+		h := sha256.Sum256([]byte(key.String() + "\x00" + n))
+		s = append(s, scored{n, binary.BigEndian.Uint64(h[:8])})
+	}
+	slices.SortFunc(s, func(a, b scored) int {
+		switch {
+		case a.score > b.score:
+			return -1
+		case a.score < b.score:
+			return 1
+		}
+		return 0
+	})
+	out := make([]string, len(s))
+	for i, x := range s {
+		out[i] = x.node
+	}
+	return out
+}

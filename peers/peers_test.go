@@ -1,0 +1,499 @@
+package peers
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/blobstore"
+	"github.com/imagepin/imagepin/internal/testcerts"
+	"github.com/imagepin/imagepin/mirror"
+)
+
+const repo = "registry.example/ocp/release"
+
+// fakeRegistry serves one image from memory, slowly, counting what it is asked.
+type fakeRegistry struct {
+	manifest []byte
+	blobs    map[digest.Digest][]byte
+	delay    time.Duration
+	down     atomic.Bool
+
+	mu    sync.Mutex
+	calls map[digest.Digest]int
+}
+
+func newRegistry(t *testing.T, layers int, size int64) *fakeRegistry {
+	t.Helper()
+	img, err := random.Image(size, int64(layers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := img.RawManifest()
+	r := &fakeRegistry{manifest: raw, blobs: map[digest.Digest][]byte{}, calls: map[digest.Digest]int{}, delay: time.Millisecond}
+	cfg, _ := img.RawConfigFile()
+	r.blobs[digest.FromBytes(cfg)] = cfg
+	ls, _ := img.Layers()
+	for _, l := range ls {
+		rc, _ := l.Compressed()
+		b, _ := io.ReadAll(rc)
+		r.blobs[digest.FromBytes(b)] = b
+	}
+	return r
+}
+
+func (r *fakeRegistry) count(d digest.Digest) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down.Load() {
+		return errors.New("connection refused")
+	}
+	r.calls[d]++
+	return nil
+}
+
+func (r *fakeRegistry) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	if err := r.count(d); err != nil {
+		return nil, "", err
+	}
+	if digest.FromBytes(r.manifest) != d {
+		return nil, "", errors.New("manifest unknown")
+	}
+	return r.manifest, "application/vnd.docker.distribution.manifest.v2+json", nil
+}
+
+func (r *fakeRegistry) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+	if err := r.count(d); err != nil {
+		return nil, 0, err
+	}
+	b, ok := r.blobs[d]
+	if !ok {
+		return nil, 0, errors.New("blob unknown")
+	}
+	return io.NopCloser(&slow{r: bytes.NewReader(b), delay: r.delay}), int64(len(b)), nil
+}
+
+type slow struct {
+	r     io.Reader
+	delay time.Duration
+}
+
+func (s *slow) Read(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	return s.r.Read(p[:min(len(p), 16<<10)])
+}
+
+// node is one node's mirror: its local handler (what CRI-O pulls through) and the
+// server its peers read.
+type node struct {
+	addr  string
+	store *blobstore.Store
+	stats *Stats
+	src   *Source
+	local *httptest.Server
+	peer  *http.Server // Close kills it: listener and connections
+}
+
+type cluster struct {
+	t     *testing.T
+	reg   *fakeRegistry
+	nodes []*node
+	ca    *testcerts.CA
+	dir   string
+}
+
+// newCluster starts n nodes pinning the registry's image, each knowing all.
+func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := testcerts.NewCA(dir, "nodes-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, reg: reg, ca: ca, dir: dir}
+	var addrs []string
+	listeners := make([]net.Listener, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		listeners[i] = l
+		addrs = append(addrs, l.Addr().String())
+	}
+	md := digest.FromBytes(reg.manifest)
+	pinned := func(_ string, d digest.Digest) bool { return d == md }
+	for i := range n {
+		name := fmt.Sprintf("node-%d", i)
+		serving, err := ca.NodeServing(dir, name, net.ParseIP("127.0.0.1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clientCert, err := ca.Node(dir, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		client, err := Client(clientCert, ca.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvTLS, err := ServerTLS(serving, ca.File)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store, err := blobstore.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := logrus.New().WithField("node", name)
+		stats := &Stats{}
+		m := mirror.New(store, pinned, log)
+		reg := CountRegistry(reg, stats)
+		src := &Source{Self: addrs[i], Nodes: func() []string { return addrs }, Registry: reg, Client: client, Stats: stats, Log: log}
+		nd := &node{addr: addrs[i], store: store, stats: stats, src: src}
+		nd.local = httptest.NewServer(m.Handler(src, false, &mirror.Stats{}))
+		server := &Server{Mirror: m.Handler(reg, true, &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
+		server.init()
+		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
+		go nd.peer.ServeTLS(listeners[i], "", "")
+		t.Cleanup(nd.local.Close)
+		t.Cleanup(func() { nd.peer.Close() })
+		c.nodes = append(c.nodes, nd)
+	}
+	return c
+}
+
+// pull fetches the image's manifest and every blob through nd's local mirror, as
+// CRI-O does, and checks every byte.
+func (c *cluster) pull(nd *node) error {
+	md := digest.FromBytes(c.reg.manifest)
+	get := func(kind string, d digest.Digest) error {
+		resp, err := http.Get(nd.local.URL + "/v2/" + repo + "/" + kind + "/" + d.String())
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", kind, d, err)
+		}
+		if resp.StatusCode != http.StatusOK || digest.FromBytes(b) != d {
+			return fmt.Errorf("%s %s: status %d, %d bytes that do not match", kind, d, resp.StatusCode, len(b))
+		}
+		return nil
+	}
+	if err := get("manifests", md); err != nil {
+		return err
+	}
+	for d := range c.reg.blobs {
+		if err := get("blobs", d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *cluster) pullAll() {
+	var wg sync.WaitGroup
+	for _, nd := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.pull(nd); err != nil {
+				c.t.Errorf("%s: %v", nd.addr, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func (c *cluster) size() int64 {
+	n := int64(len(c.reg.manifest))
+	for _, b := range c.reg.blobs {
+		n += int64(len(b))
+	}
+	return n
+}
+
+// Three nodes pulling the same image at once: the registry is asked once for each
+// blob in the whole cluster, and every node gets every byte right.
+func TestOneDownloadPerBlobForTheCluster(t *testing.T) {
+	reg := newRegistry(t, 6, 256<<10)
+	c := newCluster(t, reg, 3)
+	c.pullAll()
+	var fromRegistry, fromPeers, toPeers int64
+	for _, nd := range c.nodes {
+		fromRegistry += nd.stats.FromRegistry.Load()
+		fromPeers += nd.stats.FromPeers.Load()
+		toPeers += nd.stats.ToPeers.Load()
+	}
+	for d, n := range reg.calls {
+		if n != 1 {
+			t.Errorf("the registry was asked %d times for %s", n, d)
+		}
+	}
+	t.Logf("image %d bytes; from the registry %d (%.2f×), between nodes %d", c.size(), fromRegistry, float64(fromRegistry)/float64(c.size()), fromPeers)
+	if fromRegistry != c.size() {
+		t.Fatalf("the cluster read %d bytes from the registry for an image of %d", fromRegistry, c.size())
+	}
+	if fromPeers < 2*c.size()*9/10 || toPeers < fromPeers {
+		t.Fatalf("between nodes: %d read, %d served; two of three nodes read the image from peers (%d)", fromPeers, toPeers, 2*c.size())
+	}
+}
+
+// The registry gone after the first nodes pulled: a node that joins reads everything
+// from its peers.
+func TestANodeJoiningAfterTheRegistryIsGone(t *testing.T) {
+	reg := newRegistry(t, 4, 128<<10)
+	c := newCluster(t, reg, 3)
+	for _, nd := range c.nodes[:2] {
+		if err := c.pull(nd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg.down.Store(true)
+	// The late node's own pulls: it served the first two the blobs it heads before
+	// (fetching them from the registry for them), and kept them.
+	late := c.nodes[2]
+	fromPeers := late.stats.FromPeers.Load()
+	if err := c.pull(late); err != nil {
+		t.Fatalf("with the registry gone, the late node: %v", err)
+	}
+	t.Logf("the late node read %d bytes from its peers", late.stats.FromPeers.Load()-fromPeers)
+	if late.stats.FromPeers.Load() == fromPeers {
+		t.Fatal("the late node read nothing from its peers")
+	}
+}
+
+// firstOf is a blob whose rendezvous order puts owner first and reader elsewhere.
+func (c *cluster) blobHeadedBy(owner *node) digest.Digest {
+	var addrs []string
+	for _, nd := range c.nodes {
+		addrs = append(addrs, nd.addr)
+	}
+	for d := range c.reg.blobs {
+		if Order(d, addrs)[0] == owner.addr && len(c.reg.blobs[d]) > 200<<10 {
+			return d
+		}
+	}
+	c.t.Skip("no large blob headed by that node in this random image")
+	return ""
+}
+
+// A peer dying mid-transfer costs nothing visible: the reader resumes from the next
+// node with Range, and gets every byte right.
+func TestAPeerDyingMidTransfer(t *testing.T) {
+	reg := newRegistry(t, 8, 512<<10)
+	reg.delay = 5 * time.Millisecond // 16 KiB each 5 ms: about 160 ms a blob
+	c := newCluster(t, reg, 3)
+	owner, reader := c.nodes[1], c.nodes[0]
+	d := c.blobHeadedBy(owner)
+	// The reader learns the manifest; then reads the owner's blob, which dies midway.
+	md := digest.FromBytes(reg.manifest)
+	resp, err := http.Get(reader.local.URL + "/v2/" + repo + "/manifests/" + md.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	go func() {
+		for owner.stats.ToPeers.Load() < 64<<10 {
+			time.Sleep(time.Millisecond)
+		}
+		owner.peer.Close()
+	}()
+	resp, err = http.Get(reader.local.URL + "/v2/" + repo + "/blobs/" + d.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || digest.FromBytes(b) != d {
+		t.Fatalf("after the owner died mid-transfer: %d bytes, %v", len(b), err)
+	}
+	sent := owner.stats.ToPeers.Load()
+	if sent >= int64(len(b)) {
+		t.Fatalf("the owner sent the whole blob (%d bytes) before it died: nothing was tested", sent)
+	}
+	t.Logf("the owner died after sending %d of %d bytes; the reader resumed elsewhere", sent, len(b))
+	if !c.nodes[0].src.isAside(owner.addr) {
+		t.Fatal("the dead peer was not set aside")
+	}
+}
+
+func (s *Source) isAside(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Before(s.bad[node])
+}
+
+// A peer serving wrong bytes (its stored copy corrupted on disk): the reader's copy is
+// cut once (never given whole), the peer is set aside, and the retry gets every byte
+// right from elsewhere.
+func TestAPeerServingGarbage(t *testing.T) {
+	reg := newRegistry(t, 6, 256<<10)
+	c := newCluster(t, reg, 3)
+	owner, reader := c.nodes[2], c.nodes[0]
+	d := c.blobHeadedBy(owner)
+	if err := c.pull(owner); err != nil {
+		t.Fatal(err)
+	}
+	// Corrupt the owner's stored blob on disk.
+	path := filepath.Join(c.dir, "node-2", "blobs", "sha256", d.Encoded())
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first := c.pull(reader)
+	if first == nil {
+		t.Fatal("the reader took a corrupted blob as whole")
+	}
+	t.Logf("first pull, cut as it should be: %v", first)
+	if !reader.src.isAside(owner.addr) {
+		t.Fatal("the peer that served garbage was not set aside")
+	}
+	if err := c.pull(reader); err != nil {
+		t.Fatalf("the retry: %v", err)
+	}
+}
+
+// Only nodes: a client without a node certificate gets 403; with one, more requests
+// than MaxServing at once get 503 (the client asks the next node).
+func TestServingNodesOnlyAndBounded(t *testing.T) {
+	reg := newRegistry(t, 1, 64<<10)
+	c := newCluster(t, reg, 1)
+	url := "https://" + c.nodes[0].addr + "/v2/"
+	plain, err := c.ca.HTTPClient("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, err := c.ca.Client(c.dir, "user", "alice", "developers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asUser, err := c.ca.HTTPClient(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := plain.Get(url); err == nil {
+		resp.Body.Close()
+		t.Fatalf("no client certificate: %s", resp.Status)
+	}
+	resp, err := asUser.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a user's certificate: %s, want 403", resp.Status)
+	}
+	nodeCert, _ := c.ca.Node(c.dir, "other")
+	asNode, _ := c.ca.HTTPClient(nodeCert)
+	resp, err = asNode.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a node's certificate: %s", resp.Status)
+	}
+	// Fill every slot with a request that holds it.
+	s := &Server{Mirror: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }), MaxServing: 2, Stats: &Stats{}}
+	s.init()
+	for range 2 {
+		s.slots <- struct{}{}
+	}
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/v2/", nil)
+	req.TLS = resp.TLS
+	s.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("over MaxServing: %d, want 503", rec.Code)
+	}
+}
+
+// The same order on every node, and blobs spread over the nodes.
+func TestOrderIsStableAndSpread(t *testing.T) {
+	nodes := []string{"10.0.0.1:7444", "10.0.0.2:7444", "10.0.0.3:7444", "10.0.0.4:7444"}
+	heads := map[string]int{}
+	for i := range 4000 {
+		d := digest.FromString(fmt.Sprint(i))
+		a := Order(d, nodes)
+		b := Order(d, []string{nodes[3], nodes[1], nodes[0], nodes[2]})
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Fatalf("the order depends on the list's order: %v %v", a, b)
+		}
+		heads[a[0]]++
+	}
+	for n, h := range heads {
+		if h < 800 || h > 1200 {
+			t.Errorf("%s heads %d of 4000 blobs", n, h)
+		}
+	}
+}
+
+// The server paces what it sends to BytesPerSecond.
+func TestServeRateIsBounded(t *testing.T) {
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	s := &Server{Mirror: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(body) }),
+		MaxServing: 1, BytesPerSecond: 2 << 20, Stats: &Stats{}}
+	s.init()
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/v2/", nil)
+	nodeCert := c0(t)
+	req.TLS = nodeCert
+	// Drain the initial burst first, then 1 MiB at 2 MiB/s takes about half a second.
+	s.limiter.AllowN(time.Now(), burst)
+	start := time.Now()
+	s.ServeHTTP(rec, req)
+	took := time.Since(start)
+	if rec.Body.Len() != len(body) || took < 300*time.Millisecond {
+		t.Fatalf("1 MiB at 2 MiB/s: %d bytes in %s", rec.Body.Len(), took)
+	}
+	if s.Stats.ToPeers.Load() != int64(len(body)) {
+		t.Fatalf("counted %d bytes to peers", s.Stats.ToPeers.Load())
+	}
+}
+
+// c0 is the TLS state of a request from a node (a verified node client certificate).
+func c0(t *testing.T) *tls.ConnectionState {
+	t.Helper()
+	dir := t.TempDir()
+	ca, err := testcerts.NewCA(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ca.Node(dir, "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.LoadX509KeyPair(p, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf, ca.Cert}}}
+}

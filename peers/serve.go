@@ -1,0 +1,176 @@
+package peers
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
+
+	"github.com/imagepin/imagepin/internal/nodecert"
+)
+
+// Server serves the mirror to other nodes: only to clients presenting a node's
+// certificate, at most MaxServing requests at once (more get 503: the client asks the
+// next node), at most BytesPerSecond in all (0: no limit).
+type Server struct {
+	Mirror         http.Handler // the mirror's handler for peers (chained, filling from the registry)
+	MaxServing     int
+	BytesPerSecond int64
+	Stats          *Stats
+	Log            logrus.FieldLogger
+
+	slots   chan struct{}
+	limiter *rate.Limiter
+}
+
+// burst is how many bytes one write may send at once under the rate limit.
+const burst = 256 << 10
+
+func (s *Server) init() {
+	if s.slots == nil {
+		s.slots = make(chan struct{}, max(s.MaxServing, 1))
+	}
+	if s.limiter == nil && s.BytesPerSecond > 0 {
+		s.limiter = rate.NewLimiter(rate.Limit(s.BytesPerSecond), burst)
+	}
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.TLS == nil {
+		http.Error(w, "peers talk HTTPS", http.StatusForbidden)
+		return
+	}
+	if _, err := nodecert.Name(r.TLS.VerifiedChains); err != nil {
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "serving as many peers as allowed", http.StatusServiceUnavailable)
+		return
+	}
+	s.Mirror.ServeHTTP(&limitedWriter{ResponseWriter: w, ctx: r.Context(), limiter: s.limiter, stats: s.Stats}, r)
+}
+
+// limitedWriter counts what goes to peers and paces it.
+type limitedWriter struct {
+	http.ResponseWriter
+	ctx     context.Context
+	limiter *rate.Limiter
+	stats   *Stats
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		chunk := p[:min(len(p), burst)]
+		if l.limiter != nil {
+			if err := l.limiter.WaitN(l.ctx, len(chunk)); err != nil {
+				return written, err
+			}
+		}
+		n, err := l.ResponseWriter.Write(chunk)
+		written += n
+		l.stats.ToPeers.Add(int64(n))
+		if err != nil {
+			return written, err
+		}
+		p = p[n:]
+	}
+	return written, nil
+}
+
+// Serve listens on address with tlsConfig and serves until ctx ends.
+func (s *Server) Serve(ctx context.Context, address string, tlsConfig *tls.Config) error {
+	s.init()
+	l, err := net.Listen("tcp", address)
+	if err != nil {
+		return fmt.Errorf("peers: %w", err)
+	}
+	srv := &http.Server{Handler: s, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(sctx)
+	}()
+	if err := srv.ServeTLS(l, "", ""); err != nil && err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+func pool(file, what string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate", what, file)
+	}
+	return p, nil
+}
+
+// keyPair loads a certificate and its key from one PEM file (as the kubelet keeps
+// kubelet-server-current.pem and kubelet-client-current.pem), again at each use: a
+// rotated certificate is picked up.
+func keyPair(file string) func() (*tls.Certificate, error) {
+	return func() (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(file, file)
+		return &c, err
+	}
+}
+
+// ServerTLS is the peers' listener: certFile (certificate and key, one PEM) and the
+// CA of the nodes' client certificates (the cluster's kubelet client CA).
+func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
+	clients, err := pool(clientCAFile, "peers.client_ca")
+	if err != nil {
+		return nil, err
+	}
+	load := keyPair(certFile)
+	if _, err := load(); err != nil {
+		return nil, fmt.Errorf("peers.cert %s: %w", certFile, err)
+	}
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      clients,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return load() },
+	}, nil
+}
+
+// Client is the HTTPS client to peers: it presents clientCertFile (the node's client
+// certificate and key, one PEM) and trusts peers whose serving certificates caFile
+// signed.
+func Client(clientCertFile, caFile string) (*http.Client, error) {
+	roots, err := pool(caFile, "peers.ca")
+	if err != nil {
+		return nil, err
+	}
+	load := keyPair(clientCertFile)
+	if _, err := load(); err != nil {
+		return nil, fmt.Errorf("peers.client_cert %s: %w", clientCertFile, err)
+	}
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots,
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }},
+		DialContext:           (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 60 * time.Second,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+	}
+	return &http.Client{Transport: tr}, nil
+}

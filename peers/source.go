@@ -1,0 +1,358 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/mirror"
+)
+
+// Stats are a node's blob and manifest bytes by where they came from or went.
+type Stats struct {
+	// FromRegistry: fetched from a registry (for this node or for a peer).
+	FromRegistry atomic.Int64
+	// FromPeers: read from other nodes.
+	FromPeers atomic.Int64
+	// ToPeers: served to other nodes.
+	ToPeers atomic.Int64
+}
+
+// How long a peer is set aside after a failure, and after serving wrong bytes.
+var (
+	failedFor  = 30 * time.Second
+	corruptFor = 10 * time.Minute
+	// stallAfter switches to the next node when a transfer sends nothing this long.
+	stallAfter = 15 * time.Second
+)
+
+// Source is the mirror's Source on a node with peers: each digest from the nodes in
+// its rendezvous order, this node's turn being the registry.
+type Source struct {
+	// Self is this node's peer address ("": it serves no peers; the registry comes
+	// after every peer).
+	Self string
+	// Nodes are the peers' addresses (Self among them or not), read at each request.
+	Nodes func() []string
+	// Registry is the node's own way to the registry (CountRegistry counts its bytes).
+	Registry mirror.Source
+	Client   *http.Client
+	Stats    *Stats
+	Log      logrus.FieldLogger
+
+	mu  sync.Mutex
+	bad map[string]time.Time // a peer set aside until then
+}
+
+// self marks the registry's turn in an order.
+const self = ""
+
+// order is who to ask for key: the nodes in rendezvous order (this node: the registry),
+// then the registry if this node is not among them, then the nodes set aside.
+func (s *Source) order(key digest.Digest) []string {
+	nodes := slices.Clone(s.Nodes())
+	if s.Self != "" && !slices.Contains(nodes, s.Self) {
+		nodes = append(nodes, s.Self)
+	}
+	var good, aside []string
+	now := time.Now()
+	s.mu.Lock()
+	for _, n := range Order(key, nodes) {
+		switch {
+		case n == s.Self:
+			good = append(good, self)
+		case now.Before(s.bad[n]):
+			aside = append(aside, n)
+		default:
+			good = append(good, n)
+		}
+	}
+	s.mu.Unlock()
+	if !slices.Contains(good, self) {
+		good = append(good, self)
+	}
+	return append(good, aside...)
+}
+
+func (s *Source) setAside(node string, d time.Duration, why error) {
+	if node == self {
+		return
+	}
+	s.mu.Lock()
+	if s.bad == nil {
+		s.bad = map[string]time.Time{}
+	}
+	s.bad[node] = time.Now().Add(d)
+	s.mu.Unlock()
+	s.Log.WithError(why).WithField("peer", node).WithField("for", d).Warn("peers: setting a peer aside")
+}
+
+// errNotThere is a peer's 404 (or 503: busy): ask the next, the peer is fine.
+var errNotThere = errors.New("not there")
+
+func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64) (*http.Response, error) {
+	url := "https://" + node + "/v2/" + mirror.PathFor(repo) + "/" + kind + "/" + d.String()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(chain) > 0 {
+		parts := make([]string, len(chain))
+		for i, c := range chain {
+			parts[i] = c.String()
+		}
+		req.Header.Set(mirror.ChainHeader, strings.Join(parts, ","))
+	}
+	if from > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
+	}
+	resp, err := s.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK || (from > 0 && resp.StatusCode == http.StatusPartialContent):
+		return resp, nil
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusServiceUnavailable:
+		resp.Body.Close()
+		return nil, errNotThere
+	}
+	resp.Body.Close()
+	return nil, fmt.Errorf("%s: %s", url, resp.Status)
+}
+
+// Manifest asks the nodes in d's order, checking what each sends against d.
+func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	var errs []error
+	for _, node := range s.order(d) {
+		if node == self {
+			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d)
+			if err == nil {
+				return data, mt, nil
+			}
+			errs = append(errs, fmt.Errorf("registry: %w", err))
+			continue
+		}
+		resp, err := s.get(ctx, node, repo, "manifests", chain, d, 0)
+		if err != nil {
+			if !errors.Is(err, errNotThere) {
+				s.setAside(node, failedFor, err)
+			}
+			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
+			continue
+		}
+		data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		resp.Body.Close()
+		if err == nil && digest.FromBytes(data) != d {
+			err = errors.New("sent a manifest that does not match its digest")
+			s.setAside(node, corruptFor, err)
+		} else if err != nil {
+			s.setAside(node, failedFor, err)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
+			continue
+		}
+		s.Stats.FromPeers.Add(int64(len(data)))
+		return data, resp.Header.Get("Content-Type"), nil
+	}
+	return nil, "", errors.Join(errs...)
+}
+
+// Blob reads d from the first node in its order that has it (the first fetches it
+// from the registry), going on to the next from where it stopped when one fails.
+func (s *Source) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+	r := &resumer{s: s, ctx: ctx, repo: repo, chain: chain, d: d, todo: s.order(d), size: -1, verifier: d.Verifier()}
+	if err := r.next(); err != nil {
+		return nil, 0, err
+	}
+	return r, r.size, nil
+}
+
+// resumer reads a blob from one node after another.
+type resumer struct {
+	s     *Source
+	ctx   context.Context
+	repo  string
+	chain []digest.Digest
+	d     digest.Digest
+
+	todo     []string // who is left to ask
+	node     string   // who is sending now
+	cur      io.ReadCloser
+	cancel   context.CancelFunc
+	stall    *time.Timer
+	size     int64
+	off      int64
+	senders  []string
+	verifier digest.Verifier
+	errs     []error
+}
+
+// next opens the next node that answers, at r.off.
+func (r *resumer) next() error {
+	r.closeCur()
+	for len(r.todo) > 0 {
+		node := r.todo[0]
+		r.todo = r.todo[1:]
+		ctx, cancel := context.WithCancel(r.ctx)
+		var body io.ReadCloser
+		size := int64(-1)
+		var err error
+		if node == self {
+			body, size, err = r.s.Registry.Blob(ctx, r.repo, r.chain, r.d)
+			if err == nil && r.off > 0 {
+				// The registry is read from its first byte: skip what was read.
+				_, err = io.CopyN(io.Discard, body, r.off)
+				if err != nil {
+					body.Close()
+				}
+			}
+		} else {
+			var resp *http.Response
+			resp, err = r.s.get(ctx, node, r.repo, "blobs", r.chain, r.d, r.off)
+			if err == nil {
+				body, size = resp.Body, resp.ContentLength
+				if resp.StatusCode == http.StatusOK && r.off > 0 {
+					if _, err = io.CopyN(io.Discard, body, r.off); err != nil {
+						body.Close()
+					}
+				} else if resp.StatusCode == http.StatusPartialContent && size >= 0 {
+					size += r.off
+				}
+			}
+		}
+		if err != nil {
+			cancel()
+			if node != self && !errors.Is(err, errNotThere) {
+				r.s.setAside(node, failedFor, err)
+			}
+			r.errs = append(r.errs, fmt.Errorf("%s: %w", name(node), err))
+			continue
+		}
+		if r.size < 0 {
+			r.size = size
+		}
+		r.node, r.cur, r.cancel = node, body, cancel
+		r.stall = time.AfterFunc(stallAfter, cancel)
+		r.senders = append(r.senders, node)
+		return nil
+	}
+	return fmt.Errorf("no node could send %s: %w", r.d, errors.Join(r.errs...))
+}
+
+func name(node string) string {
+	if node == self {
+		return "registry"
+	}
+	return "peer " + node
+}
+
+func (r *resumer) closeCur() {
+	if r.cur != nil {
+		r.stall.Stop()
+		r.cur.Close()
+		r.cancel()
+		r.cur = nil
+	}
+}
+
+func (r *resumer) Read(p []byte) (int, error) {
+	for {
+		if r.cur == nil {
+			return 0, io.ErrUnexpectedEOF
+		}
+		n, err := r.cur.Read(p)
+		if n > 0 {
+			r.stall.Reset(stallAfter)
+			r.off += int64(n)
+			r.verifier.Write(p[:n])
+			if r.node != self {
+				r.s.Stats.FromPeers.Add(int64(n))
+			}
+		}
+		if err == io.EOF && r.size >= 0 && r.off < r.size {
+			err = io.ErrUnexpectedEOF
+		}
+		switch {
+		case err == io.EOF:
+			if !r.verifier.Verified() {
+				// Whoever sent bytes of this blob is suspect: set them aside, so the
+				// next request for it (the runtime's retry) goes elsewhere.
+				err = fmt.Errorf("%d bytes that do not match %s", r.off, r.d)
+				for _, s := range r.senders {
+					r.s.setAside(s, corruptFor, err)
+				}
+				return n, err
+			}
+			return n, io.EOF
+		case err != nil:
+			if r.ctx.Err() != nil {
+				return n, r.ctx.Err()
+			}
+			r.errs = append(r.errs, fmt.Errorf("%s: %w", name(r.node), err))
+			if r.node != self {
+				r.s.setAside(r.node, failedFor, err)
+			}
+			if nerr := r.next(); nerr != nil {
+				return n, nerr
+			}
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, nil
+	}
+}
+
+func (r *resumer) Close() error {
+	r.closeCur()
+	return nil
+}
+
+// CountRegistry counts in stats.FromRegistry what src (the registry) sends.
+func CountRegistry(src mirror.Source, stats *Stats) mirror.Source {
+	return counted{src, stats}
+}
+
+type counted struct {
+	mirror.Source
+	stats *Stats
+}
+
+func (c counted) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	data, mt, err := c.Source.Manifest(ctx, repo, chain, d)
+	c.stats.FromRegistry.Add(int64(len(data)))
+	return data, mt, err
+}
+
+func (c counted) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+	rc, size, err := c.Source.Blob(ctx, repo, chain, d)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &countingReader{rc, &c.stats.FromRegistry}, size, nil
+}
+
+type countingReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
