@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/distribution/reference"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
 
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/pin"
@@ -87,7 +88,9 @@ func (m *MirrorPinner) writeDropIn(patterns []string) (bool, error) {
 		if old == nil {
 			return false, nil
 		}
-		return true, os.Remove(path)
+		err := os.Remove(path)
+		sysregistriesv2.InvalidateCache()
+		return true, err
 	}
 	admin, adminChanged, err := m.Admin.Read()
 	if err != nil {
@@ -107,5 +110,11 @@ func (m *MirrorPinner) writeDropIn(patterns []string) (bool, error) {
 		return false, err
 	}
 	// The temp file outside the directory: containers/image reads every *.conf there.
-	return true, fsutil.WriteAtomic(path, filepath.Dir(m.Admin.Dir), data, 0o644)
+	if err := fsutil.WriteAtomic(path, filepath.Dir(m.Admin.Dir), data, 0o644); err != nil {
+		return false, err
+	}
+	// imagepind's own registry access (the disk check) reads these files too, through
+	// containers/image's cache of them.
+	sysregistriesv2.InvalidateCache()
+	return true, nil
 }

@@ -82,16 +82,32 @@ func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror 
 		children: map[string]map[digest.Digest]digest.Digest{}, fills: map[digest.Digest]*fill{}}
 }
 
-// Handler serves the mirror, filling what the store lacks from src. With chained, a
-// request may carry the manifests above what it asks for (ChainHeader), so a peer can
-// ask for a blob of a pinned image whose manifest this node has not served yet.
-func (m *Mirror) Handler(src Source, chained bool, stats *Stats) http.Handler {
-	return &handler{m: m, src: src, chained: chained, stats: stats}
+// Handler serves the mirror to the node's runtime, filling what the store lacks from
+// src.
+func (m *Mirror) Handler(src Source, stats *Stats) http.Handler {
+	return &handler{m: m, src: src, manifests: src, stats: stats}
 }
+
+// PeerHandler serves the mirror to other nodes: a request carries the manifests above
+// what it asks for (ChainHeader), so a peer can ask for a blob of a pinned image whose
+// manifest this node has not served yet. Blobs are filled from fill (the registry);
+// the manifests of a chain this node lacks come from manifests (the peers, then the
+// registry), except for a request a peer made for another peer (HopHeader): those
+// from fill.
+func (m *Mirror) PeerHandler(fill, manifests Source, stats *Stats) http.Handler {
+	return &handler{m: m, src: fill, manifests: manifests, chained: true, stats: stats}
+}
+
+// HopHeader marks a peer's request made to answer another peer's.
+const HopHeader = "Imagepin-Hop"
 
 // ChainHeader carries, on a peer's request, the manifests above the digest asked for,
 // nearest first, comma-separated: the last is a pinned manifest.
 const ChainHeader = "Imagepin-Chain"
+
+// NotPinnedHeader is set on a peer's 404 when this node does not pin (or not yet) the
+// image asked for.
+const NotPinnedHeader = "Imagepin-Not-Pinned"
 
 // Chain is the manifests above d in repo as this mirror learnt them, nearest first.
 func (m *Mirror) Chain(repo string, d digest.Digest) []digest.Digest {
@@ -110,10 +126,11 @@ func (m *Mirror) Chain(repo string, d digest.Digest) []digest.Digest {
 }
 
 type handler struct {
-	m       *Mirror
-	src     Source
-	chained bool
-	stats   *Stats
+	m         *Mirror
+	src       Source // fills blobs
+	manifests Source // loads manifests
+	chained   bool
+	stats     *Stats
 }
 
 const mediaTypeLabel = "mediaType"
@@ -139,7 +156,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.chained {
-		if chain, ok := parseChain(r.Header.Get(ChainHeader)); !ok || !h.m.admit(r.Context(), repo, chain, h.src) {
+		chain, ok := parseChain(r.Header.Get(ChainHeader))
+		root := d
+		if len(chain) > 0 {
+			root = chain[len(chain)-1]
+		}
+		if ok && !h.m.pinned(repo, root) && !h.m.allowed(repo, root) {
+			// Peers pin the same sets, but not at the same instant: the asking node may
+			// ask again in a moment (package peers).
+			w.Header().Set(NotPinnedHeader, "true")
+			ok = false
+		}
+		if !ok || !h.m.admit(r.Context(), repo, chain, h.manifestSource(r)) {
 			if kind == "manifests" {
 				notFound(w, "MANIFEST_UNKNOWN")
 			} else {
@@ -154,6 +182,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "blobs":
 		h.blob(w, r, repo, d)
 	}
+}
+
+func (h *handler) manifestSource(r *http.Request) Source {
+	if r.Header.Get(HopHeader) != "" {
+		return h.src
+	}
+	return h.manifests
 }
 
 func parseChain(v string) ([]digest.Digest, bool) {
@@ -286,7 +321,7 @@ func (h *handler) manifest(w http.ResponseWriter, r *http.Request, repo string, 
 		notFound(w, "MANIFEST_UNKNOWN")
 		return
 	}
-	data, fromStore, err := m.loadManifest(r.Context(), repo, m.Chain(repo, d), d, h.src)
+	data, fromStore, err := m.loadManifest(r.Context(), repo, m.Chain(repo, d), d, h.manifestSource(r))
 	if err != nil {
 		// Not available, or a source serving other bytes: the client goes on to its
 		// next endpoint.

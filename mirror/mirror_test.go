@@ -98,7 +98,7 @@ func serve(t *testing.T, src Source, pinned Pinned) served {
 	}
 	m := New(store, pinned, logrus.New())
 	stats := &Stats{}
-	srv := httptest.NewServer(m.Handler(src, false, stats))
+	srv := httptest.NewServer(m.Handler(src, stats))
 	t.Cleanup(srv.Close)
 	return served{srv, m, store, stats}
 }
@@ -399,7 +399,7 @@ func TestChainAdmitsPeerRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := New(store, func(r string, dd digest.Digest) bool { return dd == md }, logrus.New())
-	srv := httptest.NewServer(m.Handler(src, true, &Stats{}))
+	srv := httptest.NewServer(m.PeerHandler(src, src, &Stats{}))
 	t.Cleanup(srv.Close)
 	layers, _ := img.Layers()
 	ld, _ := layers[1].Digest()

@@ -109,6 +109,8 @@ type node struct {
 	src   *Source
 	local *httptest.Server
 	peer  *http.Server // Close kills it: listener and connections
+	// unpinned: the node does not pin the image (yet).
+	unpinned atomic.Bool
 }
 
 type cluster struct {
@@ -139,7 +141,6 @@ func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
 		addrs = append(addrs, l.Addr().String())
 	}
 	md := digest.FromBytes(reg.manifest)
-	pinned := func(_ string, d digest.Digest) bool { return d == md }
 	for i := range n {
 		name := fmt.Sprintf("node-%d", i)
 		serving, err := ca.NodeServing(dir, name, net.ParseIP("127.0.0.1"))
@@ -164,12 +165,13 @@ func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
 		}
 		log := logrus.New().WithField("node", name)
 		stats := &Stats{}
-		m := mirror.New(store, pinned, log)
+		nd := &node{addr: addrs[i], store: store, stats: stats}
+		m := mirror.New(store, func(_ string, d digest.Digest) bool { return d == md && !nd.unpinned.Load() }, log)
 		reg := CountRegistry(reg, stats)
-		src := &Source{Self: addrs[i], Nodes: func() []string { return addrs }, Registry: reg, Client: client, Stats: stats, Log: log}
-		nd := &node{addr: addrs[i], store: store, stats: stats, src: src}
-		nd.local = httptest.NewServer(m.Handler(src, false, &mirror.Stats{}))
-		server := &Server{Mirror: m.Handler(reg, true, &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
+		nd.src = NewSource(addrs[i], func() []string { return addrs }, reg, client, stats, log)
+		src := nd.src
+		nd.local = httptest.NewServer(m.Handler(src, &mirror.Stats{}))
+		server := &Server{Mirror: m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
 		server.init()
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
 		go nd.peer.ServeTLS(listeners[i], "", "")
@@ -496,4 +498,56 @@ func c0(t *testing.T) *tls.ConnectionState {
 		t.Fatal(err)
 	}
 	return &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{leaf, ca.Cert}}}
+}
+
+// Nodes pin the same set a moment apart: a node asked before it pins is asked again,
+// and the registry still sends each blob once.
+func TestAPeerThatPinsAMomentLater(t *testing.T) {
+	reg := newRegistry(t, 6, 128<<10)
+	c := newCluster(t, reg, 3)
+	late := c.nodes[2]
+	late.unpinned.Store(true)
+	go func() {
+		time.Sleep(time.Second)
+		late.unpinned.Store(false)
+	}()
+	for _, nd := range c.nodes[:2] {
+		if err := c.pull(nd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.pull(late); err != nil {
+		t.Fatal(err)
+	}
+	for d, n := range reg.calls {
+		if n != 1 {
+			t.Errorf("the registry was asked %d times for %s", n, d)
+		}
+	}
+}
+
+// A peer that does not pin the image at all costs pinWait once, not on every request.
+func TestAPeerThatDoesNotPinTheImage(t *testing.T) {
+	old := pinWait
+	pinWait = 300 * time.Millisecond
+	t.Cleanup(func() { pinWait = old })
+	reg := newRegistry(t, 6, 64<<10)
+	c := newCluster(t, reg, 2)
+	c.nodes[1].unpinned.Store(true)
+	start := time.Now()
+	if err := c.pull(c.nodes[0]); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*pinWait {
+		t.Fatalf("the pull took %s: the peer that does not pin the image was waited for more than once", took)
+	}
+	if !c.nodes[0].src.isNotPinning(c.nodes[1].addr, digest.FromBytes(reg.manifest)) {
+		t.Fatal("the peer was not taken for one that does not pin the image")
+	}
+}
+
+func (s *Source) isNotPinning(node string, root digest.Digest) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Before(s.notPinning[[2]string{node, root.String()}])
 }

@@ -51,8 +51,74 @@ type Source struct {
 	Stats    *Stats
 	Log      logrus.FieldLogger
 
+	*health
+	// hop marks requests made for a peer's request (Forwarding): their receiver asks
+	// no further peer.
+	hop bool
+}
+
+// health is what a node learnt of its peers, shared by its Sources.
+type health struct {
 	mu  sync.Mutex
 	bad map[string]time.Time // a peer set aside until then
+	// notPinning are the peers found not to pin an image (peer and root manifest).
+	notPinning map[[2]string]time.Time
+}
+
+func (s *Source) init() {
+	if s.health == nil {
+		s.health = &health{bad: map[string]time.Time{}, notPinning: map[[2]string]time.Time{}}
+	}
+}
+
+// NewSource is a Source (see its fields).
+func NewSource(self string, nodes func() []string, registry mirror.Source, client *http.Client, stats *Stats, log logrus.FieldLogger) *Source {
+	s := &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log}
+	s.init()
+	return s
+}
+
+// Forwarding is this Source for what a node needs to answer a peer's request (the
+// manifests above what it asks for): a peer asked by it answers from its store or the
+// registry, never asking a third node, so requests never go round between nodes.
+func (s *Source) Forwarding() *Source {
+	f := *s
+	f.hop = true
+	return &f
+}
+
+// ask is get, asking again while the peer does not pin the image yet (root: the
+// pinned manifest the request leads to), up to pinWait once per peer and image.
+func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64) (*http.Response, error) {
+	root := d
+	if len(chain) > 0 {
+		root = chain[len(chain)-1]
+	}
+	key := [2]string{node, root.String()}
+	s.mu.Lock()
+	skip := time.Now().Before(s.notPinning[key])
+	s.mu.Unlock()
+	if skip {
+		return nil, errNotPinned
+	}
+	deadline := time.Now().Add(pinWait)
+	for {
+		resp, err := s.get(ctx, node, repo, kind, chain, d, from)
+		if !errors.Is(err, errNotPinned) {
+			return resp, err
+		}
+		if time.Now().After(deadline) {
+			s.mu.Lock()
+			s.notPinning[key] = time.Now().Add(notPinningFor)
+			s.mu.Unlock()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pinPoll):
+		}
+	}
 }
 
 // self marks the registry's turn in an order.
@@ -90,16 +156,26 @@ func (s *Source) setAside(node string, d time.Duration, why error) {
 		return
 	}
 	s.mu.Lock()
-	if s.bad == nil {
-		s.bad = map[string]time.Time{}
-	}
 	s.bad[node] = time.Now().Add(d)
 	s.mu.Unlock()
 	s.Log.WithError(why).WithField("peer", node).WithField("for", d).Warn("peers: setting a peer aside")
 }
 
 // errNotThere is a peer's 404 (or 503: busy): ask the next, the peer is fine.
-var errNotThere = errors.New("not there")
+// errNotPinned is a 404 from a peer that does not pin the image (or not yet).
+var (
+	errNotThere  = errors.New("not there")
+	errNotPinned = fmt.Errorf("does not pin it (yet): %w", errNotThere)
+)
+
+// Peers pin the same sets but not at the same instant: a peer that does not pin an
+// image yet is asked again every pinPoll for up to pinWait, then taken for one that
+// does not pin it for notPinningFor (its requests for the image skip it).
+var (
+	pinPoll       = 500 * time.Millisecond
+	pinWait       = 5 * time.Second
+	notPinningFor = 10 * time.Minute
+)
 
 func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64) (*http.Response, error) {
 	url := "https://" + node + "/v2/" + mirror.PathFor(repo) + "/" + kind + "/" + d.String()
@@ -114,6 +190,9 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		}
 		req.Header.Set(mirror.ChainHeader, strings.Join(parts, ","))
 	}
+	if s.hop {
+		req.Header.Set(mirror.HopHeader, "1")
+	}
 	if from > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
 	}
@@ -124,6 +203,9 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	switch {
 	case resp.StatusCode == http.StatusOK || (from > 0 && resp.StatusCode == http.StatusPartialContent):
 		return resp, nil
+	case resp.StatusCode == http.StatusNotFound && resp.Header.Get(mirror.NotPinnedHeader) != "":
+		resp.Body.Close()
+		return nil, errNotPinned
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusServiceUnavailable:
 		resp.Body.Close()
 		return nil, errNotThere
@@ -144,7 +226,7 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		resp, err := s.get(ctx, node, repo, "manifests", chain, d, 0)
+		resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0)
 		if err != nil {
 			if !errors.Is(err, errNotThere) {
 				s.setAside(node, failedFor, err)
@@ -221,7 +303,7 @@ func (r *resumer) next() error {
 			}
 		} else {
 			var resp *http.Response
-			resp, err = r.s.get(ctx, node, r.repo, "blobs", r.chain, r.d, r.off)
+			resp, err = r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, r.off)
 			if err == nil {
 				body, size = resp.Body, resp.ContentLength
 				if resp.StatusCode == http.StatusOK && r.off > 0 {

@@ -82,17 +82,24 @@ type worldOptions struct {
 func baseWorld(t *testing.T) *world {
 	t.Helper()
 	dir := t.TempDir()
-	w := &world{t: t, dir: dir, setsDir: filepath.Join(dir, "sets.d"), labels: filepath.Join(dir, "node-labels.json"),
-		config: filepath.Join(dir, "imagepind.toml"), status: filepath.Join(dir, "run", "status.json")}
-	os.MkdirAll(w.setsDir, 0o755)
 	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
 	reg, err := env.StartRegistry(filepath.Join(dir, "registry"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Stop)
-	w.reg = reg
-	if w.crio, err = env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{reg.Host}}); err != nil {
+	return worldOn(t, dir, reg, reg.Host)
+}
+
+// worldOn is a world in dir using reg (shared by several worlds: the nodes of one
+// cluster), its CRI-O configured but not started, trusting the insecure registries.
+func worldOn(t *testing.T, dir string, reg *env.Registry, insecure ...string) *world {
+	t.Helper()
+	w := &world{t: t, dir: dir, reg: reg, setsDir: filepath.Join(dir, "sets.d"), labels: filepath.Join(dir, "node-labels.json"),
+		config: filepath.Join(dir, "imagepind.toml"), status: filepath.Join(dir, "run", "status.json")}
+	os.MkdirAll(w.setsDir, 0o755)
+	var err error
+	if w.crio, err = env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: insecure}); err != nil {
 		t.Fatal(err)
 	}
 	return w

@@ -1,10 +1,13 @@
 package env
 
 import (
-	"io"
+	"context"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Proxy forwards TCP connections on loopback to the first backend that accepts one, as a
@@ -14,10 +17,33 @@ type Proxy struct {
 	Addr     string
 	backends []string
 	l        net.Listener
+	// Down counts the bytes sent from the backends to the clients: what crossed the
+	// link toward the nodes.
+	Down atomic.Int64
+	// Requests counts the client writes (HTTP requests, roughly) that crossed.
+	Requests atomic.Int64
+	// link, when set, is one token bucket for every connection (a site's uplink is one
+	// link for all its nodes), and latency is added to each request.
+	link    *rate.Limiter
+	latency time.Duration
 
 	mu    sync.Mutex
 	cut   bool
 	conns map[net.Conn]bool
+}
+
+// StartLink is a proxy to backend that emulates a site's shared uplink: bytesPerSecond
+// for all connections together, latency added to each request, and counts.
+func StartLink(backend string, bytesPerSecond int64, latency time.Duration) (*Proxy, error) {
+	p, err := StartProxy(backend)
+	if err != nil {
+		return nil, err
+	}
+	if bytesPerSecond > 0 {
+		p.link = rate.NewLimiter(rate.Limit(bytesPerSecond), 32<<10)
+	}
+	p.latency = latency
+	return p, nil
 }
 
 // StartProxy listens on a free loopback port.
@@ -64,8 +90,8 @@ func (p *Proxy) handle(c net.Conn) {
 	p.conns[c], p.conns[up] = true, true
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); done <- struct{}{} }()
-	go func() { io.Copy(c, up); done <- struct{}{} }()
+	go func() { p.copy(up, c, false); done <- struct{}{} }()
+	go func() { p.copy(c, up, true); done <- struct{}{} }()
 	<-done
 	c.Close()
 	up.Close()
@@ -96,4 +122,34 @@ func (p *Proxy) Restore() {
 func (p *Proxy) Close() {
 	p.l.Close()
 	p.Cut()
+}
+
+// copy moves bytes one way: down (backend to client) is counted and paced by the link;
+// up (a request) waits the latency first.
+func (p *Proxy) copy(dst, src net.Conn, down bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if down {
+				if p.link != nil {
+					if p.link.WaitN(context.Background(), n) != nil {
+						return
+					}
+				}
+				p.Down.Add(int64(n))
+			} else {
+				p.Requests.Add(1)
+				if p.latency > 0 {
+					time.Sleep(p.latency)
+				}
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }

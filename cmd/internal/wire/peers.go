@@ -89,7 +89,7 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers,
 	reg := peers.CountRegistry(mirror.FromRegistry(registry.New(rc, keyring.Lookup)), &p.Bytes)
 	p.store = store
 	p.Mirror = mirror.New(store, p.isPinned, log.WithField("part", "mirror"))
-	p.local = p.Mirror.Handler(reg, false, &p.Served)
+	p.local = p.Mirror.Handler(reg, &p.Served)
 	if cfg.Peers.Sharing() {
 		if err := p.share(cfg, reg); err != nil {
 			// The certificates missing or broken: the node keeps its own mirror and
@@ -117,9 +117,9 @@ func (p *Peers) share(cfg conf.Config, reg mirror.Source) error {
 	}
 	nodes := slices.Clone(cfg.Peers.Nodes)
 	log := p.log.WithField("part", "peers")
-	src := &peers.Source{Self: cfg.Peers.Address, Nodes: func() []string { return nodes }, Registry: reg, Client: client, Stats: &p.Bytes, Log: log}
-	p.local = p.Mirror.Handler(src, false, &p.Served)
-	p.server = &peers.Server{Mirror: p.Mirror.Handler(reg, true, &mirror.Stats{}), MaxServing: cfg.Peers.MaxServing,
+	src := peers.NewSource(cfg.Peers.Address, func() []string { return nodes }, reg, client, &p.Bytes, log)
+	p.local = p.Mirror.Handler(src, &p.Served)
+	p.server = &peers.Server{Mirror: p.Mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: cfg.Peers.MaxServing,
 		BytesPerSecond: int64(cfg.Peers.ServeMiBPerSecond) << 20, Stats: &p.Bytes, Log: log}
 	p.serverTLS, p.peerAddr = serverTLS, cfg.Peers.Address
 	log.WithField("address", p.peerAddr).WithField("peers", len(nodes)).Info("[peers] sharing pinned images with other nodes")

@@ -74,13 +74,10 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	socket := cfg.CRISocket()
 	runtimeName := DetectRuntime(cfg, client, opts.DetectFor, opts.Log)
 	registries, registryProblems := RegistryFor(cfg, runtimeName, store.Dir())
-	if opts.Peers != nil {
-		// The disk check and release expansion read registries as the administrator
-		// configured them, not through the node-local mirror.
-		rc, _ := RegistryAccess(cfg, runtimeName, store.Dir())
-		rc.RegistriesConfDir = opts.Peers.admin.Scratch
-		registries = registry.New(rc, (&cri.KeyringFile{Path: cfg.CRI.PullSecret}).Lookup)
-	}
+	// With [peers] on, the disk check and release expansion read registries as CRI-O
+	// does, through the node-local mirror first: a pinned image's manifest comes from
+	// the node's store or its peers when the registry is gone (a node joining late
+	// could not size its sets otherwise), and anything else goes on to its registry.
 	pinner, err := Pinner(cfg, runtimeName, store.Dir(), opts.Log)
 	if err != nil {
 		client.Close()

@@ -1,0 +1,220 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imagepin/imagepin/internal/testcerts"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/env"
+)
+
+// peerCluster is several nodes on this machine, each its own CRI-O and imagepind, sharing
+// one registry reached through a link that counts what crosses it.
+type peerCluster struct {
+	t     *testing.T
+	reg   *env.Registry
+	link  *env.Proxy
+	ca    *testcerts.CA
+	nodes []*world
+	opts  []worldOptions // each node's imagepind config
+	addrs []string       // the peers' addresses, 127.0.0.(2+i)
+}
+
+func newPeerCluster(t *testing.T, n int, bytesPerSecond int64, latency time.Duration) *peerCluster {
+	t.Helper()
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
+	reg, err := env.StartRegistry(filepath.Join(dir, "registry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Stop)
+	link, err := env.StartLink(reg.Host, bytesPerSecond, latency)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Close)
+	ca, err := testcerts.NewCA(dir, "nodes-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &peerCluster{t: t, reg: reg, link: link, ca: ca}
+	port, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		c.addrs = append(c.addrs, fmt.Sprintf("127.0.0.%d:%d", 2+i, port))
+	}
+	for i := range n {
+		w, o := c.node(i)
+		c.nodes, c.opts = append(c.nodes, w), append(c.opts, o)
+	}
+	return c
+}
+
+// node configures node i (its CRI-O and imagepind's config), starting nothing.
+func (c *peerCluster) node(i int) (*world, worldOptions) {
+	t := c.t
+	dir := t.TempDir()
+	w := worldOn(t, dir, c.reg, c.link.Addr)
+	name := fmt.Sprintf("node-%d", i)
+	serving, err := c.ca.NodeServing(dir, name, net.ParseIP(fmt.Sprintf("127.0.0.%d", 2+i)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := c.ca.Node(dir, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mport, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := `"` + strings.Join(c.addrs, `", "`) + `"`
+	return w, worldOptions{metrics: true, extra: fmt.Sprintf(`[peers]
+enabled = true
+mirror_address = "127.0.0.1:%d"
+address = %q
+nodes = [%s]
+cert = %q
+ca = %q
+client_cert = %q
+client_ca = %q
+`, mport, c.addrs[i], nodes, serving, c.ca.File, client, c.ca.File)}
+}
+
+// start starts node i's CRI-O and imagepind.
+func (c *peerCluster) start(i int) *world {
+	w := c.nodes[i]
+	w.run(w.crio.Start, w.crio.Cleanup)
+	w.writeConfig(c.opts[i])
+	w.startDaemon()
+	return w
+}
+
+// push pushes n images of one layer of size random bytes and returns their
+// references through the link.
+func (c *peerCluster) push(prefix string, n int, size int64) (refs []string, total int64) {
+	c.t.Helper()
+	for i := range n {
+		img, err := c.reg.PushRandom(context.Background(), fmt.Sprintf("%s-%d", prefix, i), 1, size)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		refs = append(refs, strings.Replace(img.Ref(), c.reg.Host, c.link.Addr, 1))
+		total += img.Size
+	}
+	return refs, total
+}
+
+func peerBytes(w *world) status.PeerBytes {
+	if p := w.readStatus().Node.Peers; p != nil {
+		return *p
+	}
+	return status.PeerBytes{}
+}
+
+// Three CRI-O nodes pin one set: every node Ready, the images pinned under their own
+// names, and the registry sent each blob once for the whole peerCluster. Then the registry
+// goes; a fourth node joins, one peer killed (-9) and another's store corrupted on
+// disk, and still becomes Ready with every image right, from the peer left.
+func TestPeersShareOneDownloadAndALateNodeJoins(t *testing.T) {
+	c := newPeerCluster(t, 4, 0, 0)
+	refs, total := c.push("shared", 4, 1<<20)
+	first := []*world{c.start(0), c.start(1), c.start(2)}
+	for _, w := range first {
+		w.writeSet("shared.yaml", alphaSet("shared", refs...))
+	}
+	start := time.Now()
+	for i, w := range first {
+		w.waitFor(fmt.Sprintf("node-%d Ready", i), 120*time.Second, phaseIs("shared", status.Ready))
+		w.requirePinned(refs...)
+	}
+	took := time.Since(start)
+	down := c.link.Down.Load()
+	t.Logf("3 nodes Ready in %s; the set is %d bytes compressed; the registry sent %d bytes (%.3f× the set; without peers it would be 3×)",
+		took.Round(time.Millisecond), total, down, float64(down)/float64(total))
+	var fromPeers, toPeers int64
+	for i, w := range first {
+		p := peerBytes(w)
+		t.Logf("node-%d: %+v", i, p)
+		fromPeers += p.FromPeers
+		toPeers += p.ToPeers
+		if p.Stored < total {
+			t.Errorf("node-%d stores %d bytes, the set's blobs are %d", i, p.Stored, total)
+		}
+	}
+	if float64(down) > 1.05*float64(total) {
+		t.Fatalf("the registry sent %d bytes for a set of %d: %.2f×, want ≤ 1.05×", down, total, float64(down)/float64(total))
+	}
+	if fromPeers < total {
+		t.Fatalf("the nodes read %d bytes from each other; two of three should have read most of the set (%d)", fromPeers, total)
+	}
+	// Each node's CRI-O went to its own mirror first.
+	for i, w := range first {
+		if !w.crio.LogContains(`Trying to access \"127.0.0.1:`) {
+			t.Fatalf("node-%d: CRI-O never tried the node-local mirror:\n%s", i, w.crio.LogTail(20))
+		}
+	}
+
+	// The registry gone; node-1 killed (-9); every layer node-2 stores corrupted on disk
+	// (its manifests and configs left right, so the peers take its layers and find out
+	// only at their last byte).
+	c.reg.Stop()
+	first[1].daemon.Process.Kill()
+	all, _ := filepath.Glob(filepath.Join(first[2].dir, "state", "blobs", "blobs", "sha256", "*"))
+	var blobs []string
+	for _, b := range all {
+		data, err := os.ReadFile(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) < 64<<10 {
+			continue
+		}
+		blobs = append(blobs, b)
+		data[len(data)/2] ^= 0xff
+		if err := os.WriteFile(b, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("registry stopped, node-1's imagepind killed, %d layers corrupted in node-2's store", len(blobs))
+	late := c.start(3)
+	late.writeSet("shared.yaml", alphaSet("shared", refs...))
+	start = time.Now()
+	late.waitFor("the late node Ready", 180*time.Second, phaseIs("shared", status.Ready))
+	late.requirePinned(refs...)
+	p := peerBytes(late)
+	t.Logf("the late node Ready in %s with the registry gone: %+v", time.Since(start).Round(time.Millisecond), p)
+	if p.FromRegistry != 0 || p.FromPeers < total {
+		t.Fatalf("the late node: %d bytes from the registry, %d from peers (the set is %d)", p.FromRegistry, p.FromPeers, total)
+	}
+	// CRI-O checked every blob against its digest; the images run from what it stored.
+	crictl := filepath.Join(env.CacheDir(), "crictl")
+	for _, r := range refs {
+		out, err := exec.Command(crictl, "--runtime-endpoint", "unix://"+late.socket(), "inspecti", r).CombinedOutput()
+		if err != nil {
+			t.Fatalf("crictl inspecti %s: %v %s", r, err, out)
+		}
+	}
+	log, _ := os.ReadFile(filepath.Join(late.dir, "imagepind.log"))
+	if !strings.Contains(string(log), "setting a peer aside") {
+		t.Fatal("the late node never set aside the dead or the corrupt peer")
+	}
+	for _, want := range []string{c.addrs[1], "do not match"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("the late node's log does not mention %q", want)
+		}
+	}
+}
