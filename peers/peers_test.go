@@ -420,6 +420,9 @@ func TestServingNodesOnlyAndBounded(t *testing.T) {
 		t.Fatalf("a node's certificate: %s", resp.Status)
 	}
 	// Fill every slot with a request that holds it.
+	old := slotWait
+	slotWait = 100 * time.Millisecond
+	t.Cleanup(func() { slotWait = old })
 	s := &Server{Mirror: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }), MaxServing: 2, Stats: &Stats{}}
 	s.init()
 	for range 2 {

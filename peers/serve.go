@@ -18,7 +18,8 @@ import (
 
 // Server serves the mirror to other nodes: only to clients presenting a node's
 // certificate, at most MaxServing requests at once (more get 503: the client asks the
-// next node), at most BytesPerSecond in all (0: no limit).
+// next node; a request waits up to slotWait for its turn), at most BytesPerSecond in
+// all (0: no limit).
 type Server struct {
 	Mirror         http.Handler // the mirror's handler for peers (chained, filling from the registry)
 	MaxServing     int
@@ -29,6 +30,9 @@ type Server struct {
 	slots   chan struct{}
 	limiter *rate.Limiter
 }
+
+// slotWait is how long a request waits for one of the MaxServing slots.
+var slotWait = 10 * time.Second
 
 // burst is how many bytes one write may send at once under the rate limit.
 const burst = 256 << 10
@@ -51,12 +55,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}
+	// A request waits its turn for a while (a pre-load asks for many blobs at once);
+	// then the client asks the next node.
+	wait := time.NewTimer(slotWait)
+	defer wait.Stop()
 	select {
 	case s.slots <- struct{}{}:
 		defer func() { <-s.slots }()
-	default:
+	case <-wait.C:
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "serving as many peers as allowed", http.StatusServiceUnavailable)
+		return
+	case <-r.Context().Done():
 		return
 	}
 	s.Mirror.ServeHTTP(&limitedWriter{ResponseWriter: w, ctx: r.Context(), limiter: s.limiter, stats: s.Stats}, r)

@@ -39,7 +39,7 @@ var (
 	linkList = flag.String("links", "loopback,slow,satellite", "registry links for the pre-load: loopback, slow (+25 ms, 4000 KB/s a connection), satellite (+100 ms, 1000 KB/s a connection)")
 	runtimes = flag.String("runtimes", "cri-o,containerd", "runtimes for the pre-load")
 	binDir   = flag.String("bin", "bin", "directory with imagepind")
-	sections = flag.String("sections", "preload,large,latency,disk,release", "what to measure: preload, large (2000-image set), latency (also idle), disk, release")
+	sections = flag.String("sections", "preload,large,latency,disk,release,peers", "what to measure: preload, large (2000-image set), latency (also idle), disk, release, peers (several nodes behind one shared link)")
 	costN    = flag.Int("cost-images", 500, "images for the disk check cost")
 	keep     = flag.Bool("keep", false, "keep the working directory (logs) for a look afterwards")
 )
@@ -132,6 +132,15 @@ func run(ctx context.Context) error {
 			return err
 		}
 	}
+	if want("peers") {
+		// Its own links (one shared token bucket each), no toxiproxy.
+		if err := b.peers(ctx); err != nil {
+			return err
+		}
+	}
+	if !want("disk") && !want("preload") && !want("large") && !want("latency") {
+		return nil
+	}
 	stopProxy, err := b.startLinks()
 	if err != nil {
 		return err
@@ -159,6 +168,7 @@ func run(ctx context.Context) error {
 			return err
 		}
 	}
+
 	if !want("latency") {
 		return nil
 	}
@@ -378,13 +388,13 @@ type daemon struct {
 	log    string
 }
 
-func (b *bench) startDaemon(n *node, name string, concurrency int, unpinDelay string) (*daemon, error) {
+func (b *bench) startDaemon(n *node, name string, concurrency int, unpinDelay string, extra ...string) (*daemon, error) {
 	dir := filepath.Join(b.dir, name)
 	d := &daemon{sets: filepath.Join(dir, "sets.d"), status: filepath.Join(dir, "status.json"), log: filepath.Join(dir, "imagepind.log")}
 	os.MkdirAll(d.sets, 0o755)
 	cfg := fmt.Sprintf("sets_dir = %q\nstate_dir = %q\nstatus_file = %q\nunpin_delay = %q\n[node]\nlabels_file = %q\n",
 		d.sets, filepath.Join(dir, "state"), d.status, unpinDelay, filepath.Join(dir, "labels.json")) + n.imagepindConfig()
-	cfg = strings.Replace(cfg, "[cri]\n", fmt.Sprintf("[cri]\npull_concurrency = %d\n", concurrency), 1)
+	cfg = strings.Replace(cfg, "[cri]\n", fmt.Sprintf("[cri]\npull_concurrency = %d\n", concurrency), 1) + strings.Join(extra, "")
 	cfgPath := filepath.Join(dir, "imagepind.toml")
 	os.WriteFile(cfgPath, []byte(cfg), 0o644)
 	logf, err := os.Create(d.log)

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/imagepin/imagepin/internal/testcerts"
+	"github.com/imagepin/imagepin/test/env"
+)
+
+var (
+	peerImages = flag.Int("peer-images", 12, "images of the set for the peers section (the first of the 40)")
+	peerNodes  = flag.String("peer-nodes", "1,3,5", "node counts for the peers section")
+	peerLinks  = flag.String("peer-links", "25ms:4000:3,100ms:1000:1", "shared links for the peers section: latency:KB/s:repetitions")
+)
+
+// sharedLink is a site's uplink: one token bucket for every node's connections.
+type sharedLink struct {
+	latency time.Duration
+	kbps    int64
+	reps    int
+}
+
+func parseLinks(s string) ([]sharedLink, error) {
+	var out []sharedLink
+	for _, part := range strings.Split(s, ",") {
+		f := strings.Split(part, ":")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("-peer-links %q: latency:KB/s:reps", part)
+		}
+		lat, err1 := time.ParseDuration(f[0])
+		kbps, err2 := strconv.ParseInt(f[1], 10, 64)
+		reps, err3 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil || err3 != nil {
+			return nil, fmt.Errorf("-peer-links %q: latency:KB/s:reps", part)
+		}
+		out = append(out, sharedLink{lat, kbps, reps})
+	}
+	return out, nil
+}
+
+// peerRun is one measurement: how long until every node had the set, and what crossed
+// the link.
+type peerRun struct {
+	took time.Duration
+	down int64
+}
+
+// peers measures N nodes pre-loading one set behind one shared link: raw CRI pulls on
+// every node, imagepind without peers, imagepind with peers.
+func (b *bench) peers(ctx context.Context) error {
+	links, err := parseLinks(*peerLinks)
+	if err != nil {
+		return err
+	}
+	var counts []int
+	for _, s := range strings.Split(*peerNodes, ",") {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return fmt.Errorf("-peer-nodes %q", *peerNodes)
+		}
+		counts = append(counts, n)
+	}
+	imgs := b.imgs[:min(*peerImages, len(b.imgs))]
+	ca, err := testcerts.NewCA(b.dir, "peers-ca")
+	if err != nil {
+		return err
+	}
+	modes := []string{"raw CRI pulls (8 in parallel) on every node", "imagepind, [peers] off", "imagepind, [peers] on"}
+	for _, sl := range links {
+		link, err := env.StartLink(b.reg.Host, sl.kbps*1000, sl.latency)
+		if err != nil {
+			return err
+		}
+		var refs []string
+		for _, img := range imgs {
+			refs = append(refs, strings.Replace(img.Ref(), b.reg.Host, link.Addr, 1))
+		}
+		results := map[string]map[int][]peerRun{}
+		for _, m := range modes {
+			results[m] = map[int][]peerRun{}
+		}
+		for rep := 0; rep < sl.reps; rep++ {
+			for _, n := range counts {
+				for mi, m := range modes {
+					before := link.Down.Load()
+					took, err := b.peerRound(ctx, link, refs, n, mi, ca, fmt.Sprintf("peers-%s-%d-%d-%d", sl.latency, rep, n, mi))
+					if err != nil {
+						link.Close()
+						return fmt.Errorf("%s, %d nodes: %w", m, n, err)
+					}
+					r := peerRun{took, link.Down.Load() - before}
+					results[m][n] = append(results[m][n], r)
+					fmt.Fprintf(os.Stderr, "  peers / %s %d KB/s / %d nodes / %s: %s, %.1f MiB over the link\n", sl.latency, sl.kbps, n, m, took.Round(time.Millisecond), float64(r.down)/(1<<20))
+				}
+			}
+		}
+		link.Close()
+		// One copy of the set: what the raw pulls of one node took over the link.
+		one := medianDown(results[modes[0]][1])
+		if one == 0 {
+			one = medianDown(results[modes[0]][counts[0]]) / int64(counts[0])
+		}
+		fmt.Printf("## P5: %d nodes pre-load %d images behind one shared link (+%s latency a request, %d KB/s for all nodes together)\n\n",
+			counts[len(counts)-1], len(refs), sl.latency, sl.kbps)
+		fmt.Printf("One copy of the set over the link (one node's raw pulls): %.2f MiB. %d repetitions; medians. Every run: fresh CRI-O nodes with empty storage.\n\n", float64(one)/(1<<20), sl.reps)
+		fmt.Println("| method | nodes | until every node has the set | runs (s) | ÷ one node alone | bytes over the link ÷ one copy |")
+		fmt.Println("|---|---|---|---|---|---|")
+		for _, m := range modes {
+			alone := medianTook(results[m][counts[0]])
+			for _, n := range counts {
+				rs := results[m][n]
+				med := medianTook(rs)
+				fmt.Printf("| %s | %d | %.2f s | %s | %.2f× | %.3f× |\n", m, n, med.Seconds(), runs(tooks(rs)), float64(med)/float64(alone), float64(medianDown(rs))/float64(one))
+			}
+		}
+		fmt.Println()
+	}
+	return nil
+}
+
+func tooks(rs []peerRun) []time.Duration {
+	var out []time.Duration
+	for _, r := range rs {
+		out = append(out, r.took)
+	}
+	return out
+}
+
+func medianTook(rs []peerRun) time.Duration { return median(tooks(rs)) }
+
+func medianDown(rs []peerRun) int64 {
+	var ds []time.Duration
+	for _, r := range rs {
+		ds = append(ds, time.Duration(r.down))
+	}
+	return int64(median(ds))
+}
+
+// peerRound starts n fresh CRI-O nodes and has each pre-load refs (mode 0: raw CRI
+// pulls; 1: imagepind; 2: imagepind with peers), all at once; it returns the time
+// until the last node had the set.
+func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n, mode int, ca *testcerts.CA, name string) (time.Duration, error) {
+	port, err := env.FreePort()
+	if err != nil {
+		return 0, err
+	}
+	var addrs []string
+	for i := range n {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.%d:%d", 2+i, port))
+	}
+	var nodes []*env.CRIO
+	defer func() {
+		for _, c := range nodes {
+			if *keep {
+				c.Stop()
+			} else {
+				c.Cleanup()
+				os.RemoveAll(c.Dir)
+			}
+		}
+	}()
+	var daemons []*daemon
+	defer func() {
+		for _, d := range daemons {
+			d.stop()
+		}
+	}()
+	for i := range n {
+		c, err := env.NewCRIO(filepath.Join(b.dir, name, fmt.Sprint(i)), env.CRIOOptions{Insecure: []string{link.Addr}})
+		if err != nil {
+			return 0, err
+		}
+		if err := c.Start(ctx); err != nil {
+			return 0, err
+		}
+		nodes = append(nodes, c)
+		if mode == 0 {
+			continue
+		}
+		extra := ""
+		if mode == 2 {
+			dir := filepath.Join(b.dir, name, fmt.Sprint(i))
+			node := fmt.Sprintf("node-%d", i)
+			serving, err := ca.NodeServing(dir, node, net.ParseIP(fmt.Sprintf("127.0.0.%d", 2+i)))
+			if err != nil {
+				return 0, err
+			}
+			client, err := ca.Node(dir, node)
+			if err != nil {
+				return 0, err
+			}
+			mport, err := env.FreePort()
+			if err != nil {
+				return 0, err
+			}
+			extra = fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\naddress = %q\nnodes = [\"%s\"]\ncert = %q\nca = %q\nclient_cert = %q\nclient_ca = %q\nserve_mib_per_second = 0\n",
+				mport, addrs[i], strings.Join(addrs, `", "`), serving, ca.File, client, ca.File)
+		}
+		d, err := b.startDaemon(&node{runtime: "cri-o", socket: c.Socket, crio: c}, filepath.Join(name, fmt.Sprint(i), "d"), 0, "2m", extra)
+		if err != nil {
+			return 0, err
+		}
+		daemons = append(daemons, d)
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if mode == 0 {
+				_, errs[i] = criParallel(ctx, nodes[i].Socket, refs, 8)
+				return
+			}
+			daemons[i].writeSet("bench", refs)
+			errs[i] = daemons[i].waitReady("bench")
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return took, nil
+}
