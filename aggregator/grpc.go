@@ -38,5 +38,5 @@ func (r *ReportService) Report(ctx context.Context, req *v1.NodeReport) (*v1.Rep
 		r.Log.WithField("node", node).WithError(err).Warn("report refused")
 		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
-	return &v1.ReportAck{Accepted: accepted}, nil
+	return &v1.ReportAck{Accepted: accepted, Peers: r.Store.Peers(node)}, nil
 }

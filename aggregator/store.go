@@ -73,6 +73,8 @@ type Store struct {
 	targets map[string]Target
 	// dirty are the nodes whose report changed since the last takeDirty (persistence).
 	dirty map[string]bool
+	// peers index the nodes that share blobs ([peers]) by the sets they pin.
+	peers peerIndex
 }
 
 // NewStore returns an empty store; now is the clock (time.Now in production).
@@ -128,7 +130,9 @@ func (s *Store) ingest(node string, r *v1.NodeReport, now time.Time, restored bo
 	if e.heartbeat <= 0 {
 		e.heartbeat = DefaultHeartbeat
 	}
+	oldSets := setNames(e)
 	e.status = converted
+	s.peers.update(node, peerAddress(e), oldSets, setNames(e))
 	if s.dirty == nil {
 		s.dirty = map[string]bool{}
 	}

@@ -33,6 +33,9 @@ type Config struct {
 	// ServerName is the name verified in the aggregator's certificate ("" = the host of
 	// Aggregator): nodes reach it by a NodePort but its certificate names the service.
 	ServerName string
+	// OnPeers, when set, takes the peers each report's answer carries (the nodes that
+	// pin the same sets and share them, [peers]).
+	OnPeers func([]string)
 }
 
 // Reporter sends the latest status.
@@ -107,8 +110,11 @@ func (r *Reporter) Run(ctx context.Context) error {
 		}
 		report := v1.FromStatus(*n, bootID, sequence(), r.cfg.Heartbeat)
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := client.Report(sctx, report)
+		ack, err := client.Report(sctx, report)
 		cancel()
+		if err == nil && r.cfg.OnPeers != nil {
+			r.cfg.OnPeers(ack.GetPeers())
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

@@ -151,3 +151,51 @@ func (a *countingAggregator) Report(context.Context, *v1.NodeReport) (*v1.Report
 	a.n.Add(1)
 	return &v1.ReportAck{}, nil
 }
+
+type peersAggregator struct {
+	v1.UnimplementedReportsServer
+}
+
+func (peersAggregator) Report(context.Context, *v1.NodeReport) (*v1.ReportAck, error) {
+	return &v1.ReportAck{Accepted: true, Peers: []string{"10.0.0.1:7444", "10.0.0.2:7444"}}, nil
+}
+
+// The peers an answer carries reach OnPeers.
+func TestAnswersCarryPeers(t *testing.T) {
+	dir := t.TempDir()
+	ca, _ := testcerts.NewCA(dir, "ca")
+	srvCert, srvKey, _ := ca.Server(dir, "aggregator")
+	nodeCert, _ := ca.Node(dir, "w1")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := tls.LoadX509KeyPair(srvCert, srvKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{kp}})))
+	v1.RegisterReportsServer(s, peersAggregator{})
+	go s.Serve(l)
+	defer s.Stop()
+	got := make(chan []string, 1)
+	r := New(Config{Aggregator: l.Addr().String(), CertFile: nodeCert, CAFile: ca.File, Heartbeat: time.Second,
+		OnPeers: func(p []string) {
+			select {
+			case got <- p:
+			default:
+			}
+		}}, logrus.New())
+	r.Update(status.Node{Node: status.NodeInfo{Name: "w1"}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	select {
+	case p := <-got:
+		if len(p) != 2 || p[1] != "10.0.0.2:7444" {
+			t.Fatalf("peers %v", p)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no peers reached OnPeers")
+	}
+}

@@ -89,8 +89,10 @@ type NodeInfo struct {
 
 // PeerBytes are a node's bytes of pinned images' manifests and blobs since imagepind
 // started: fetched from registries (for itself or for a peer), read from peers, served
-// to peers; and what its blob store holds.
+// to peers; and what its blob store holds. Address is where it serves its peers ("":
+// it shares nothing).
 type PeerBytes struct {
+	Address      string `json:"address,omitempty"`
 	FromRegistry int64 `json:"fromRegistry"`
 	FromPeers    int64 `json:"fromPeers"`
 	ToPeers      int64 `json:"toPeers"`

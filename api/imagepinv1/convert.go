@@ -33,6 +33,10 @@ func FromStatus(n status.Node, bootID string, sequence uint64, heartbeat time.Du
 		},
 		Faults: n.Faults,
 	}
+	if p := n.Node.Peers; p != nil {
+		r.Info.PeerAddress, r.Info.PeerFromRegistryBytes, r.Info.PeerFromPeersBytes = p.Address, p.FromRegistry, p.FromPeers
+		r.Info.PeerToPeersBytes, r.Info.PeerStoredBytes = p.ToPeers, p.Stored
+	}
 	for _, s := range n.Sets {
 		ps := &SetStatus{
 			Name: s.Name, Uid: s.UID, SpecHash: s.SpecHash, File: s.File, Phase: string(s.Phase),
@@ -64,6 +68,10 @@ func (r *NodeReport) ToStatus() status.Node {
 		Name: r.GetNode(), Architecture: info.GetArchitecture(), Version: info.GetVersion(),
 		Runtime:         status.Runtime{Name: info.GetRuntimeName(), Version: info.GetRuntimeVersion()},
 		ImageFilesystem: status.ImageFilesystem{Path: info.GetImageFsPath(), CapacityBytes: info.GetImageFsCapacityBytes(), FreeBytes: info.GetImageFsFreeBytes()},
+	}
+	if info.GetPeerAddress() != "" || info.GetPeerFromRegistryBytes() != 0 || info.GetPeerStoredBytes() != 0 {
+		n.Node.Peers = &status.PeerBytes{Address: info.GetPeerAddress(), FromRegistry: info.GetPeerFromRegistryBytes(), FromPeers: info.GetPeerFromPeersBytes(),
+			ToPeers: info.GetPeerToPeersBytes(), Stored: info.GetPeerStoredBytes()}
 	}
 	for _, ps := range r.GetSets() {
 		s := status.Set{

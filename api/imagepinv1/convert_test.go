@@ -15,7 +15,8 @@ func TestRoundTrip(t *testing.T) {
 	n := status.Node{
 		Updated: at,
 		Node: status.NodeInfo{Name: "w3", Architecture: "arm64", Version: "0.1.0", Runtime: status.Runtime{Name: "cri-o", Version: "1.34.0"},
-			ImageFilesystem: status.ImageFilesystem{Path: "/var/lib/containers/storage", CapacityBytes: 100, FreeBytes: 40}},
+			ImageFilesystem: status.ImageFilesystem{Path: "/var/lib/containers/storage", CapacityBytes: 100, FreeBytes: 40},
+			Peers:           &status.PeerBytes{Address: "10.0.0.3:7444", FromRegistry: 1, FromPeers: 2, ToPeers: 3, Stored: 4}},
 		Sets: []status.Set{{Name: "s", UID: "u", SpecHash: "h", File: "s.yaml", Phase: status.Failed, ImagesTotal: 3, ImagesReady: 2, BytesTotal: 30, BytesReady: 20,
 			Conditions:   []status.Condition{{Type: "Ready", Status: "False", Reason: "ImageUnavailable", Message: "m", LastTransitionTime: at}},
 			FailedImages: []status.FailedImage{{Image: "i", Reason: "ImageUnavailable", Error: "manifest unknown"}},

@@ -148,8 +148,15 @@ type NodeInfo struct {
 	ImageFsPath          string                 `protobuf:"bytes,5,opt,name=image_fs_path,json=imageFsPath,proto3" json:"image_fs_path,omitempty"`
 	ImageFsCapacityBytes uint64                 `protobuf:"varint,6,opt,name=image_fs_capacity_bytes,json=imageFsCapacityBytes,proto3" json:"image_fs_capacity_bytes,omitempty"`
 	ImageFsFreeBytes     uint64                 `protobuf:"varint,7,opt,name=image_fs_free_bytes,json=imageFsFreeBytes,proto3" json:"image_fs_free_bytes,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// peer_address is where the node serves its peers ([peers] address; "": it shares
+	// nothing), and the bytes of its pinned images' blobs by where they came from or went.
+	PeerAddress           string `protobuf:"bytes,8,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	PeerFromRegistryBytes int64  `protobuf:"varint,9,opt,name=peer_from_registry_bytes,json=peerFromRegistryBytes,proto3" json:"peer_from_registry_bytes,omitempty"`
+	PeerFromPeersBytes    int64  `protobuf:"varint,10,opt,name=peer_from_peers_bytes,json=peerFromPeersBytes,proto3" json:"peer_from_peers_bytes,omitempty"`
+	PeerToPeersBytes      int64  `protobuf:"varint,11,opt,name=peer_to_peers_bytes,json=peerToPeersBytes,proto3" json:"peer_to_peers_bytes,omitempty"`
+	PeerStoredBytes       int64  `protobuf:"varint,12,opt,name=peer_stored_bytes,json=peerStoredBytes,proto3" json:"peer_stored_bytes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
@@ -227,6 +234,41 @@ func (x *NodeInfo) GetImageFsCapacityBytes() uint64 {
 func (x *NodeInfo) GetImageFsFreeBytes() uint64 {
 	if x != nil {
 		return x.ImageFsFreeBytes
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetPeerFromRegistryBytes() int64 {
+	if x != nil {
+		return x.PeerFromRegistryBytes
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetPeerFromPeersBytes() int64 {
+	if x != nil {
+		return x.PeerFromPeersBytes
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetPeerToPeersBytes() int64 {
+	if x != nil {
+		return x.PeerToPeersBytes
+	}
+	return 0
+}
+
+func (x *NodeInfo) GetPeerStoredBytes() int64 {
+	if x != nil {
+		return x.PeerStoredBytes
 	}
 	return 0
 }
@@ -579,7 +621,10 @@ func (x *FileError) GetError() string {
 type ReportAck struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// accepted is false when the aggregator already had a newer report (not an error).
-	Accepted      bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// peers are the peer addresses of the nodes that pin a set this node pins (this
+	// node's own among them), sorted; empty when the node shares nothing.
+	Peers         []string `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -621,6 +666,13 @@ func (x *ReportAck) GetAccepted() bool {
 	return false
 }
 
+func (x *ReportAck) GetPeers() []string {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
 var File_imagepinv1_report_proto protoreflect.FileDescriptor
 
 const file_imagepinv1_report_proto_rawDesc = "" +
@@ -637,7 +689,7 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\vfile_errors\x18\a \x03(\v2\x16.imagepin.v1.FileErrorR\n" +
 	"fileErrors\x12\x16\n" +
 	"\x06faults\x18\b \x03(\tR\x06faults\x12*\n" +
-	"\x11updated_unix_nano\x18\t \x01(\x03R\x0fupdatedUnixNano\"\x9e\x02\n" +
+	"\x11updated_unix_nano\x18\t \x01(\x03R\x0fupdatedUnixNano\"\x88\x04\n" +
 	"\bNodeInfo\x12\"\n" +
 	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
@@ -645,7 +697,13 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\x0fruntime_version\x18\x04 \x01(\tR\x0eruntimeVersion\x12\"\n" +
 	"\rimage_fs_path\x18\x05 \x01(\tR\vimageFsPath\x125\n" +
 	"\x17image_fs_capacity_bytes\x18\x06 \x01(\x04R\x14imageFsCapacityBytes\x12-\n" +
-	"\x13image_fs_free_bytes\x18\a \x01(\x04R\x10imageFsFreeBytes\"\x91\x04\n" +
+	"\x13image_fs_free_bytes\x18\a \x01(\x04R\x10imageFsFreeBytes\x12!\n" +
+	"\fpeer_address\x18\b \x01(\tR\vpeerAddress\x127\n" +
+	"\x18peer_from_registry_bytes\x18\t \x01(\x03R\x15peerFromRegistryBytes\x121\n" +
+	"\x15peer_from_peers_bytes\x18\n" +
+	" \x01(\x03R\x12peerFromPeersBytes\x12-\n" +
+	"\x13peer_to_peers_bytes\x18\v \x01(\x03R\x10peerToPeersBytes\x12*\n" +
+	"\x11peer_stored_bytes\x18\f \x01(\x03R\x0fpeerStoredBytes\"\x91\x04\n" +
 	"\tSetStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1b\n" +
@@ -679,9 +737,10 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"5\n" +
 	"\tFileError\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"'\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"=\n" +
 	"\tReportAck\x12\x1a\n" +
-	"\baccepted\x18\x01 \x01(\bR\baccepted2D\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x14\n" +
+	"\x05peers\x18\x02 \x03(\tR\x05peers2D\n" +
 	"\aReports\x129\n" +
 	"\x06Report\x12\x17.imagepin.v1.NodeReport\x1a\x16.imagepin.v1.ReportAckB8Z6github.com/imagepin/imagepin/api/imagepinv1;imagepinv1b\x06proto3"
 

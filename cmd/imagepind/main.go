@@ -95,10 +95,16 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 
 	notifier := systemd.Notifier{}
 	m := metrics.New()
+
+	peers, err := wire.NewPeers(cfg, cfg.StateDir, log)
+	if err != nil {
+		return err
+	}
 	var reporter *report.Reporter
 	if cfg.Report.Aggregator != "" {
+		// The aggregator's answers carry the peers (the nodes that pin the same sets).
 		reporter = report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
-			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName}, log)
+			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: peers.FromAggregator}, log)
 	}
 	// Every new status goes to each publisher in turn.
 	publishers := []wire.Publisher{
@@ -108,10 +114,6 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	}
 	if reporter != nil {
 		publishers = append(publishers, reporter.Update)
-	}
-	peers, err := wire.NewPeers(cfg, cfg.StateDir, log)
-	if err != nil {
-		return err
 	}
 	publish := wire.Publish(publishers...)
 	if peers != nil {

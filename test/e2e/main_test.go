@@ -5,6 +5,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -63,6 +64,8 @@ type world struct {
 	status   string
 	daemon   *exec.Cmd
 	daemonCh chan struct{}
+	// nodeName is [node] name ("": e2e-node).
+	nodeName string
 }
 
 // worldOptions are the imagepind config keys the tests vary.
@@ -171,7 +174,7 @@ state_dir = %q
 status_file = %q
 unpin_delay = %q
 [node]
-name = "e2e-node"
+name = %q
 labels = {"node-role.kubernetes.io/worker" = ""}
 labels_file = %q
 [cri]
@@ -187,7 +190,7 @@ registries_conf = %q
 registries_conf_dir = %q
 certs_dir = %q
 kubelet_config = %q
-`, w.setsDir, filepath.Join(w.dir, "state"), w.status, o.unpinDelay, w.labels, w.socket(), filepath.Join(w.dir, "config.json"),
+`, w.setsDir, filepath.Join(w.dir, "state"), w.status, o.unpinDelay, cmp.Or(w.nodeName, "e2e-node"), w.labels, w.socket(), filepath.Join(w.dir, "config.json"),
 		o.pullConcurrency, w.crio.Config, w.crio.ConfigDir, o.reload, w.crio.RegistriesConf(), w.crio.RegistriesConfDir(), w.crio.CertsDir(), o.kubeletConfig)
 	if w.ctr != nil {
 		// [cri] runtime stays auto: imagepind finds containerd by CRI Version.

@@ -28,9 +28,23 @@ type peerCluster struct {
 	nodes []*world
 	opts  []worldOptions // each node's imagepind config
 	addrs []string       // the peers' addresses, 127.0.0.(2+i)
+	agg   *aggregatorCerts
+}
+
+// aggregatorCerts is where nodes report: the aggregator and its CAs.
+type aggregatorCerts struct {
+	proc      *aggregatorProc
+	kubeletCA *testcerts.CA
+	serverCA  *testcerts.CA
 }
 
 func newPeerCluster(t *testing.T, n int, bytesPerSecond int64, latency time.Duration) *peerCluster {
+	return newPeerClusterWith(t, n, bytesPerSecond, latency, nil)
+}
+
+// newPeerClusterWith: with agg, the nodes report to that aggregator (their client
+// certificates from its kubelet CA) and get their peers from it (no static list).
+func newPeerClusterWith(t *testing.T, n int, bytesPerSecond int64, latency time.Duration, agg *aggregatorCerts) *peerCluster {
 	t.Helper()
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
@@ -48,7 +62,7 @@ func newPeerCluster(t *testing.T, n int, bytesPerSecond int64, latency time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &peerCluster{t: t, reg: reg, link: link, ca: ca}
+	c := &peerCluster{t: t, reg: reg, link: link, ca: ca, agg: agg}
 	port, err := env.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -69,11 +83,16 @@ func (c *peerCluster) node(i int) (*world, worldOptions) {
 	dir := t.TempDir()
 	w := worldOn(t, dir, c.reg, c.link.Addr)
 	name := fmt.Sprintf("node-%d", i)
+	w.nodeName = name
 	serving, err := c.ca.NodeServing(dir, name, net.ParseIP(fmt.Sprintf("127.0.0.%d", 2+i)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := c.ca.Node(dir, name)
+	clientCA := c.ca
+	if c.agg != nil {
+		clientCA = c.agg.kubeletCA
+	}
+	client, err := clientCA.Node(dir, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +101,12 @@ func (c *peerCluster) node(i int) (*world, worldOptions) {
 		t.Fatal(err)
 	}
 	nodes := `"` + strings.Join(c.addrs, `", "`) + `"`
-	return w, worldOptions{metrics: true, extra: fmt.Sprintf(`[peers]
+	report := ""
+	if c.agg != nil {
+		nodes = "" // from the aggregator
+		report = fmt.Sprintf("[report]\naggregator = %q\nheartbeat = \"1s\"\ncert = %q\nca = %q\n", c.agg.proc.grpcAddr, client, c.agg.serverCA.File)
+	}
+	return w, worldOptions{metrics: true, extra: report + fmt.Sprintf(`[peers]
 enabled = true
 mirror_address = "127.0.0.1:%d"
 address = %q
@@ -91,7 +115,7 @@ cert = %q
 ca = %q
 client_cert = %q
 client_ca = %q
-`, mport, c.addrs[i], nodes, serving, c.ca.File, client, c.ca.File)}
+`, mport, c.addrs[i], nodes, serving, c.ca.File, client, clientCA.File)}
 }
 
 // start starts node i's CRI-O and imagepind.
@@ -216,5 +240,31 @@ func TestPeersShareOneDownloadAndALateNodeJoins(t *testing.T) {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("the late node's log does not mention %q", want)
 		}
+	}
+}
+
+// Without a static list the peers come from the aggregator: the nodes that pin the same
+// set. A second node that joins with the registry gone gets the set from the first.
+func TestPeersFromTheAggregator(t *testing.T) {
+	dir := t.TempDir()
+	proc, kubeletCA, serverCA := startAggregator(t, dir)
+	c := newPeerClusterWith(t, 2, 0, 0, &aggregatorCerts{proc: proc, kubeletCA: kubeletCA, serverCA: serverCA})
+	refs, total := c.push("agg-shared", 2, 512<<10)
+	first := c.start(0)
+	first.writeSet("shared.yaml", alphaSet("shared", refs...))
+	first.waitFor("node-0 Ready", 60*time.Second, phaseIs("shared", status.Ready))
+	c.reg.Stop()
+	late := c.start(1)
+	late.writeSet("shared.yaml", alphaSet("shared", refs...))
+	late.waitFor("node-1 Ready from its peer", 90*time.Second, phaseIs("shared", status.Ready))
+	late.requirePinned(refs...)
+	p := peerBytes(late)
+	t.Logf("node-1 Ready with the registry gone, its peer from the aggregator: %+v (the set: %d bytes of layers)", p, total)
+	if p.FromPeers < total {
+		t.Fatalf("node-1 read %d bytes from peers; the set's layers are %d", p.FromPeers, total)
+	}
+	log, _ := os.ReadFile(filepath.Join(late.dir, "imagepind.log"))
+	if !strings.Contains(string(log), "[peers] peers from the aggregator") {
+		t.Fatal("node-1 never logged its peers from the aggregator")
 	}
 }

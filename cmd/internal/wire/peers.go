@@ -40,6 +40,9 @@ type Peers struct {
 	server    *peers.Server
 	serverTLS *tls.Config
 	peerAddr  string
+	// nodes are the peers: [peers] nodes, with those the aggregator hands out.
+	static     []string
+	aggregated atomic.Pointer[[]string]
 	// admin are the administrator's registries files, copied without ours into
 	// admin.Scratch: what the mirror's and the disk check's registry access read.
 	admin  *crio.AdminFiles
@@ -115,22 +118,48 @@ func (p *Peers) share(cfg conf.Config, reg mirror.Source) error {
 	if err != nil {
 		return err
 	}
-	nodes := slices.Clone(cfg.Peers.Nodes)
+	p.static = slices.Clone(cfg.Peers.Nodes)
 	log := p.log.WithField("part", "peers")
-	src := peers.NewSource(cfg.Peers.Address, func() []string { return nodes }, reg, client, &p.Bytes, log)
+	src := peers.NewSource(cfg.Peers.Address, p.nodes, reg, client, &p.Bytes, log)
 	p.local = p.Mirror.Handler(src, &p.Served)
 	p.server = &peers.Server{Mirror: p.Mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: cfg.Peers.MaxServing,
 		BytesPerSecond: int64(cfg.Peers.ServeMiBPerSecond) << 20, Stats: &p.Bytes, Log: log}
 	p.serverTLS, p.peerAddr = serverTLS, cfg.Peers.Address
-	log.WithField("address", p.peerAddr).WithField("peers", len(nodes)).Info("[peers] sharing pinned images with other nodes")
+	log.WithField("address", p.peerAddr).WithField("peers", len(p.static)).Info("[peers] sharing pinned images with other nodes")
 	return nil
+}
+
+// nodes are the peers now: the static list and the aggregator's.
+func (p *Peers) nodes() []string {
+	out := p.static
+	if a := p.aggregated.Load(); a != nil {
+		out = slices.Clone(out)
+		for _, n := range *a {
+			if !slices.Contains(out, n) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// FromAggregator takes the peers a report's answer carries (the nodes that pin the
+// same sets); a no-op when this node shares nothing.
+func (p *Peers) FromAggregator(nodes []string) {
+	if p == nil || p.server == nil {
+		return
+	}
+	old := p.aggregated.Swap(&nodes)
+	if old == nil || !slices.Equal(*old, nodes) {
+		p.log.WithField("peers", len(nodes)).Info("[peers] peers from the aggregator")
+	}
 }
 
 // Stamp adds the peers' byte counts to each status before publish takes it.
 func (p *Peers) Stamp(publish func(status.Node)) func(status.Node) {
 	return func(n status.Node) {
 		stored, _ := p.store.Usage(context.Background())
-		n.Node.Peers = &status.PeerBytes{FromRegistry: p.Bytes.FromRegistry.Load(), FromPeers: p.Bytes.FromPeers.Load(),
+		n.Node.Peers = &status.PeerBytes{Address: p.peerAddr, FromRegistry: p.Bytes.FromRegistry.Load(), FromPeers: p.Bytes.FromPeers.Load(),
 			ToPeers: p.Bytes.ToPeers.Load(), Stored: stored}
 		publish(n)
 	}
