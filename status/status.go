@@ -93,10 +93,10 @@ type NodeInfo struct {
 // it shares nothing).
 type PeerBytes struct {
 	Address      string `json:"address,omitempty"`
-	FromRegistry int64 `json:"fromRegistry"`
-	FromPeers    int64 `json:"fromPeers"`
-	ToPeers      int64 `json:"toPeers"`
-	Stored       int64 `json:"stored"`
+	FromRegistry int64  `json:"fromRegistry"`
+	FromPeers    int64  `json:"fromPeers"`
+	ToPeers      int64  `json:"toPeers"`
+	Stored       int64  `json:"stored"`
 }
 
 // Runtime is the container runtime as CRI Version reports it.
