@@ -126,3 +126,48 @@ func TestNodeLocalMirrorServesPinnedImages(t *testing.T) {
 	}
 	t.Logf("with imagepind stopped, %s pulled from the registry in %s (the mirror refused the connection first)", refs[1], time.Since(start).Round(time.Millisecond))
 }
+
+// A disconnected node (upstream.example.invalid/ocp exists only as the administrator's
+// digest mirror) with [peers] on: the managed drop-in carries the administrator's mirror
+// after the node-local one, the node-local mirror fills through the administrator's, the
+// set is Ready, and with the administrator's mirror gone an image removed from CRI-O
+// comes back from the node's own store.
+func TestNodeLocalMirrorOverTheAdministratorsMirror(t *testing.T) {
+	w := newMirrorWorld(t)
+	port, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\n", port)})
+	refs, _ := w.pushUpstreamComponents(2)
+	w.startDaemon()
+	w.writeSet("ocp.yaml", alphaSet("ocp", refs...))
+	w.waitFor("ocp Ready", 60*time.Second, phaseIs("ocp", status.Ready))
+	w.requirePinned(refs...)
+	data, err := os.ReadFile(filepath.Join(w.crio.RegistriesConfDir(), crio.MirrorDropInName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := fmt.Sprintf("127.0.0.1:%d/upstream.example.invalid/ocp/component-0", port)
+	admin := w.reg.Host + "/ocp/component-0"
+	if i, j := strings.Index(string(data), local), strings.Index(string(data), admin); i < 0 || j < i {
+		t.Fatalf("the drop-in does not put the node-local mirror (%s) before the administrator's (%s):\n%s", local, admin, data)
+	}
+	store, err := blobstore.Open(filepath.Join(w.dir, "state", "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, _ := store.Usage(context.Background())
+	if used < 2*256<<10 {
+		t.Fatalf("the store holds %d bytes: the node-local mirror did not fill through the administrator's mirror", used)
+	}
+	w.reg.Stop()
+	crictl := filepath.Join(env.CacheDir(), "crictl")
+	if out, err := exec.Command(crictl, "--runtime-endpoint", "unix://"+w.socket(), "rmi", refs[0]).CombinedOutput(); err != nil {
+		t.Fatalf("crictl rmi: %v %s", err, out)
+	}
+	if out, err := exec.Command(crictl, "--runtime-endpoint", "unix://"+w.socket(), "pull", refs[0]).CombinedOutput(); err != nil {
+		t.Fatalf("with the administrator's mirror gone, the pinned image did not come back from the node's store: %v\n%s", err, out)
+	}
+	t.Logf("disconnected layout: the store holds %d bytes; with the administrator's mirror gone, %s came back from it", used, refs[0])
+}
