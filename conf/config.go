@@ -38,9 +38,9 @@ type Config struct {
 }
 
 // PeersConfig is the node-local mirror of pinned images and the sharing of their
-// blobs between nodes (CRI-O nodes; docs/peers.md).
+// blobs between nodes (docs/peers.md).
 type PeersConfig struct {
-	// Enabled turns the mirror on: CRI-O pulls pinned images through it.
+	// Enabled turns the mirror on: the runtime pulls pinned images through it.
 	Enabled bool `toml:"enabled"`
 	// MirrorAddress is where it listens (plain HTTP: loopback only).
 	MirrorAddress string `toml:"mirror_address"`
@@ -316,9 +316,6 @@ func (c *Config) Validate() error {
 		host, _, err := net.SplitHostPort(c.Peers.MirrorAddress)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 			bad("peers.mirror_address", "must be a loopback host:port (the mirror speaks plain HTTP), got %q", c.Peers.MirrorAddress)
-		}
-		if c.CRI.Runtime == RuntimeContainerd {
-			bad("peers.enabled", "the node-local mirror is built for CRI-O nodes only so far")
 		}
 	}
 	if c.Peers.Address != "" || len(c.Peers.Nodes) > 0 {

@@ -30,6 +30,9 @@ type Hosts struct {
 	// ConfigPath is containerd's hosts directory; Dir where the translation is written.
 	ConfigPath string
 	Dir        string
+	// Skip is a host:port left out of the translation (the node-local mirror's, for
+	// the mirror's own registry access).
+	Skip string
 
 	mu       sync.Mutex
 	entries  map[string]hostEntry // by registry host
@@ -176,14 +179,15 @@ func (h *Hosts) translate(registry, dir string) (string, string) {
 		problems = append(problems, fmt.Sprintf("%s: the server has no pull capability, so containerd never pulls from it; the disk check still asks it last", registry))
 	}
 	for _, ep := range eps[:len(eps)-1] {
-		if !ep.pull {
+		if !ep.pull || (h.Skip != "" && ep.host == h.Skip) {
 			continue
 		}
-		if ep.path != "/v2" {
+		loc, ok := ep.location()
+		if !ok {
 			problems = append(problems, fmt.Sprintf("%s: host %s://%s%s has a path (override_path or a prefix) the disk check cannot follow; it sizes images through the other hosts", registry, ep.scheme, ep.host, ep.path))
 			continue
 		}
-		fmt.Fprintf(&b, "[[registry.mirror]]\nlocation = %q\ninsecure = %t\n", ep.host, ep.insecure())
+		fmt.Fprintf(&b, "[[registry.mirror]]\nlocation = %q\ninsecure = %t\n", loc, ep.insecure())
 		if !ep.resolve {
 			b.WriteString("pull-from-mirror = \"digest-only\"\n")
 		}
@@ -197,6 +201,20 @@ func (h *Hosts) translate(registry, dir string) (string, string) {
 }
 
 func (e endpoint) insecure() bool { return e.scheme == "http" || e.skipVerify }
+
+// location is the endpoint as a registries.conf location: the host for the usual /v2
+// root; for override_path under /v2 (the node-local mirror's "/v2/<source host>"), the
+// host and the rest of the path, which containers/image puts after its /v2 as
+// containerd does after override_path's root.
+func (e endpoint) location() (string, bool) {
+	switch {
+	case e.path == "/v2" || e.path == "override:/v2":
+		return e.host, true
+	case strings.HasPrefix(e.path, "override:/v2/"):
+		return e.host + "/" + strings.TrimPrefix(e.path, "override:/v2/"), true
+	}
+	return "", false
+}
 
 // readHostDir reads dir/hosts.toml as containerd does (hosts.go parseHostsFile): the
 // [host."…"] tables in file order, then the top level's server.

@@ -97,6 +97,9 @@ func (m *Mirror) run(f *fill, sw *blobstore.Writer, repo string, chain []digest.
 		sw.Abandon(context.Background(), m.store)
 	} else {
 		sw.Close()
+		if m.onFilled != nil {
+			m.onFilled()
+		}
 	}
 	m.mu.Lock()
 	delete(m.fills, d)

@@ -57,9 +57,11 @@ type Stats struct {
 
 // Mirror keeps what may be served and the blobs being filled; Handler serves it.
 type Mirror struct {
-	store  *blobstore.Store
-	pinned Pinned
-	log    logrus.FieldLogger
+	store    *blobstore.Store
+	also     Content
+	onFilled func()
+	pinned   Pinned
+	log      logrus.FieldLogger
 
 	mu sync.Mutex
 	// children are the digests each served manifest names (config, layers, or the
@@ -74,6 +76,31 @@ type Mirror struct {
 	// storeFailed is when the store last failed a write (a full disk): for a minute
 	// after, blobs are streamed from the source without being stored.
 	storeFailed time.Time
+}
+
+// Content is a runtime's own content store, read-only (containerd's): what the mirror
+// serves without a copy in its store.
+type Content interface {
+	Reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error)
+	Has(ctx context.Context, d digest.Digest) bool
+}
+
+// OnFilled calls fn after each blob a fill committed (set before serving).
+func (m *Mirror) OnFilled(fn func()) { m.onFilled = fn }
+
+// ReadAlso makes the mirror serve from c what its store lacks (set before serving);
+// Prune then drops from the store what c holds.
+func (m *Mirror) ReadAlso(c Content) { m.also = c }
+
+// reader is d from the store, else from the runtime's content store.
+func (m *Mirror) reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
+	rd, size, err := m.store.Reader(ctx, d)
+	if err != nil && m.also != nil {
+		if rd2, size2, err2 := m.also.Reader(ctx, d); err2 == nil {
+			return rd2, size2, nil
+		}
+	}
+	return rd, size, err
 }
 
 // New builds a mirror over store, serving what pinned allows.
@@ -278,7 +305,7 @@ func (m *Mirror) allowed(repo string, d digest.Digest) bool {
 // loadManifest is repo@d from the store, else from src (checked against d and stored),
 // with the blobs it names now allowed. fromStore says where it came from.
 func (m *Mirror) loadManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) (data []byte, fromStore bool, err error) {
-	if rd, _, err := m.store.Reader(ctx, d); err == nil {
+	if rd, _, err := m.reader(ctx, d); err == nil {
 		data, err = io.ReadAll(io.LimitReader(rd, maxManifest))
 		rd.Close()
 		if err != nil {
@@ -407,7 +434,7 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 		return
 	}
 	ctx := r.Context()
-	if rd, _, err := m.store.Reader(ctx, d); err == nil {
+	if rd, _, err := m.reader(ctx, d); err == nil {
 		defer rd.Close()
 		w.Header().Set("Docker-Content-Digest", d.String())
 		w.Header().Set("Content-Type", "application/octet-stream")

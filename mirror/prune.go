@@ -20,7 +20,7 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 			return
 		}
 		keep[d] = true
-		rd, _, err := m.store.Reader(ctx, d)
+		rd, _, err := m.reader(ctx, d)
 		if err != nil {
 			return // not stored (yet): nothing below it to keep
 		}
@@ -53,7 +53,8 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 	var gone []digest.Digest
 	var freed int64
 	if err := m.store.Walk(ctx, func(d digest.Digest, size int64) error {
-		if !keep[d] {
+		// Not needed, or held by the runtime's own content store (no second copy).
+		if !keep[d] || (m.also != nil && m.also.Has(ctx, d)) {
 			gone = append(gone, d)
 			freed += size
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
@@ -29,6 +30,8 @@ type peerCluster struct {
 	opts  []worldOptions // each node's imagepind config
 	addrs []string       // the peers' addresses, 127.0.0.(2+i)
 	agg   *aggregatorCerts
+	// containerd: the nodes run containerd instead of CRI-O.
+	containerd bool
 }
 
 // aggregatorCerts is where nodes report: the aggregator and its CAs.
@@ -45,6 +48,10 @@ func newPeerCluster(t *testing.T, n int, bytesPerSecond int64, latency time.Dura
 // newPeerClusterWith: with agg, the nodes report to that aggregator (their client
 // certificates from its kubelet CA) and get their peers from it (no static list).
 func newPeerClusterWith(t *testing.T, n int, bytesPerSecond int64, latency time.Duration, agg *aggregatorCerts) *peerCluster {
+	return newPeerClusterOf(t, n, bytesPerSecond, latency, agg, false)
+}
+
+func newPeerClusterOf(t *testing.T, n int, bytesPerSecond int64, latency time.Duration, agg *aggregatorCerts, onContainerd bool) *peerCluster {
 	t.Helper()
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
@@ -62,7 +69,7 @@ func newPeerClusterWith(t *testing.T, n int, bytesPerSecond int64, latency time.
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &peerCluster{t: t, reg: reg, link: link, ca: ca, agg: agg}
+	c := &peerCluster{t: t, reg: reg, link: link, ca: ca, agg: agg, containerd: onContainerd}
 	port, err := env.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +89,13 @@ func (c *peerCluster) node(i int) (*world, worldOptions) {
 	t := c.t
 	dir := t.TempDir()
 	w := worldOn(t, dir, c.reg, c.link.Addr)
+	if c.containerd {
+		ctr, err := env.NewContainerd(filepath.Join(dir, "containerd"), env.ContainerdOptions{Insecure: []string{c.link.Addr}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.ctr = ctr
+	}
 	name := fmt.Sprintf("node-%d", i)
 	w.nodeName = name
 	serving, err := c.ca.NodeServing(dir, name, net.ParseIP(fmt.Sprintf("127.0.0.%d", 2+i)))
@@ -121,7 +135,11 @@ client_ca = %q
 // start starts node i's CRI-O and imagepind.
 func (c *peerCluster) start(i int) *world {
 	w := c.nodes[i]
-	w.run(w.crio.Start, w.crio.Cleanup)
+	if w.ctr != nil {
+		w.run(w.ctr.Start, w.ctr.Cleanup)
+	} else {
+		w.run(w.crio.Start, w.crio.Cleanup)
+	}
 	w.writeConfig(c.opts[i])
 	w.startDaemon()
 	return w
@@ -266,5 +284,58 @@ func TestPeersFromTheAggregator(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(late.dir, "imagepind.log"))
 	if !strings.Contains(string(log), "[peers] peers from the aggregator") {
 		t.Fatal("node-1 never logged its peers from the aggregator")
+	}
+}
+
+// The same on containerd nodes: the mirror first in each registry's hosts.toml (the
+// administrator's hosts kept after it), and a node that joins with the registry gone
+// gets the set from its peer, served from that peer's containerd content store.
+func TestPeersOnContainerd(t *testing.T) {
+	c := newPeerClusterOf(t, 2, 0, 0, nil, true)
+	refs, total := c.push("ctr-shared", 2, 512<<10)
+	first := c.start(0)
+	first.writeSet("shared.yaml", alphaSet("shared", refs...))
+	first.waitFor("node-0 Ready", 60*time.Second, phaseIs("shared", status.Ready))
+	for _, r := range refs {
+		if !first.labelled(r) {
+			t.Fatalf("%s is not pinned (labelled) on node-0", r)
+		}
+	}
+	hosts, _ := filepath.Glob(filepath.Join(first.ctr.HostsDir, "*", "hosts.toml"))
+	var found bool
+	for _, h := range hosts {
+		b, _ := os.ReadFile(h)
+		if strings.Contains(string(b), "imagepin: the node-local mirror") && strings.Contains(string(b), `server = "http://`+c.link.Addr) {
+			found = true
+			if strings.Index(string(b), "127.0.0.1:") > strings.Index(string(b), `[host."http://`+c.link.Addr) {
+				t.Fatalf("%s: the mirror's host is not first:\n%s", h, b)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no hosts.toml holds the mirror's block next to the administrator's server: %v", hosts)
+	}
+	// No second copy: once containerd holds the blobs, the mirror's store lets them go.
+	store, err := blobstore.Open(filepath.Join(first.dir, "state", "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "node-0's mirror store to let go of what containerd holds", 30*time.Second, func() bool {
+		used, _ := store.Usage(context.Background())
+		return used == 0
+	})
+	c.reg.Stop()
+	late := c.start(1)
+	late.writeSet("shared.yaml", alphaSet("shared", refs...))
+	late.waitFor("node-1 Ready from its peer", 90*time.Second, phaseIs("shared", status.Ready))
+	for _, r := range refs {
+		if !late.labelled(r) {
+			t.Fatalf("%s is not pinned (labelled) on node-1", r)
+		}
+	}
+	p := peerBytes(late)
+	t.Logf("containerd node-1 Ready with the registry gone: %+v (the set: %d bytes of layers)", p, total)
+	if p.FromPeers < total || p.FromRegistry != 0 {
+		t.Fatalf("node-1: %d bytes from peers, %d from the registry; the set's layers are %d", p.FromPeers, p.FromRegistry, total)
 	}
 }

@@ -9,17 +9,20 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/internal/httpserve"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/peers"
+	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
 )
@@ -32,10 +35,12 @@ type Peers struct {
 	Address string
 	// Served are the bytes the local mirror served the runtime; Bytes those from the
 	// registry, from peers and to peers.
-	Served mirror.Stats
-	Bytes  peers.Stats
-	local  http.Handler
-	store  *blobstore.Store
+	Served   mirror.Stats
+	Bytes    peers.Stats
+	local    http.Handler
+	store    *blobstore.Store
+	stateDir string
+	runtime  string
 	// server and serverTLS serve the peers (nil: this node shares nothing).
 	server    *peers.Server
 	serverTLS *tls.Config
@@ -43,8 +48,8 @@ type Peers struct {
 	// nodes are the peers: [peers] nodes, with those the aggregator hands out.
 	static     []string
 	aggregated atomic.Pointer[[]string]
-	// admin are the administrator's registries files, copied without ours into
-	// admin.Scratch: what the mirror's and the disk check's registry access read.
+	// admin are the administrator's registries files (CRI-O), copied without ours into
+	// admin.Scratch: what the mirror's own registry access reads.
 	admin  *crio.AdminFiles
 	pinned atomic.Pointer[map[string]bool]
 	log    logrus.FieldLogger
@@ -53,8 +58,9 @@ type Peers struct {
 }
 
 // NewPeers opens the blob store and builds the mirror; nil when [peers] is off, after
-// removing a mirror drop-in an earlier run left (the mirror being gone makes CRI-O go on
-// to the next endpoint anyway; the next reload drops the entries).
+// removing what an earlier run left: CRI-O's registries drop-in, the mirror's blocks in
+// containerd's hosts.toml files, the store (the mirror being gone makes the runtime go
+// on to the next endpoint anyway). Bind completes it once the runtime is known.
 func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers, error) {
 	dropIn := filepath.Join(cfg.Disk.RegistriesConfDir, crio.MirrorDropInName)
 	dir := cfg.Peers.StoreDir
@@ -64,6 +70,14 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers,
 	if !cfg.Peers.Enabled {
 		if err := os.Remove(dropIn); err == nil {
 			log.WithField("file", dropIn).Info("[peers] is off: removed the node-local mirror's registries drop-in")
+		}
+		hosts := &containerd.MirrorPinner{Record: hostsRecord(stateDir)}
+		if _, err := os.Stat(hosts.Record); err == nil {
+			if err := hosts.SyncHosts(nil); err != nil {
+				log.WithError(err).Warn("[peers] is off: removing the node-local mirror from containerd's hosts.toml files")
+			} else {
+				log.Info("[peers] is off: removed the node-local mirror from containerd's hosts.toml files")
+			}
 		}
 		if _, err := os.Stat(dir); err == nil {
 			if err := os.RemoveAll(dir); err == nil {
@@ -76,31 +90,65 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers,
 	if err != nil {
 		return nil, err
 	}
-	p := &Peers{Address: cfg.Peers.MirrorAddress, log: log, prune: make(chan struct{}, 1),
-		admin: &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: filepath.Join(stateDir, "registries-admin.d")}}
+	p := &Peers{Address: cfg.Peers.MirrorAddress, log: log, prune: make(chan struct{}, 1), store: store, stateDir: stateDir}
 	empty := map[string]bool{}
 	p.pinned.Store(&empty)
-	// The mirror's own way to the registries: the administrator's files without its
-	// drop-in (copied into Scratch, kept up to date at every pin write), or it would
-	// ask itself.
-	if _, _, err := p.admin.Read(); err != nil {
-		log.WithError(err).Warn("[peers] reading the administrator's registries files")
+	p.Mirror = mirror.New(store, p.isPinned, log.WithField("part", "mirror"))
+	return p, nil
+}
+
+func hostsRecord(stateDir string) string {
+	return filepath.Join(stateDir, "containerd-mirror-hosts.json")
+}
+
+// Bind sets the mirror's way to the registries for the node's runtime, and the peers.
+// The mirror's own registry access never goes through the mirror (it would ask
+// itself): on CRI-O the administrator's registries files without its drop-in (copied
+// into a scratch directory, kept up to date at every pin write); on containerd the
+// hosts.toml files read without the mirror's host. On containerd the mirror also
+// serves containerd's own content store.
+func (p *Peers) Bind(cfg conf.Config, runtimeName string) error {
+	rc, _ := RegistryAccess(cfg, runtimeName, p.stateDir)
+	if runtimeName == conf.RuntimeContainerd {
+		hosts := &containerd.Hosts{ConfigPath: cfg.Containerd.ConfigPath, Dir: filepath.Join(p.stateDir, "containerd-hosts-mirror"), Skip: p.Address}
+		rc.RegistryFiles = hosts.Files
+		content, err := containerd.DialContent(cfg.ContainerdSocket(), cfg.Containerd.Namespace)
+		if err != nil {
+			return err
+		}
+		p.Mirror.ReadAlso(content)
+		p.runtime = conf.RuntimeContainerd
+	} else {
+		p.admin = &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: filepath.Join(p.stateDir, "registries-admin.d")}
+		if _, _, err := p.admin.Read(); err != nil {
+			p.log.WithError(err).Warn("[peers] reading the administrator's registries files")
+		}
+		rc.RegistriesConfDir = p.admin.Scratch
 	}
-	rc, _ := RegistryAccess(cfg, conf.RuntimeCRIO, stateDir)
-	rc.RegistriesConfDir = p.admin.Scratch
 	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
 	reg := peers.CountRegistry(mirror.FromRegistry(registry.New(rc, keyring.Lookup)), &p.Bytes)
-	p.store = store
-	p.Mirror = mirror.New(store, p.isPinned, log.WithField("part", "mirror"))
 	p.local = p.Mirror.Handler(reg, &p.Served)
 	if cfg.Peers.Sharing() {
 		if err := p.share(cfg, reg); err != nil {
 			// The certificates missing or broken: the node keeps its own mirror and
 			// pulls from the registry, as without peers.
-			log.WithError(err).Error("[peers] sharing with other nodes is off until imagepind restarts with this fixed; the node-local mirror works")
+			p.log.WithError(err).Error("[peers] sharing with other nodes is off until imagepind restarts with this fixed; the node-local mirror works")
 		}
 	}
-	return p, nil
+	return nil
+}
+
+// Pinner wraps the runtime's pinner so that each pin write also points the runtime at
+// the mirror: CRI-O's registries drop-in, containerd's hosts.toml files.
+func (p *Peers) Pinner(cfg conf.Config, pinner pin.Pinner) pin.Pinner {
+	switch pp := pinner.(type) {
+	case *crio.Pinner:
+		return &crio.MirrorPinner{Pinner: pp, Local: p.Address, Admin: p.admin, OnPins: p.setPinned, Path: mirror.PathFor}
+	case *containerd.Pinner:
+		return &containerd.MirrorPinner{Pinner: pp, Local: p.Address, ConfigPath: cfg.Containerd.ConfigPath,
+			Record: hostsRecord(p.stateDir), Path: mirror.PathFor, OnPins: p.setPinned}
+	}
+	return pinner
 }
 
 // share sets up the peers: the mirror fills from them before the registry, and serves
@@ -198,11 +246,34 @@ func sameKeys(a, b map[string]bool) bool {
 // pruneLoop drops the blobs no pinned reference needs, after each change of the pins
 // (an image stays pinned for unpin_delay after its set goes: so do its blobs).
 func (p *Peers) pruneLoop(ctx context.Context) {
+	// On containerd, what its content store holds leaves the mirror's store once the
+	// runtime has it (no second copy): look 5 s after the last blob filled, and every
+	// minute.
+	var tick, settled <-chan time.Time
+	var filled chan struct{}
+	if p.runtime == conf.RuntimeContainerd {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		tick = t.C
+		filled = make(chan struct{}, 1)
+		p.Mirror.OnFilled(func() {
+			select {
+			case filled <- struct{}{}:
+			default:
+			}
+		})
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-filled:
+			settled = time.After(5 * time.Second)
+			continue
+		case <-settled:
+			settled = nil
 		case <-p.prune:
+		case <-tick:
 		}
 		var refs []string
 		for r := range *p.pinned.Load() {
@@ -213,7 +284,7 @@ func (p *Peers) pruneLoop(ctx context.Context) {
 		case err != nil:
 			p.log.WithError(err).Warn("mirror store: prune")
 		case n > 0:
-			p.log.WithField("blobs", n).WithField("bytes", freed).Info("mirror store: released the blobs of images no longer pinned")
+			p.log.WithField("blobs", n).WithField("bytes", freed).Info("mirror store: released the blobs of images no longer pinned, or held by the runtime's own content store")
 		}
 	}
 }

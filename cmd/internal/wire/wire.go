@@ -25,7 +25,6 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/kubelet"
-	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
@@ -83,9 +82,12 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		client.Close()
 		return nil, nil, err
 	}
-	if cp, ok := pinner.(*crio.Pinner); ok && opts.Peers != nil {
-		pinner = &crio.MirrorPinner{Pinner: cp, Local: opts.Peers.Address,
-			Admin: opts.Peers.admin, OnPins: opts.Peers.setPinned, Path: mirror.PathFor}
+	if opts.Peers != nil {
+		if err := opts.Peers.Bind(cfg, runtimeName); err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+		pinner = opts.Peers.Pinner(cfg, pinner)
 	}
 	a := agent.New(agent.Config{
 		NodeName:        nodeName,
@@ -104,7 +106,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	}, agent.Deps{
 		Runtime:  client,
 		Pinners:  map[string]pin.Pinner{runtimeName: pinner},
-		Disk:     DiskCheck(cfg, registries, client, nodeName),
+		Disk:     DiskCheck(cfg, runtimeName, registries, client, nodeName),
 		Kubelet:  Kubelet(cfg),
 		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(registries.SystemContext)},
 		State:    store,
@@ -283,14 +285,16 @@ func Registry(cfg conf.Config) *registry.Client {
 }
 
 // DiskCheck is the registry-backed disk check of [disk].
-func DiskCheck(cfg conf.Config, registries *registry.Client, client *cri.Client, nodeName string) *diskcheck.Registry {
+func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client, client *cri.Client, nodeName string) *diskcheck.Registry {
 	return diskcheck.New(diskcheck.Config{
 		NodeName:               nodeName,
 		Multiplier:             cfg.Disk.LayerSizeMultiplier,
 		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent,
 		KubeletConfig:          cfg.Disk.KubeletConfig,
 		KubeletConfigDir:       cfg.Kubelet.ConfigDir,
-		KeepsCompressed:        cfg.Peers.Enabled,
+		// CRI-O keeps no compressed blobs: the mirror's store is more disk;
+		// containerd's content store already holds them.
+		KeepsCompressed: cfg.Peers.Enabled && runtimeName != conf.RuntimeContainerd,
 	}, registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
 }
 
