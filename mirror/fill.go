@@ -125,6 +125,7 @@ func (m *Mirror) transfer(ctx context.Context, cancel func(), f *fill, sw *blobs
 				m.mu.Lock()
 				m.storeFailed = time.Now()
 				m.mu.Unlock()
+				m.log.WithError(err).Warn("mirror: the blob store cannot take a blob; streaming without storing it for a minute")
 				return fmt.Errorf("blob store: %w", err)
 			}
 			f.update(func() { f.n += int64(n) })

@@ -171,3 +171,38 @@ func TestNodeLocalMirrorOverTheAdministratorsMirror(t *testing.T) {
 	}
 	t.Logf("disconnected layout: the store holds %d bytes; with the administrator's mirror gone, %s came back from it", used, refs[0])
 }
+
+// The mirror's store on a full disk (a 320 KiB tmpfs for two 256 KiB layers): the blob
+// the store cannot take is served to CRI-O without being stored, and the set is Ready
+// with every image right.
+func TestNodeLocalMirrorWithAFullStore(t *testing.T) {
+	w := newWorld(t)
+	storeDir := filepath.Join(w.dir, "small-store")
+	os.MkdirAll(storeDir, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=320k", "tmpfs", storeDir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", storeDir).Run() })
+	port, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\nstore_dir = %q\n", port, storeDir)})
+	var refs []string
+	for i := range 2 {
+		img, err := w.reg.PushRandom(context.Background(), fmt.Sprintf("full-%d", i), 1, 256<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, img.Ref())
+	}
+	w.startDaemon()
+	w.writeSet("full.yaml", alphaSet("full", refs...))
+	w.waitFor("full Ready with the store full", 90*time.Second, phaseIs("full", status.Ready))
+	w.requirePinned(refs...)
+	log, _ := os.ReadFile(filepath.Join(w.dir, "imagepind.log"))
+	if !strings.Contains(string(log), "streaming without storing it") {
+		t.Fatalf("the store never ran out of room, so nothing was tested:\n%s", tail(string(log), 30))
+	}
+	t.Logf("the store filled up (%q in imagepind's log); the set is Ready with both images pulled through the mirror", "streaming without storing it")
+}
