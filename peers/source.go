@@ -173,7 +173,7 @@ var (
 // does not pin it for notPinningFor (its requests for the image skip it).
 var (
 	pinPoll       = 500 * time.Millisecond
-	pinWait       = 5 * time.Second
+	pinWait       = 20 * time.Second
 	notPinningFor = 10 * time.Minute
 )
 
