@@ -2,9 +2,7 @@ package containerd
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"strings"
 
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	"github.com/containerd/containerd/v2/core/content"
@@ -12,7 +10,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -27,15 +24,9 @@ type Content struct {
 
 // DialContent connects to containerd's API socket; calls fail until containerd answers.
 func DialContent(address, namespace string) (*Content, error) {
-	if !strings.HasPrefix(address, "unix://") {
-		address = "unix://" + address
-	}
-	if namespace == "" {
-		namespace = DefaultNamespace
-	}
-	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, namespace, err := dial(address, namespace)
 	if err != nil {
-		return nil, fmt.Errorf("containerd client for %s: %w", address, err)
+		return nil, err
 	}
 	return &Content{conn: conn, store: proxy.NewContentStore(contentapi.NewContentClient(conn)), namespace: namespace}, nil
 }

@@ -50,6 +50,16 @@ type Images struct {
 // DialImages connects to containerd's API socket ("unix:///run/containerd/containerd.sock"
 // or a path). Like cri.Dial it does not wait: calls fail until containerd answers.
 func DialImages(address, namespace string) (*Images, error) {
+	conn, namespace, err := dial(address, namespace)
+	if err != nil {
+		return nil, err
+	}
+	return &Images{conn: conn, client: imagesapi.NewImagesClient(conn), namespace: namespace, targets: map[string]*typesapi.Descriptor{}}, nil
+}
+
+// dial makes a client of containerd's API socket (a path or unix://path), with the
+// namespace ("": DefaultNamespace); it does not wait.
+func dial(address, namespace string) (*grpc.ClientConn, string, error) {
 	if !strings.HasPrefix(address, "unix://") {
 		address = "unix://" + address
 	}
@@ -58,9 +68,9 @@ func DialImages(address, namespace string) (*Images, error) {
 	}
 	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		return nil, fmt.Errorf("containerd client for %s: %w", address, err)
+		return nil, "", fmt.Errorf("containerd client for %s: %w", address, err)
 	}
-	return &Images{conn: conn, client: imagesapi.NewImagesClient(conn), namespace: namespace, targets: map[string]*typesapi.Descriptor{}}, nil
+	return conn, namespace, nil
 }
 
 // Close closes the connection.

@@ -8,11 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/BurntSushi/toml"
-	"github.com/distribution/reference"
 
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/pin"
@@ -64,23 +62,13 @@ func (m *MirrorPinner) Write(ctx context.Context, patterns []string, images func
 
 // registriesOf are the registry hosts of the references among patterns, sorted.
 func registriesOf(patterns []string) []string {
-	seen := map[string]bool{}
 	var out []string
-	for _, p := range patterns {
-		if strings.Contains(p, "*") {
-			continue
-		}
-		named, err := reference.ParseNormalizedNamed(p)
-		if err != nil {
-			continue
-		}
-		host := reference.Domain(named)
-		if !seen[host] {
-			seen[host] = true
+	for _, repo := range pin.Repositories(patterns) {
+		host, _, _ := strings.Cut(repo, "/")
+		if !slices.Contains(out, host) {
 			out = append(out, host)
 		}
 	}
-	sort.Strings(out)
 	return out
 }
 

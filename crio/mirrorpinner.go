@@ -6,10 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strings"
 
-	"github.com/distribution/reference"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 
 	"github.com/imagepin/imagepin/internal/fsutil"
@@ -59,29 +56,9 @@ func (m *MirrorPinner) Write(ctx context.Context, patterns []string, images func
 	return w, nil
 }
 
-// MirrorRepos are the repositories of the references among patterns (a wildcard pattern
-// names none), sorted.
-func MirrorRepos(patterns []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, p := range patterns {
-		if strings.Contains(p, "*") {
-			continue
-		}
-		named, err := reference.ParseNormalizedNamed(p)
-		if err != nil || seen[named.Name()] {
-			continue
-		}
-		seen[named.Name()] = true
-		out = append(out, named.Name())
-	}
-	sort.Strings(out)
-	return out
-}
-
 func (m *MirrorPinner) writeDropIn(patterns []string) (bool, error) {
 	path := filepath.Join(m.Admin.Dir, MirrorDropInName)
-	repos := MirrorRepos(patterns)
+	repos := pin.Repositories(patterns)
 	old, _ := os.ReadFile(path)
 	if len(repos) == 0 {
 		m.lastRepos, m.last = nil, nil

@@ -2,7 +2,7 @@
 // runtime-specific parts that implement it (package crio: CRI-O's managed drop-in,
 // reloaded and confirmed; package containerd: containerd's pinned label on each image
 // record): what a runtime version can do with pins, and what a write of the pins
-// produced. It has no dependencies.
+// produced. It depends only on the reference grammar (distribution/reference).
 package pin
 
 import "slices"
