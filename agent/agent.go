@@ -114,6 +114,9 @@ type Deps struct {
 	// Kubelet reads the kubelet's image pull credential verification (its config,
 	// drop-ins and pull records); nil: not known, RegistryIndependent stays Unknown.
 	Kubelet func() (kubelet.Verification, error)
+	// RegistryBytes are the bytes this node fetched from registries for a pinned image
+	// (for itself or for peers, [peers]); nil: not counted.
+	RegistryBytes func(ref string) int64
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string

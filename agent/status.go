@@ -89,6 +89,9 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 		img := a.pulls.images[ref]
 		size := a.in.data.Sizes[ref]
 		st.BytesTotal += size
+		if a.deps.RegistryBytes != nil {
+			st.BytesFromRegistry += a.deps.RegistryBytes(ref)
+		}
 		if img == nil || !img.present {
 			f.Absent++
 		}

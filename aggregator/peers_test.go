@@ -93,3 +93,20 @@ func TestReportAckCarriesPeers(t *testing.T) {
 		}
 	}
 }
+
+// A set's rollup sums the bytes its nodes fetched from registries.
+func TestRollupSumsRegistryBytes(t *testing.T) {
+	s := NewStore(DefaultLimits(), time.Now)
+	for i, n := range []int64{10 << 20, 5 << 20} {
+		node := fmt.Sprintf("w%d", i)
+		r := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: node},
+			Sets: []status.Set{{Name: "ocp", Phase: status.Ready, BytesFromRegistry: n}}}, "boot", 1, time.Minute)
+		if _, err := s.Ingest(node, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, ok := s.Set("ocp", false)
+	if !ok || v.BytesFromRegistry != 15<<20 {
+		t.Fatalf("ocp: %d bytes from registries, want %d", v.BytesFromRegistry, 15<<20)
+	}
+}

@@ -60,6 +60,7 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 			v.ImagesReady += set.ImagesReady
 			v.BytesTotal += set.BytesTotal
 			v.BytesReady += set.BytesReady
+			v.BytesFromRegistry += set.BytesFromRegistry
 			if !unknown {
 				v.AddRegistry(e.name, set.Phase, set.Condition(status.ConditionRegistryIndependent))
 			}

@@ -70,6 +70,7 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 		v.ImagesReady += set.ImagesReady
 		v.BytesTotal += set.BytesTotal
 		v.BytesReady += set.BytesReady
+		v.BytesFromRegistry += set.BytesFromRegistry
 		n := SetNode{Node: node, Phase: string(set.Phase), ImagesTotal: set.ImagesTotal, ImagesReady: set.ImagesReady,
 			BytesTotal: set.BytesTotal, BytesReady: set.BytesReady, FailedImages: set.FailedImages, LastReport: &received}
 		if c := set.Condition(status.ConditionReady); c != nil {

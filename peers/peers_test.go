@@ -255,6 +255,14 @@ func TestOneDownloadPerBlobForTheCluster(t *testing.T) {
 	if fromRegistry != c.size() {
 		t.Fatalf("the cluster read %d bytes from the registry for an image of %d", fromRegistry, c.size())
 	}
+	// Counted by image too (the pinned manifest's reference), for the sets' status.
+	var byImage int64
+	for _, nd := range c.nodes {
+		byImage += nd.stats.RegistryBytes(repo + "@" + digest.FromBytes(reg.manifest).String())
+	}
+	if byImage != c.size() {
+		t.Fatalf("by image: %d bytes from the registry, want %d", byImage, c.size())
+	}
 	if fromPeers < 2*c.size()*9/10 || toPeers < fromPeers {
 		t.Fatalf("between nodes: %d read, %d served; two of three nodes read the image from peers (%d)", fromPeers, toPeers, 2*c.size())
 	}

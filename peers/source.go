@@ -27,6 +27,27 @@ type Stats struct {
 	FromPeers atomic.Int64
 	// ToPeers: served to other nodes.
 	ToPeers atomic.Int64
+
+	// byImage are FromRegistry by pinned image ("repo@digest" of the pinned manifest
+	// the bytes belong to).
+	byImage sync.Map // string → *atomic.Int64
+}
+
+// RegistryBytes are the bytes fetched from registries for the pinned image ref.
+func (s *Stats) RegistryBytes(ref string) int64 {
+	if v, ok := s.byImage.Load(ref); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+func (s *Stats) fromRegistry(repo string, chain []digest.Digest, d digest.Digest) *atomic.Int64 {
+	root := d
+	if len(chain) > 0 {
+		root = chain[len(chain)-1]
+	}
+	v, _ := s.byImage.LoadOrStore(repo+"@"+root.String(), new(atomic.Int64))
+	return v.(*atomic.Int64)
 }
 
 // How long a peer is set aside after a failure, and after serving wrong bytes.
@@ -417,6 +438,7 @@ type counted struct {
 func (c counted) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
 	data, mt, err := c.Source.Manifest(ctx, repo, chain, d)
 	c.stats.FromRegistry.Add(int64(len(data)))
+	c.stats.fromRegistry(repo, chain, d).Add(int64(len(data)))
 	return data, mt, err
 }
 
@@ -425,16 +447,17 @@ func (c counted) Blob(ctx context.Context, repo string, chain []digest.Digest, d
 	if err != nil {
 		return nil, 0, err
 	}
-	return &countingReader{rc, &c.stats.FromRegistry}, size, nil
+	return &countingReader{rc, &c.stats.FromRegistry, c.stats.fromRegistry(repo, chain, d)}, size, nil
 }
 
 type countingReader struct {
 	io.ReadCloser
-	n *atomic.Int64
+	n, image *atomic.Int64
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.ReadCloser.Read(p)
 	c.n.Add(int64(n))
+	c.image.Add(int64(n))
 	return n, err
 }

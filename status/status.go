@@ -114,17 +114,20 @@ type ImageFilesystem struct {
 
 // Set is the state of one PinnedImageSet on this node.
 type Set struct {
-	Name         string        `json:"name"`
-	UID          string        `json:"uid"`
-	SpecHash     string        `json:"specHash"`
-	File         string        `json:"file"`
-	Phase        Phase         `json:"phase"`
-	ImagesTotal  int           `json:"imagesTotal"`
-	ImagesReady  int           `json:"imagesReady"`
-	BytesTotal   uint64        `json:"bytesTotal"`
-	BytesReady   uint64        `json:"bytesReady"`
-	Conditions   []Condition   `json:"conditions"`
-	FailedImages []FailedImage `json:"failedImages,omitempty"`
+	Name        string `json:"name"`
+	UID         string `json:"uid"`
+	SpecHash    string `json:"specHash"`
+	File        string `json:"file"`
+	Phase       Phase  `json:"phase"`
+	ImagesTotal int    `json:"imagesTotal"`
+	ImagesReady int    `json:"imagesReady"`
+	BytesTotal  uint64 `json:"bytesTotal"`
+	BytesReady  uint64 `json:"bytesReady"`
+	// BytesFromRegistry are the bytes of the set's images this node fetched from
+	// registries, for itself or for its peers ([peers]; as of the last status).
+	BytesFromRegistry int64         `json:"bytesFromRegistry,omitempty"`
+	Conditions        []Condition   `json:"conditions"`
+	FailedImages      []FailedImage `json:"failedImages,omitempty"`
 	// Release is set for a set with spec.releaseImage.
 	Release *Release `json:"release,omitempty"`
 }

@@ -41,6 +41,7 @@ func FromStatus(n status.Node, bootID string, sequence uint64, heartbeat time.Du
 		ps := &SetStatus{
 			Name: s.Name, Uid: s.UID, SpecHash: s.SpecHash, File: s.File, Phase: string(s.Phase),
 			ImagesTotal: uint32(s.ImagesTotal), ImagesReady: uint32(s.ImagesReady), BytesTotal: s.BytesTotal, BytesReady: s.BytesReady,
+			BytesFromRegistry: s.BytesFromRegistry,
 		}
 		if s.Release != nil {
 			ps.ReleaseImage, ps.ReleaseVersion, ps.ReleaseImages, ps.ReleaseError = s.Release.Image, s.Release.Version, uint32(s.Release.Images), s.Release.Error
@@ -77,6 +78,7 @@ func (r *NodeReport) ToStatus() status.Node {
 		s := status.Set{
 			Name: ps.GetName(), UID: ps.GetUid(), SpecHash: ps.GetSpecHash(), File: ps.GetFile(), Phase: status.Phase(ps.GetPhase()),
 			ImagesTotal: int(ps.GetImagesTotal()), ImagesReady: int(ps.GetImagesReady()), BytesTotal: ps.GetBytesTotal(), BytesReady: ps.GetBytesReady(),
+			BytesFromRegistry: ps.GetBytesFromRegistry(),
 		}
 		if ps.GetReleaseImage() != "" {
 			s.Release = &status.Release{Image: ps.GetReleaseImage(), Version: ps.GetReleaseVersion(), Images: int(ps.GetReleaseImages()), Error: ps.GetReleaseError()}

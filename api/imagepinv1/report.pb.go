@@ -287,12 +287,13 @@ type SetStatus struct {
 	Conditions   []*Condition           `protobuf:"bytes,10,rep,name=conditions,proto3" json:"conditions,omitempty"`
 	FailedImages []*FailedImage         `protobuf:"bytes,11,rep,name=failed_images,json=failedImages,proto3" json:"failed_images,omitempty"`
 	// The release a set's spec.releaseImage expanded to on the node.
-	ReleaseImage   string `protobuf:"bytes,12,opt,name=release_image,json=releaseImage,proto3" json:"release_image,omitempty"`
-	ReleaseVersion string `protobuf:"bytes,13,opt,name=release_version,json=releaseVersion,proto3" json:"release_version,omitempty"`
-	ReleaseImages  uint32 `protobuf:"varint,14,opt,name=release_images,json=releaseImages,proto3" json:"release_images,omitempty"`
-	ReleaseError   string `protobuf:"bytes,15,opt,name=release_error,json=releaseError,proto3" json:"release_error,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	ReleaseImage      string `protobuf:"bytes,12,opt,name=release_image,json=releaseImage,proto3" json:"release_image,omitempty"`
+	ReleaseVersion    string `protobuf:"bytes,13,opt,name=release_version,json=releaseVersion,proto3" json:"release_version,omitempty"`
+	ReleaseImages     uint32 `protobuf:"varint,14,opt,name=release_images,json=releaseImages,proto3" json:"release_images,omitempty"`
+	ReleaseError      string `protobuf:"bytes,15,opt,name=release_error,json=releaseError,proto3" json:"release_error,omitempty"`
+	BytesFromRegistry int64  `protobuf:"varint,16,opt,name=bytes_from_registry,json=bytesFromRegistry,proto3" json:"bytes_from_registry,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *SetStatus) Reset() {
@@ -428,6 +429,13 @@ func (x *SetStatus) GetReleaseError() string {
 		return x.ReleaseError
 	}
 	return ""
+}
+
+func (x *SetStatus) GetBytesFromRegistry() int64 {
+	if x != nil {
+		return x.BytesFromRegistry
+	}
+	return 0
 }
 
 type Condition struct {
@@ -703,7 +711,7 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\x15peer_from_peers_bytes\x18\n" +
 	" \x01(\x03R\x12peerFromPeersBytes\x12-\n" +
 	"\x13peer_to_peers_bytes\x18\v \x01(\x03R\x10peerToPeersBytes\x12*\n" +
-	"\x11peer_stored_bytes\x18\f \x01(\x03R\x0fpeerStoredBytes\"\x91\x04\n" +
+	"\x11peer_stored_bytes\x18\f \x01(\x03R\x0fpeerStoredBytes\"\xc1\x04\n" +
 	"\tSetStatus\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03uid\x18\x02 \x01(\tR\x03uid\x12\x1b\n" +
@@ -724,7 +732,8 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\rrelease_image\x18\f \x01(\tR\freleaseImage\x12'\n" +
 	"\x0frelease_version\x18\r \x01(\tR\x0ereleaseVersion\x12%\n" +
 	"\x0erelease_images\x18\x0e \x01(\rR\rreleaseImages\x12#\n" +
-	"\rrelease_error\x18\x0f \x01(\tR\freleaseError\"\xa4\x01\n" +
+	"\rrelease_error\x18\x0f \x01(\tR\freleaseError\x12.\n" +
+	"\x13bytes_from_registry\x18\x10 \x01(\x03R\x11bytesFromRegistry\"\xa4\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +

@@ -15,18 +15,22 @@ import (
 type SetView struct {
 	Name string `json:"name"`
 	// Ready is true only when every targeted node is Ready and none is Unknown.
-	Ready            bool      `json:"ready"`
-	Targeted         int       `json:"targeted"`
-	ReadyNodes       int       `json:"readyNodes"`
-	FailedNodes      int       `json:"failedNodes"`
-	ProgressingNodes int       `json:"progressingNodes"`
-	UnknownNodes     int       `json:"unknownNodes"`
-	ImagesTotal      int       `json:"imagesTotal"`
-	ImagesReady      int       `json:"imagesReady"`
-	BytesTotal       uint64    `json:"bytesTotal"`
-	BytesReady       uint64    `json:"bytesReady"`
-	ETASeconds       *float64  `json:"etaSeconds,omitempty"`
-	Nodes            []SetNode `json:"nodes"`
+	Ready            bool   `json:"ready"`
+	Targeted         int    `json:"targeted"`
+	ReadyNodes       int    `json:"readyNodes"`
+	FailedNodes      int    `json:"failedNodes"`
+	ProgressingNodes int    `json:"progressingNodes"`
+	UnknownNodes     int    `json:"unknownNodes"`
+	ImagesTotal      int    `json:"imagesTotal"`
+	ImagesReady      int    `json:"imagesReady"`
+	BytesTotal       uint64 `json:"bytesTotal"`
+	BytesReady       uint64 `json:"bytesReady"`
+	// BytesFromRegistry are the bytes of the set's images the nodes fetched from
+	// registries, summed over the nodes ([peers]: about the set's size once, not once
+	// a node).
+	BytesFromRegistry int64     `json:"bytesFromRegistry,omitempty"`
+	ETASeconds        *float64  `json:"etaSeconds,omitempty"`
+	Nodes             []SetNode `json:"nodes"`
 	// RegistryIndependentNodes count the nodes where pods start from the set's images
 	// with the registry gone (their RegistryIndependent condition is True).
 	RegistryIndependentNodes int `json:"registryIndependentNodes"`

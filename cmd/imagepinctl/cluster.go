@@ -183,6 +183,11 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 	}
 	tw.Flush()
 	for _, s := range sets {
+		if s.BytesFromRegistry > 0 {
+			// [peers]: what the cluster's nodes fetched from registries for the set.
+			fmt.Fprintf(w, "  %s: %s fetched from registries by its nodes (the set's layers: %s a node)\n", s.Name,
+				diskcheck.Human(uint64(s.BytesFromRegistry)), diskcheck.Human(perNode(s)))
+		}
 		for _, n := range s.Nodes {
 			if wide {
 				fmt.Fprintf(w, "  %s on %s: %s %d/%d images %s/%s %s: %s\n", s.Name, n.Node, n.Phase, n.ImagesReady, n.ImagesTotal,
@@ -225,4 +230,12 @@ func printNodeProblems(w io.Writer, nodes []readv1.NodeView) {
 			fmt.Fprintf(w, "node %s: fault: %s\n", n.Name, oneLine(f, 300))
 		}
 	}
+}
+
+// perNode is a set's bytes on one node (its nodes' total over how many reported).
+func perNode(s readv1.SetView) uint64 {
+	if n := s.ReadyNodes + s.FailedNodes + s.ProgressingNodes; n > 0 {
+		return s.BytesTotal / uint64(n)
+	}
+	return s.BytesTotal
 }

@@ -148,6 +148,9 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 		}
 		tw.Flush()
 		for _, s := range n.Sets {
+			if s.BytesFromRegistry > 0 {
+				fmt.Fprintf(w, "  %s: %s fetched from registries by this node (for itself or its peers)\n", s.Name, diskcheck.Human(uint64(s.BytesFromRegistry)))
+			}
 			for _, f := range s.FailedImages {
 				fmt.Fprintf(w, "  %s: %s %s: %s\n", s.Name, f.Reason, f.Image, oneLine(f.Error, 200))
 			}

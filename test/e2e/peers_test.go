@@ -285,6 +285,14 @@ func TestPeersFromTheAggregator(t *testing.T) {
 	if !strings.Contains(string(log), "[peers] peers from the aggregator") {
 		t.Fatal("node-1 never logged its peers from the aggregator")
 	}
+	// The set's rollup: what the cluster fetched from the registry for it (node-0's
+	// pulls; node-1 fetched nothing).
+	waitUntil(t, "the aggregator's set view with the registry bytes", 20*time.Second, func() bool {
+		v, ok := proc.set("shared")
+		return ok && v.Ready && v.BytesFromRegistry >= total && float64(v.BytesFromRegistry) <= 1.05*float64(total)+64<<10
+	})
+	v, _ := proc.set("shared")
+	t.Logf("the aggregator: set shared Ready on %d nodes, %d bytes fetched from registries for it (its layers: %d)", v.ReadyNodes, v.BytesFromRegistry, total)
 }
 
 // The same on containerd nodes: the mirror first in each registry's hosts.toml (the

@@ -89,6 +89,10 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		}
 		pinner = opts.Peers.Pinner(cfg, pinner)
 	}
+	var registryBytes func(string) int64
+	if opts.Peers != nil {
+		registryBytes = opts.Peers.Bytes.RegistryBytes
+	}
 	a := agent.New(agent.Config{
 		NodeName:        nodeName,
 		Architecture:    goruntime.GOARCH,
@@ -116,7 +120,8 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Alive:    opts.Alive,
 		Idle:     opts.Idle,
 
-		SourceFaults: joinFaults(opts.SourceFaults, registryProblems),
+		RegistryBytes: registryBytes,
+		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 	})
 	return a, client, nil
 }
