@@ -210,7 +210,7 @@ func Default() Config {
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
 		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
-			MaxServing: 16, ServeMiBPerSecond: 50},
+			MaxServing: 64, ServeMiBPerSecond: 50},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",

@@ -111,6 +111,7 @@ type node struct {
 	peer  *http.Server // Close kills it: listener and connections
 	// unpinned: the node does not pin the image (yet).
 	unpinned atomic.Bool
+	server   *Server
 }
 
 type cluster struct {
@@ -173,6 +174,7 @@ func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
 		nd.local = httptest.NewServer(m.Handler(src, &mirror.Stats{}))
 		server := &Server{Mirror: m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
 		server.init()
+		nd.server = server
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
 		go nd.peer.ServeTLS(listeners[i], "", "")
 		t.Cleanup(nd.local.Close)
@@ -561,4 +563,43 @@ func (s *Source) isNotPinning(node string, root digest.Digest) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return time.Now().Before(s.notPinning[[2]string{node, root.String()}])
+}
+
+// A busy peer (every serving slot taken) is asked again rather than the registry.
+func TestABusyPeerIsAskedAgain(t *testing.T) {
+	old := slotWait
+	slotWait = 100 * time.Millisecond
+	t.Cleanup(func() { slotWait = old })
+	reg := newRegistry(t, 6, 128<<10)
+	c := newCluster(t, reg, 2)
+	if err := c.pull(c.nodes[1]); err != nil {
+		t.Fatal(err)
+	}
+	busy := c.nodes[1].server
+	for range cap(busy.slots) {
+		busy.slots <- struct{}{}
+	}
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		for range cap(busy.slots) {
+			<-busy.slots
+		}
+	}()
+	before := map[digest.Digest]int{}
+	for d, n := range reg.calls {
+		before[d] = n
+	}
+	if err := c.pull(c.nodes[0]); err != nil {
+		t.Fatal(err)
+	}
+	var again int
+	for d, n := range reg.calls {
+		if n > before[d] {
+			again++
+		}
+	}
+	if c.nodes[0].stats.FromPeers.Load() == 0 || again > 0 {
+		t.Fatalf("node-0 read %d bytes from its busy peer and asked the registry again for %d digests", c.nodes[0].stats.FromPeers.Load(), again)
+	}
+	t.Logf("with its peer busy for 1.5 s, node-0 asked the registry again for %d digests and read %d bytes from the peer", again, c.nodes[0].stats.FromPeers.Load())
 }

@@ -122,13 +122,21 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 	if skip {
 		return nil, errNotPinned
 	}
-	deadline := time.Now().Add(pinWait)
+	start := time.Now()
 	for {
 		resp, err := s.get(ctx, node, repo, kind, chain, d, from)
+		if errors.Is(err, errBusy) && time.Since(start) < busyWait {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pinPoll):
+			}
+			continue
+		}
 		if !errors.Is(err, errNotPinned) {
 			return resp, err
 		}
-		if time.Now().After(deadline) {
+		if time.Since(start) > pinWait {
 			s.mu.Lock()
 			s.notPinning[key] = time.Now().Add(notPinningFor)
 			s.mu.Unlock()
@@ -187,6 +195,7 @@ func (s *Source) setAside(node string, d time.Duration, why error) {
 var (
 	errNotThere  = errors.New("not there")
 	errNotPinned = fmt.Errorf("does not pin it (yet): %w", errNotThere)
+	errBusy      = fmt.Errorf("serving as many peers as it allows: %w", errNotThere)
 )
 
 // Peers pin the same sets but not at the same instant: a peer that does not pin an
@@ -196,6 +205,9 @@ var (
 	pinPoll       = 500 * time.Millisecond
 	pinWait       = 20 * time.Second
 	notPinningFor = 10 * time.Minute
+	// busyWait bounds how long a busy peer is asked again (it serves; the registry
+	// link is what peers spare).
+	busyWait = time.Minute
 )
 
 func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64) (*http.Response, error) {
@@ -227,7 +239,10 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	case resp.StatusCode == http.StatusNotFound && resp.Header.Get(mirror.NotPinnedHeader) != "":
 		resp.Body.Close()
 		return nil, errNotPinned
-	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusServiceUnavailable:
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		resp.Body.Close()
+		return nil, errBusy
+	case resp.StatusCode == http.StatusNotFound:
 		resp.Body.Close()
 		return nil, errNotThere
 	}
