@@ -20,8 +20,12 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
-// ErrBusy means another writer is filling the same blob now.
-var ErrBusy = errors.New("blob being written by another request")
+// ErrBusy means another writer is filling the same blob now; ErrExists that the store
+// holds it already.
+var (
+	ErrBusy   = errors.New("blob being written by another request")
+	ErrExists = errors.New("blob already stored")
+)
 
 // Store is a content-addressed store of blobs under one directory.
 type Store struct {
@@ -75,6 +79,9 @@ func (s *Store) Writer(ctx context.Context, d digest.Digest, size int64) (*Write
 	w, err := s.cs.Writer(ctx, content.WithRef(ingestRef(d)), content.WithDescriptor(desc))
 	if errdefs.IsUnavailable(err) {
 		return nil, ErrBusy
+	}
+	if errdefs.IsAlreadyExists(err) {
+		return nil, ErrExists
 	}
 	if err != nil {
 		return nil, err

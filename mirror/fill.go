@@ -55,6 +55,10 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 			f.cond = sync.NewCond(&f.mu)
 			m.fills[d] = f
 			go m.run(f, sw, repo, chain, d, src)
+		case errors.Is(err, blobstore.ErrExists):
+			// A fill ended between the caller's look into the store and now.
+			m.mu.Unlock()
+			return m.stored(ctx, d, off)
 		case errors.Is(err, blobstore.ErrBusy):
 			// The store's own lock: a fill ending right now. Stream alone.
 		default:
@@ -85,6 +89,23 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 		off = 0
 	}
 	return &blobReader{ctx: ctx, f: f, m: m, d: d, offset: off, off: off}, size, nil
+}
+
+// stored reads the stored blob d from off, as a blobReader.
+func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64) (*blobReader, int64, error) {
+	rd, size, err := m.reader(ctx, d)
+	if err != nil {
+		return nil, 0, err
+	}
+	if off >= size {
+		off = 0
+	}
+	if _, err := rd.Seek(off, io.SeekStart); err != nil {
+		rd.Close()
+		return nil, 0, err
+	}
+	// Checked against d when it was committed: no verifier.
+	return &blobReader{ctx: ctx, m: m, d: d, offset: off, src: rd}, size, nil
 }
 
 // run is the fill's one transfer: from src into the store, committed (checked against
@@ -177,7 +198,7 @@ type blobReader struct {
 	off  int64
 	file io.ReadSeekCloser
 
-	// a direct stream's
+	// a direct stream's (or a stored blob's: no verifier)
 	src      io.ReadCloser
 	verifier digest.Verifier
 }
@@ -185,6 +206,9 @@ type blobReader struct {
 func (r *blobReader) Read(p []byte) (int, error) {
 	if r.src != nil {
 		n, err := r.src.Read(p)
+		if r.verifier == nil {
+			return n, err
+		}
 		r.verifier.Write(p[:n])
 		if err == io.EOF && !r.verifier.Verified() {
 			err = fmt.Errorf("the source sent bytes that do not match %s", r.d)

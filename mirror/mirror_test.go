@@ -432,3 +432,28 @@ func TestChainAdmitsPeerRequests(t *testing.T) {
 		t.Fatalf("chain to the pinned manifest: %d", got)
 	}
 }
+
+// A request that missed the store just before a fill committed the blob opens it after:
+// it reads the stored blob, and the store is not taken for a failing one (which would
+// stream every blob without storing it for a minute, one transfer a request).
+func TestOpenAfterTheFillCommitted(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	pullThrough(t, s.srv, repo, d)
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	rd, size, err := s.m.open(context.Background(), repo, nil, digest.Digest(ld.String()), src, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rd)
+	rd.Close()
+	whole := src.blobs[digest.Digest(ld.String())]
+	if err != nil || size != int64(len(whole)) || !bytes.Equal(b, whole[100:]) {
+		t.Fatalf("%d bytes of %d (size %d): %v", len(b), len(whole)-100, size, err)
+	}
+	if !s.m.storeFailed.IsZero() {
+		t.Fatal("a blob already stored made the mirror take its store for a failing one")
+	}
+}
