@@ -25,7 +25,31 @@ var (
 	peerImages = flag.Int("peer-images", 12, "images of the set for the peers section (the first of the 40)")
 	peerNodes  = flag.String("peer-nodes", "1,3,5", "node counts for the peers section")
 	peerLinks  = flag.String("peer-links", "25ms:4000:3,100ms:1000:1", "shared links for the peers section: latency:KB/s:repetitions")
+	peerSet    = flag.String("peer-set", "bench", "the peers section's set: bench (the first -peer-images of the 40-image set) or release (shaped like a release payload: -peer-images images on two large shared base layers, one small layer each)")
 )
+
+// releaseShaped pushes n images shaped like a release payload's: every image on the
+// same two large base layers (an OS and a runtime layer, 4 MiB and 2 MiB here), plus
+// one small layer of its own (192 KiB: a component's binary).
+func (b *bench) releaseShaped(ctx context.Context, n int) ([]env.Image, error) {
+	var bases []v1.Layer
+	for _, size := range []int64{4 << 20, 2 << 20} {
+		l, err := env.RandomLayer(size)
+		if err != nil {
+			return nil, err
+		}
+		bases = append(bases, l)
+	}
+	var out []env.Image
+	for i := range n {
+		img, err := b.reg.PushRandom(ctx, fmt.Sprintf("release/component-%02d", i), 1, 192<<10, bases...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	return out, nil
+}
 
 // sharedLink is a site's uplink: one token bucket for every node's connections.
 type sharedLink struct {
@@ -75,6 +99,11 @@ func (b *bench) peers(ctx context.Context) error {
 		counts = append(counts, n)
 	}
 	imgs := b.imgs[:min(*peerImages, len(b.imgs))]
+	if *peerSet == "release" {
+		if imgs, err = b.releaseShaped(ctx, *peerImages); err != nil {
+			return err
+		}
+	}
 	ca, err := testcerts.NewCA(b.dir, "peers-ca")
 	if err != nil {
 		return err
@@ -114,8 +143,8 @@ func (b *bench) peers(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("## P5: %d nodes pre-load %d images behind one shared link (+%s latency a request, %d KB/s for all nodes together)\n\n",
-			counts[len(counts)-1], len(refs), sl.latency, sl.kbps)
+		fmt.Printf("## P5 (%s set): %d nodes pre-load %d images behind one shared link (+%s latency a request, %d KB/s for all nodes together)\n\n",
+			*peerSet, counts[len(counts)-1], len(refs), sl.latency, sl.kbps)
 		fmt.Printf("One copy of the set (its distinct blobs and manifests, compressed): %.2f MiB. %d repetitions; medians. Every run: fresh CRI-O nodes with empty storage.\n\n", float64(one)/(1<<20), sl.reps)
 		fmt.Println("| method | nodes | until every node has the set | runs (s) | ÷ one node alone | bytes over the link ÷ one copy |")
 		fmt.Println("|---|---|---|---|---|---|")
