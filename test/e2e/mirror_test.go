@@ -74,17 +74,21 @@ func TestNodeLocalMirrorServesPinnedImages(t *testing.T) {
 	// The counters say where the bytes came from.
 	served := map[string]float64{}
 	for _, line := range strings.Split(scrape(t, w), "\n") {
-		for _, from := range []string{"store", "registry"} {
-			if v, ok := strings.CutPrefix(line, `imagepin_mirror_served_bytes_total{from="`+from+`"} `); ok {
+		for key, prefix := range map[string]string{
+			"store":         `imagepin_mirror_served_bytes_total{from="store"} `,
+			"transfer":      `imagepin_mirror_served_bytes_total{from="transfer"} `,
+			"from_registry": `imagepin_peer_bytes_total{direction="from_registry"} `,
+		} {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
 				var n float64
 				fmt.Sscan(v, &n)
-				served[from] = n
+				served[key] = n
 			}
 		}
 	}
-	t.Logf("imagepin_mirror_served_bytes_total: %v", served)
-	if served["registry"] < 2*64<<10 || served["store"] < 64<<10 {
-		t.Fatalf("mirror counters %v: the first pulls came from the registry, the second from the store", served)
+	t.Logf("mirror counters: %v", served)
+	if served["transfer"] < 2*64<<10 || served["from_registry"] < 2*64<<10 || served["store"] < 64<<10 {
+		t.Fatalf("mirror counters %v: the first pulls came from the registry (transfer, from_registry), the second from the store", served)
 	}
 
 	// An unpinned image goes to its registry untouched (the mirror answers 404 at once).
