@@ -86,17 +86,10 @@ type health struct {
 	notPinning map[[2]string]time.Time
 }
 
-func (s *Source) init() {
-	if s.health == nil {
-		s.health = &health{bad: map[string]time.Time{}, notPinning: map[[2]string]time.Time{}}
-	}
-}
-
 // NewSource is a Source (see its fields).
 func NewSource(self string, nodes func() []string, registry mirror.Source, client *http.Client, stats *Stats, log logrus.FieldLogger) *Source {
-	s := &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log}
-	s.init()
-	return s
+	return &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log,
+		health: &health{bad: map[string]time.Time{}, notPinning: map[[2]string]time.Time{}}}
 }
 
 // Forwarding is this Source for what a node needs to answer a peer's request (the

@@ -85,13 +85,20 @@ type worldOptions struct {
 func baseWorld(t *testing.T) *world {
 	t.Helper()
 	dir := t.TempDir()
+	reg := startRegistry(t, dir)
+	return worldOn(t, dir, reg, reg.Host)
+}
+
+// startRegistry runs a registry under dir/registry for the test's life.
+func startRegistry(t *testing.T, dir string) *env.Registry {
+	t.Helper()
 	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
 	reg, err := env.StartRegistry(filepath.Join(dir, "registry"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(reg.Stop)
-	return worldOn(t, dir, reg, reg.Host)
+	return reg
 }
 
 // worldOn is a world in dir using reg (shared by several worlds: the nodes of one

@@ -29,9 +29,7 @@ type peerCluster struct {
 	nodes []*world
 	opts  []worldOptions // each node's imagepind config
 	addrs []string       // the peers' addresses, 127.0.0.(2+i)
-	agg   *aggregatorCerts
-	// containerd: the nodes run containerd instead of CRI-O.
-	containerd bool
+	peerClusterOptions
 }
 
 // aggregatorCerts is where nodes report: the aggregator and its CAs.
@@ -41,26 +39,21 @@ type aggregatorCerts struct {
 	serverCA  *testcerts.CA
 }
 
-func newPeerCluster(t *testing.T, n int, bytesPerSecond int64, latency time.Duration) *peerCluster {
-	return newPeerClusterWith(t, n, bytesPerSecond, latency, nil)
+// peerClusterOptions: with agg, the nodes report to that aggregator (their client
+// certificates from its kubelet CA) and get their peers from it (no static list); with
+// containerd, they run containerd instead of CRI-O.
+type peerClusterOptions struct {
+	agg        *aggregatorCerts
+	containerd bool
 }
 
-// newPeerClusterWith: with agg, the nodes report to that aggregator (their client
-// certificates from its kubelet CA) and get their peers from it (no static list).
-func newPeerClusterWith(t *testing.T, n int, bytesPerSecond int64, latency time.Duration, agg *aggregatorCerts) *peerCluster {
-	return newPeerClusterOf(t, n, bytesPerSecond, latency, agg, false)
-}
-
-func newPeerClusterOf(t *testing.T, n int, bytesPerSecond int64, latency time.Duration, agg *aggregatorCerts, onContainerd bool) *peerCluster {
+// newPeerCluster is n nodes (configured, not started) behind a counting link to one
+// registry (no bandwidth limit or latency: the e2e tests count, the bench times).
+func newPeerCluster(t *testing.T, n int, o peerClusterOptions) *peerCluster {
 	t.Helper()
 	dir := t.TempDir()
-	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
-	reg, err := env.StartRegistry(filepath.Join(dir, "registry"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Stop)
-	link, err := env.StartLink(reg.Host, bytesPerSecond, latency)
+	reg := startRegistry(t, dir)
+	link, err := env.StartLink(reg.Host, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +62,7 @@ func newPeerClusterOf(t *testing.T, n int, bytesPerSecond int64, latency time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &peerCluster{t: t, reg: reg, link: link, ca: ca, agg: agg, containerd: onContainerd}
+	c := &peerCluster{t: t, reg: reg, link: link, ca: ca, peerClusterOptions: o}
 	port, err := env.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +165,7 @@ func peerBytes(w *world) status.PeerBytes {
 // goes; a fourth node joins, one peer killed (-9) and another's store corrupted on
 // disk, and still becomes Ready with every image right, from the peer left.
 func TestPeersShareOneDownloadAndALateNodeJoins(t *testing.T) {
-	c := newPeerCluster(t, 4, 0, 0)
+	c := newPeerCluster(t, 4, peerClusterOptions{})
 	refs, total := c.push("shared", 4, 1<<20)
 	first := []*world{c.start(0), c.start(1), c.start(2)}
 	for _, w := range first {
@@ -266,7 +259,7 @@ func TestPeersShareOneDownloadAndALateNodeJoins(t *testing.T) {
 func TestPeersFromTheAggregator(t *testing.T) {
 	dir := t.TempDir()
 	proc, kubeletCA, serverCA := startAggregator(t, dir)
-	c := newPeerClusterWith(t, 2, 0, 0, &aggregatorCerts{proc: proc, kubeletCA: kubeletCA, serverCA: serverCA})
+	c := newPeerCluster(t, 2, peerClusterOptions{agg: &aggregatorCerts{proc: proc, kubeletCA: kubeletCA, serverCA: serverCA}})
 	refs, total := c.push("agg-shared", 2, 512<<10)
 	first := c.start(0)
 	first.writeSet("shared.yaml", alphaSet("shared", refs...))
@@ -299,7 +292,7 @@ func TestPeersFromTheAggregator(t *testing.T) {
 // administrator's hosts kept after it), and a node that joins with the registry gone
 // gets the set from its peer, served from that peer's containerd content store.
 func TestPeersOnContainerd(t *testing.T) {
-	c := newPeerClusterOf(t, 2, 0, 0, nil, true)
+	c := newPeerCluster(t, 2, peerClusterOptions{containerd: true})
 	refs, total := c.push("ctr-shared", 2, 512<<10)
 	first := c.start(0)
 	first.writeSet("shared.yaml", alphaSet("shared", refs...))
