@@ -9,12 +9,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/internal/testcerts"
+	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
 )
@@ -203,28 +207,70 @@ func TestPeersShareOneDownloadAndALateNodeJoins(t *testing.T) {
 		}
 	}
 
-	// The registry gone; node-1 killed (-9); every layer node-2 stores corrupted on disk
-	// (its manifests and configs left right, so the peers take its layers and find out
-	// only at their last byte).
+	// The registry gone; one peer killed (-9); every layer another stores corrupted on
+	// disk (its manifests and configs left right, so the late node takes its layers and
+	// finds out only at their last byte). Which ones: those the late node will ask (the
+	// rendezvous order decides), so both faults are met, and the third peer has it all.
 	c.reg.Stop()
-	first[1].daemon.Process.Kill()
-	all, _ := filepath.Glob(filepath.Join(first[2].dir, "state", "blobs", "blobs", "sha256", "*"))
-	var blobs []string
-	for _, b := range all {
-		data, err := os.ReadFile(b)
+	files, _ := filepath.Glob(filepath.Join(first[0].dir, "state", "blobs", "blobs", "sha256", "*"))
+	var digests []digest.Digest
+	layers := map[digest.Digest]bool{}
+	for _, f := range files {
+		d := digest.NewDigestFromEncoded(digest.SHA256, filepath.Base(f))
+		digests = append(digests, d)
+		if st, err := os.Stat(f); err == nil && st.Size() >= 64<<10 {
+			layers[d] = true
+		}
+	}
+	// asked is how many of ds the late node asks node i for first, among the live ones.
+	asked := func(ds []digest.Digest, live []int) map[int]int {
+		n := map[int]int{}
+		for _, d := range ds {
+			for _, a := range peers.Order(d, c.addrs) {
+				if i := slices.Index(c.addrs, a); slices.Contains(live, i) {
+					n[i]++
+					break
+				}
+			}
+		}
+		return n
+	}
+	first3 := asked(digests, []int{0, 1, 2})
+	dead := 0
+	for i, n := range first3 {
+		if n > first3[dead] {
+			dead = i
+		}
+	}
+	var live []int
+	for _, i := range []int{0, 1, 2} {
+		if i != dead {
+			live = append(live, i)
+		}
+	}
+	var layerDigests []digest.Digest
+	for d := range layers {
+		layerDigests = append(layerDigests, d)
+	}
+	served := asked(layerDigests, live)
+	corrupt := live[0]
+	if served[live[1]] > served[live[0]] {
+		corrupt = live[1]
+	}
+	first[dead].daemon.Process.Kill()
+	for d := range layers {
+		f := filepath.Join(first[corrupt].dir, "state", "blobs", "blobs", "sha256", d.Encoded())
+		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(data) < 64<<10 {
-			continue
-		}
-		blobs = append(blobs, b)
 		data[len(data)/2] ^= 0xff
-		if err := os.WriteFile(b, data, 0o644); err != nil {
+		if err := os.WriteFile(f, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Logf("registry stopped, node-1's imagepind killed, %d layers corrupted in node-2's store", len(blobs))
+	t.Logf("registry stopped; node-%d's imagepind killed (the late node asks it first for %d of %d digests); the %d layers corrupted in node-%d's store (asked first for %d)",
+		dead, first3[dead], len(digests), len(layers), corrupt, served[corrupt])
 	late := c.start(3)
 	late.writeSet("shared.yaml", alphaSet("shared", refs...))
 	start = time.Now()
@@ -247,7 +293,7 @@ func TestPeersShareOneDownloadAndALateNodeJoins(t *testing.T) {
 	if !strings.Contains(string(log), "setting a peer aside") {
 		t.Fatal("the late node never set aside the dead or the corrupt peer")
 	}
-	for _, want := range []string{c.addrs[1], "do not match"} {
+	for _, want := range []string{c.addrs[dead], "do not match"} {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("the late node's log does not mention %q", want)
 		}
