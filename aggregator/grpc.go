@@ -38,5 +38,11 @@ func (r *ReportService) Report(ctx context.Context, req *v1.NodeReport) (*v1.Rep
 		r.Log.WithField("node", node).WithError(err).Warn("report refused")
 		return nil, grpcstatus.Error(codes.InvalidArgument, err.Error())
 	}
-	return &v1.ReportAck{Accepted: accepted, Peers: r.Store.Peers(node)}, nil
+	ack := &v1.ReportAck{Accepted: accepted}
+	if req.GetInfo().GetPeerAddress() != "" {
+		// Only a node that shares asks for peers: the store's lock is not taken a second
+		// time for every report of a cluster without them.
+		ack.Peers = r.Store.Peers(node)
+	}
+	return ack, nil
 }
