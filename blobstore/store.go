@@ -33,10 +33,13 @@ type Store struct {
 	root string
 }
 
-// Open opens (creating) the store under root.
+// Open opens (creating) the store under root, and marks root as a store (Remove).
 func Open(root string) (*Store, error) {
 	cs, err := local.NewStore(root)
 	if err != nil {
+		return nil, fmt.Errorf("blob store %s: %w", root, err)
+	}
+	if err := mark(root); err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", root, err)
 	}
 	return &Store{cs: cs, root: root}, nil

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"crypto/tls"
 	"net/http"
 	"os"
@@ -79,9 +80,16 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers,
 				log.Info("[peers] is off: removed the node-local mirror from containerd's hosts.toml files")
 			}
 		}
+		// Only a store imagepind made, and only what it holds: store_dir may name any
+		// directory.
 		if _, err := os.Stat(dir); err == nil {
-			if err := os.RemoveAll(dir); err == nil {
+			switch err := blobstore.Remove(dir); {
+			case err == nil:
 				log.WithField("dir", dir).Info("[peers] is off: removed the node-local mirror's blob store")
+			case errors.Is(err, blobstore.ErrNotAStore):
+				log.WithField("dir", dir).Debug("[peers] is off: store_dir holds no blob store imagepind made; left as it is")
+			default:
+				log.WithError(err).WithField("dir", dir).Warn("[peers] is off: removing the node-local mirror's blob store")
 			}
 		}
 		return nil, nil
