@@ -2,8 +2,8 @@ package wire
 
 import (
 	"context"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
