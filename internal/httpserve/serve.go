@@ -17,6 +17,11 @@ func Run(ctx context.Context, address string, h http.Handler) error {
 	if err != nil {
 		return err
 	}
+	return Serve(ctx, l, h)
+}
+
+// Serve serves h on l until ctx ends, as Run does.
+func Serve(ctx context.Context, l net.Listener, h http.Handler) error {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +23,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/internal/httpserve"
+	"github.com/imagepin/imagepin/internal/sockowner"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
@@ -308,5 +311,14 @@ func (p *Peers) Serve(ctx context.Context) error {
 			}
 		}()
 	}
-	return httpserve.Run(ctx, p.Address, p.local)
+	l, err := net.Listen("tcp", p.Address)
+	if err != nil {
+		return err
+	}
+	// The mirror serves private images (fetched with the node's pull secret): on
+	// loopback only root (the runtime) and imagepind itself may read them.
+	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil && ap.Addr().IsLoopback() {
+		l = &sockowner.Listener{Listener: l, Allow: sockowner.RootOrSelf, Log: p.log}
+	}
+	return httpserve.Serve(ctx, l, p.local)
 }
