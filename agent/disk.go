@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/imagepin/imagepin/diskcheck"
@@ -108,6 +109,25 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 		a.disk.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 	} else {
 		a.disk.retry.reset()
+	}
+}
+
+// recheckPinned makes the disk check due now when the last one could not size an image
+// that pinned (the pins just written) now names: a pin can be what lets it be sized (the
+// node-local mirror serves a pinned image's manifests from the node's store and its
+// peers, with the registry gone), so a node joining with the registry gone sizes its
+// sets right after its first pin write, not after the retry's backoff.
+func (d *diskState) recheckPinned(pinned []string, now time.Time) {
+	if d.running {
+		return
+	}
+	for _, v := range d.verdicts {
+		for ref := range v.Unsized {
+			if slices.Contains(pinned, ref) {
+				d.retry.dueAt(now)
+				return
+			}
+		}
 	}
 }
 

@@ -82,6 +82,7 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 	if w.Changed {
 		a.pins.confirmedValid = false
 		a.pins.retry.reset()
+		a.disk.recheckPinned(patterns, now)
 	}
 	if a.pins.confirmedValid && sameSet(a.pins.confirmed, a.pins.effective) {
 		return

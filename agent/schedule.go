@@ -55,6 +55,15 @@ func (r *retry) fail(now time.Time, maxDelay time.Duration, rnd *rand.Rand) {
 	}
 }
 
+// dueAt makes the next attempt due at t, ahead of the backoff (the cause of the
+// failure may have passed).
+func (r *retry) dueAt(t time.Time) {
+	r.next = t
+	if r.sched != nil {
+		r.sched.set(r.key, t)
+	}
+}
+
 func (r *retry) reset() {
 	r.attempts, r.next = 0, time.Time{}
 	if r.sched != nil {

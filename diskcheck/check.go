@@ -24,6 +24,10 @@ type Config struct {
 	// Counted against the image filesystem (the state directory is on it on an
 	// OpenShift node: both under /var).
 	KeepsCompressed bool
+	// ThroughMirror: registries are reached through the node-local mirror, which
+	// serves pinned images only ([peers]): an image not pinned yet is sized from its
+	// registry alone, and through the mirror (the node's store, its peers) once pinned.
+	ThroughMirror bool
 }
 
 // ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
@@ -123,7 +127,7 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 			// Admitted on what could be sized; the rest wait for a later check.
 			v.Admitted = true
 			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.Unknown, Reason: status.ReasonCheckingDisk,
-				Message: fmt.Sprintf("%s; %d more could not be sized yet and wait for a later check: %v", msg, len(transient), transient[0])}
+				Message: fmt.Sprintf("%s; %d more could not be sized yet and wait for a later check%s: %v", msg, len(transient), r.waitsFor(), transient[0])}
 		default:
 			v.Admitted = true
 			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.True, Reason: status.ReasonSpaceAvailable, Message: msg}
@@ -137,6 +141,14 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 		res.Verdicts[s.Name] = v
 	}
 	return res, nil
+}
+
+// waitsFor says what a later check of an image not sized yet waits for.
+func (r *Registry) waitsFor() string {
+	if !r.cfg.ThroughMirror {
+		return ""
+	}
+	return " (right after its pin is written, through the node-local mirror: the node's store and its peers; the error below is its registry's)"
 }
 
 func (r *Registry) describe(set string, images int, layers, uncompressed, need, before uint64, path string, space Space, threshold int, from string, terr error) string {

@@ -300,6 +300,7 @@ func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client,
 		// CRI-O keeps no compressed blobs: the mirror's store is more disk;
 		// containerd's content store already holds them.
 		KeepsCompressed: cfg.Peers.Enabled && runtimeName != conf.RuntimeContainerd,
+		ThroughMirror:   cfg.Peers.Enabled,
 	}, registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
 }
 
