@@ -23,13 +23,13 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
-	"github.com/imagepin/imagepin/aggregator"
-	"github.com/imagepin/imagepin/clusterstatus"
+	"github.com/imagepin/imagepin/cluster/aggregator"
+	"github.com/imagepin/imagepin/cluster/clusterstatus"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/internal/leader"
-	"github.com/imagepin/imagepin/readauth"
-	"github.com/imagepin/imagepin/replica"
+	"github.com/imagepin/imagepin/cluster/readauth"
+	"github.com/imagepin/imagepin/cluster/replica"
 )
 
 var version = "0.1.0-dev"

@@ -15,7 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 )
 
 type manifest map[string]any

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imagepin/imagepin/aggregator"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 	"github.com/imagepin/imagepin/status"
 )
