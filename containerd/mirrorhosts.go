@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -77,7 +78,7 @@ func registriesOf(patterns []string) []string {
 // one, [peers] off). A file it created holding nothing else is removed.
 func (m *MirrorPinner) SyncHosts(registries []string) error {
 	var had map[string]given // by registry
-	if b, err := os.ReadFile(m.Record); err == nil {
+	if b, err := fsutil.ReadRegular(m.Record, maxHostsFile); err == nil {
 		_ = json.Unmarshal(b, &had)
 	}
 	now := map[string]given{}
@@ -120,8 +121,39 @@ type given struct {
 }
 
 func mustRead(p string) []byte {
-	b, _ := os.ReadFile(p)
+	b, _ := fsutil.ReadRegular(p, maxHostsFile)
 	return b
+}
+
+// maxHostsFile bounds what is read of a hosts.toml (as readHostDir does).
+const maxHostsFile = 1 << 20
+
+// errNoConfigPath: without containerd's hosts directory, every path would be relative
+// to imagepind's working directory.
+var errNoConfigPath = errors.New("no containerd hosts directory ([containerd] config_path is empty): nothing written")
+
+// readHosts reads a hosts.toml imagepind may rewrite: a regular file (not a symbolic
+// link: the link's target may be shared by several registries' directories, or sit on
+// a read-only volume, so a registry whose hosts.toml is a link is left as it is), read
+// with a bound and without blocking (a FIFO or a device there must not hang the pin
+// write). It returns nil and no error when there is no file.
+func readHosts(file string) ([]byte, os.FileInfo, error) {
+	fi, err := os.Lstat(file)
+	if os.IsNotExist(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if fi.Mode()&os.ModeSymlink != 0 {
+		target, _ := os.Readlink(file)
+		return nil, nil, fmt.Errorf("%s is a symbolic link (to %s): imagepind does not write through links; left as it is (make it a regular file for the node-local mirror to be used)", file, target)
+	}
+	b, err := fsutil.ReadRegular(file, maxHostsFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w; left as it is", file, err)
+	}
+	return b, fi, nil
 }
 
 // give writes registry's hosts.toml with the mirror's block first, keeping the rest;
@@ -129,11 +161,17 @@ func mustRead(p string) []byte {
 // host directory's, else a new one that starts from _default's hosts.toml, which it
 // would otherwise have used.
 func (m *MirrorPinner) give(registry string, before given) (given, error) {
+	if m.ConfigPath == "" {
+		return given{}, errNoConfigPath
+	}
 	h := &Hosts{ConfigPath: m.ConfigPath}
 	dir, _ := h.find(registry)
 	var base []byte
 	if dir != "" {
-		base, _ = os.ReadFile(filepath.Join(dir, "hosts.toml"))
+		var err error
+		if base, _, err = readHosts(filepath.Join(dir, "hosts.toml")); err != nil {
+			return given{}, err
+		}
 	}
 	created := before.Created
 	if dir == "" || filepath.Base(dir) == "_default" {
@@ -143,7 +181,13 @@ func (m *MirrorPinner) give(registry string, before given) (given, error) {
 	file := filepath.Join(dir, "hosts.toml")
 	g := given{File: file, Created: created}
 	admin := stripBlock(base)
-	block := fmt.Sprintf("%s\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n  override_path = true\n%s\n",
+	// Pull only: containerd asks a host for a reference by digest when it has the pull
+	// capability, and only hosts with resolve for a tag (core/remotes/docker/resolver.go
+	// Resolve: caps = HostCapabilityPull, |= HostCapabilityResolve without a digest,
+	// v2.2.9). The mirror serves digests only, and containerd checks every fetch by
+	// digest, so whatever answers on the mirror's port while imagepind is down can fail
+	// a pull but never choose the image behind a tag.
+	block := fmt.Sprintf("%s\n[host.%q]\n  capabilities = [\"pull\"]\n  override_path = true\n%s\n",
 		blockBegin, "http://"+m.Local+"/v2/"+strings.TrimSuffix(m.Path(registry+"/x"), "/x"), blockEnd)
 	out := insertBlock(admin, block)
 	if bytes.Equal(out, base) {
@@ -164,18 +208,15 @@ func (m *MirrorPinner) give(registry string, before given) (given, error) {
 // take removes the mirror's block from a file, and a file imagepind created when what
 // is left is nothing or _default's (which containerd reads again without it).
 func (m *MirrorPinner) take(g given) error {
-	base, err := os.ReadFile(g.File)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
+	base, _, err := readHosts(g.File)
+	if err != nil || base == nil {
 		return err
 	}
 	admin := stripBlock(base)
 	if bytes.Equal(admin, base) {
 		return nil
 	}
-	def, _ := os.ReadFile(filepath.Join(m.ConfigPath, "_default", "hosts.toml"))
+	def, _ := fsutil.ReadRegular(filepath.Join(m.ConfigPath, "_default", "hosts.toml"), maxHostsFile)
 	if len(bytes.TrimSpace(admin)) == 0 || (g.Created && bytes.Equal(bytes.TrimSpace(admin), bytes.TrimSpace(def))) {
 		err := os.Remove(g.File)
 		os.Remove(filepath.Dir(g.File)) // only when empty

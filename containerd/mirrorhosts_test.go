@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func pathFor(repo string) string {
@@ -96,5 +99,115 @@ func TestMirrorHostsLeaveABrokenFile(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(filepath.Join(conf, "quay.io", "hosts.toml")); string(got) != broken {
 		t.Fatalf("the broken file was changed:\n%s", got)
+	}
+}
+
+// newMirror is a MirrorPinner over a fresh hosts directory.
+func newMirror(t *testing.T) (*MirrorPinner, string) {
+	t.Helper()
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "certs.d")
+	if err := os.MkdirAll(conf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &MirrorPinner{Local: "127.0.0.1:7443", ConfigPath: conf, Record: filepath.Join(dir, "record.json"), Path: pathFor}, conf
+}
+
+func put(t *testing.T, file, text string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(file, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Without containerd's hosts directory nothing is written (before, <registry>/hosts.toml
+// landed relative to the working directory).
+func TestMirrorHostsWriteNothingWithoutConfigPath(t *testing.T) {
+	m, _ := newMirror(t)
+	m.ConfigPath = ""
+	wd := t.TempDir()
+	t.Chdir(wd)
+	err := m.SyncHosts([]string{"quay.io"})
+	if err == nil || !strings.Contains(err.Error(), "config_path") {
+		t.Fatalf("error %v", err)
+	}
+	if entries, _ := os.ReadDir(wd); len(entries) != 0 {
+		t.Fatalf("written into the working directory: %v", entries)
+	}
+}
+
+// The mirror's host may be asked for digests only: whatever listens on its port while
+// imagepind is down must not answer tag resolution.
+func TestMirrorHostsPullOnly(t *testing.T) {
+	m, conf := newMirror(t)
+	if err := m.SyncHosts([]string{"quay.io"}); err != nil {
+		t.Fatal(err)
+	}
+	eps, _, err := readHostDir(filepath.Join(conf, "quay.io"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eps[0].host != "127.0.0.1:7443" || !eps[0].pull || eps[0].resolve {
+		t.Fatalf("the mirror's host: %+v", eps[0])
+	}
+}
+
+// A FIFO, or a link to /dev/zero, as hosts.toml costs a fault, not a hung pin write.
+func TestMirrorHostsNotARegularFile(t *testing.T) {
+	for name, mk := range map[string]func(file string) error{
+		"fifo":      func(file string) error { return unix.Mkfifo(file, 0o644) },
+		"/dev/zero": func(file string) error { return os.Symlink("/dev/zero", file) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, conf := newMirror(t)
+			os.MkdirAll(filepath.Join(conf, "quay.io"), 0o755)
+			file := filepath.Join(conf, "quay.io", "hosts.toml")
+			if err := mk(file); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- m.SyncHosts([]string{"quay.io"}) }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "left as it is") {
+					t.Fatalf("error %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the pin write hangs on hosts.toml")
+			}
+			if fi, err := os.Lstat(file); err != nil || fi.Mode().IsRegular() {
+				t.Fatalf("hosts.toml replaced: %v %v", fi.Mode(), err)
+			}
+		})
+	}
+}
+
+// A hosts.toml that is a symbolic link is left as it is, with a fault: its target may be
+// shared by other registries' directories, or sit on a read-only volume.
+func TestMirrorHostsLeaveASymlink(t *testing.T) {
+	m, conf := newMirror(t)
+	target := filepath.Join(t.TempDir(), "shared-hosts.toml")
+	text := "server = \"https://quay.io\"\n"
+	put(t, target, text, 0o644)
+	os.MkdirAll(filepath.Join(conf, "quay.io"), 0o755)
+	link := filepath.Join(conf, "quay.io", "hosts.toml")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	err := m.SyncHosts([]string{"quay.io"})
+	if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("error %v", err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v", err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != text {
+		t.Fatalf("the link's target changed:\n%s", b)
 	}
 }
