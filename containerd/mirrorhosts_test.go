@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -209,5 +210,103 @@ func TestMirrorHostsLeaveASymlink(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(target); string(b) != text {
 		t.Fatalf("the link's target changed:\n%s", b)
+	}
+}
+
+func modeOwner(t *testing.T, file string) (os.FileMode, uint32, uint32) {
+	t.Helper()
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return fi.Mode().Perm(), st.Uid, st.Gid
+}
+
+// A hosts.toml holding credentials keeps its mode and owner through the block's coming
+// and going (before, it became 0644 and root's); a copy of _default's gets _default's.
+func TestMirrorHostsKeepModeAndOwner(t *testing.T) {
+	m, conf := newMirror(t)
+	secret := "server = \"https://quay.io\"\n\n[host.\"https://mirror.example\"]\n  capabilities = [\"pull\"]\n  [host.\"https://mirror.example\".header]\n    Authorization = \"Basic c2VjcmV0\"\n"
+	own := filepath.Join(conf, "quay.io", "hosts.toml")
+	def := filepath.Join(conf, "_default", "hosts.toml")
+	put(t, own, secret, 0o600)
+	put(t, def, secret, 0o640)
+	uid, gid := os.Getuid(), os.Getgid()
+	if uid == 0 {
+		uid, gid = 4321, 8765 // as root, an owner other than imagepind's
+		for _, f := range []string{own, def} {
+			if err := os.Chown(f, uid, gid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	check := func(file string, mode os.FileMode) {
+		t.Helper()
+		if m, u, g := modeOwner(t, file); m != mode || int(u) != uid || int(g) != gid {
+			t.Fatalf("%s: mode %v owner %d:%d, want %v %d:%d", file, m, u, g, mode, uid, gid)
+		}
+	}
+	if err := m.SyncHosts([]string{"quay.io", "ghcr.io"}); err != nil {
+		t.Fatal(err)
+	}
+	check(own, 0o600)
+	check(filepath.Join(conf, "ghcr.io", "hosts.toml"), 0o640)
+	if b, _ := os.ReadFile(own); !strings.Contains(string(b), blockBegin) {
+		t.Fatalf("no block:\n%s", b)
+	}
+	if err := m.SyncHosts(nil); err != nil {
+		t.Fatal(err)
+	}
+	check(own, 0o600)
+	if b, _ := os.ReadFile(own); string(b) != secret {
+		t.Fatalf("after the block went:\n%s", b)
+	}
+}
+
+// A file imagepind made from _default is known by its mark, not by being _default's
+// copy: it follows _default while pinned and is removed after a change of _default (the
+// copy stayed before), and by an imagepind without config_path ([peers] off).
+func TestMirrorHostsMadeFilesRemovedByTheirMark(t *testing.T) {
+	m, conf := newMirror(t)
+	def := filepath.Join(conf, "_default", "hosts.toml")
+	put(t, def, "[host.\"https://one.example\"]\n", 0o644)
+	if err := m.SyncHosts([]string{"quay.io"}); err != nil {
+		t.Fatal(err)
+	}
+	made := filepath.Join(conf, "quay.io", "hosts.toml")
+	put(t, def, "[host.\"https://two.example\"]\n", 0o644)
+	if err := m.SyncHosts([]string{"quay.io"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(made); !strings.Contains(string(b), "two.example") || strings.Contains(string(b), "one.example") {
+		t.Fatalf("the made file does not follow _default:\n%s", b)
+	}
+	put(t, def, "[host.\"https://three.example\"]\n", 0o644)
+	off := &MirrorPinner{Record: m.Record} // as [peers] off builds it
+	if err := off.SyncHosts(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(conf, "quay.io")); !os.IsNotExist(err) {
+		t.Fatalf("the made file or its directory is still there: %v", err)
+	}
+	if b, _ := os.ReadFile(def); !strings.Contains(string(b), "three.example") {
+		t.Fatalf("_default changed:\n%s", b)
+	}
+	// Without the mark the file is the administrator's: only the block goes.
+	if err := m.SyncHosts([]string{"quay.io"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(made)
+	kept := string(b)
+	if first, rest, _ := strings.Cut(kept, "\n"); strings.HasPrefix(first, "# imagepin: imagepind made") {
+		kept = rest
+	}
+	put(t, made, kept, 0o644)
+	if err := m.SyncHosts(nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(made); !strings.Contains(string(b), "three.example") || strings.Contains(string(b), blockBegin) {
+		t.Fatalf("the kept file:\n%s", b)
 	}
 }
