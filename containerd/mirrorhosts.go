@@ -408,7 +408,11 @@ func absolutePaths(text []byte, dir string) ([]byte, error) {
 		}
 		// The encoder opens the [host] table each time; once per file is all TOML allows,
 		// and an implicit one is enough.
-		b.WriteString("\n" + strings.Replace(strings.TrimLeft(t.String(), "\n"), "[host]\n", "", 1))
+		table := strings.Replace(strings.TrimLeft(t.String(), "\n"), "[host]\n", "", 1)
+		b.WriteString("\n")
+		for _, l := range strings.SplitAfter(table, "\n") {
+			b.WriteString(strings.TrimPrefix(l, enc.Indent))
+		}
 	}
 	return b.Bytes(), nil
 }

@@ -3,6 +3,8 @@ package containerd
 import (
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -308,5 +310,106 @@ func TestMirrorHostsMadeFilesRemovedByTheirMark(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(made); !strings.Contains(string(b), "three.example") || strings.Contains(string(b), blockBegin) {
 		t.Fatalf("the kept file:\n%s", b)
+	}
+}
+
+// A registry directory (or _default) of certificate files only: containerd reads them
+// only while there is no hosts.toml, so the file imagepind makes names them as
+// containerd used them (for its default server), and the server's TLS is as before.
+func TestMirrorHostsCarryCertificateFiles(t *testing.T) {
+	m, conf := newMirror(t)
+	for _, d := range []string{"quay.io", "_default"} {
+		for _, f := range []string{"ca.crt", "client.cert", "client.key", "bundle.cert", "stray.key"} {
+			put(t, filepath.Join(conf, d, f), "x", 0o644)
+		}
+	}
+	before := map[string][]endpoint{}
+	for _, d := range []string{"quay.io", "_default"} {
+		eps, _, err := readHostDir(filepath.Join(conf, d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[d] = eps
+	}
+	if err := m.SyncHosts([]string{"quay.io", "ghcr.io"}); err != nil {
+		t.Fatal(err)
+	}
+	for reg, d := range map[string]string{"quay.io": "quay.io", "ghcr.io": "_default"} {
+		eps, _, err := readHostDir(filepath.Join(conf, reg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		server := eps[len(eps)-1]
+		want := before[d][0]
+		if len(eps) != 2 || eps[0].host != "127.0.0.1:7443" || server.host != "" ||
+			!slices.Equal(server.ca, want.ca) || !slices.Equal(server.client, want.client) || len(want.ca) != 1 || len(want.client) != 2 {
+			t.Fatalf("%s: endpoints %+v, want the server with %+v", reg, eps, want)
+		}
+	}
+	if err := m.SyncHosts(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(conf, "quay.io", "hosts.toml")); !os.IsNotExist(err) {
+		t.Fatalf("the made hosts.toml is still there: %v", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(conf, "quay.io")); len(entries) != 5 {
+		t.Fatalf("the certificate files: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(conf, "ghcr.io")); !os.IsNotExist(err) {
+		t.Fatalf("ghcr.io's made directory is still there: %v", err)
+	}
+}
+
+// A copy of _default/hosts.toml in <registry>/ means what _default's means: its relative
+// ca and client paths made absolute (before, they named files missing from <registry>/,
+// and containerd refused to configure the registry), the hosts in their order, headers
+// kept.
+func TestMirrorHostsDefaultCopyKeepsItsPaths(t *testing.T) {
+	m, conf := newMirror(t)
+	def := `server = "https://upstream.example"
+ca = "ca.crt"
+
+[host."https://b.example"]
+  capabilities = ["pull", "resolve"]
+  client = [["certs/c.cert", "certs/c.key"], "/etc/abs.pem"]
+  [host."https://b.example".header]
+    Authorization = "Basic eA=="
+
+[host."https://a.example:5000"]
+  capabilities = ["pull"]
+  ca = ["a.crt", "/etc/ssl/abs.crt"]
+  skip_verify = false
+  override_path = true
+`
+	put(t, filepath.Join(conf, "_default", "hosts.toml"), def, 0o600)
+	want, _, err := readHostDir(filepath.Join(conf, "_default"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SyncHosts([]string{"quay.io"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := readHostDir(filepath.Join(conf, "quay.io"))
+	if err != nil {
+		b, _ := os.ReadFile(filepath.Join(conf, "quay.io", "hosts.toml"))
+		t.Fatalf("%v:\n%s", err, b)
+	}
+	if len(got) != len(want)+1 || !reflect.DeepEqual(got[1:], want) {
+		b, _ := os.ReadFile(filepath.Join(conf, "quay.io", "hosts.toml"))
+		t.Fatalf("the copy:\n%s\nreads %+v\nwant %+v", b, got[1:], want)
+	}
+	if b, _ := os.ReadFile(filepath.Join(conf, "quay.io", "hosts.toml")); !strings.Contains(string(b), "Basic eA==") {
+		t.Fatalf("the header is lost:\n%s", b)
+	}
+	// Without relative paths, the copy is _default's text as it is.
+	abs := strings.ReplaceAll(strings.ReplaceAll(def, `"ca.crt"`, `"/etc/ca.crt"`), `"a.crt"`, `"/etc/a.crt"`)
+	abs = strings.ReplaceAll(abs, `[["certs/c.cert", "certs/c.key"], `, `[`)
+	put(t, filepath.Join(conf, "_default", "hosts.toml"), abs, 0o600)
+	if err := m.SyncHosts([]string{"quay.io"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(conf, "quay.io", "hosts.toml"))
+	if !strings.Contains(string(stripBlock(b)), abs) {
+		t.Fatalf("the copy is not _default's text:\n%s", b)
 	}
 }
