@@ -136,9 +136,13 @@ func TestContainerdHostsKeptAsTheAdministratorHadThem(t *testing.T) {
 
 	// [peers] off: the files are back as the administrator had them, and pulls work.
 	w.stopDaemon()
+	os.Remove(w.status) // Ready below is the new run's
 	w.writeConfig(worldOptions{})
 	w.startDaemon()
 	w.waitFor("tls Ready with [peers] off", 60*time.Second, phaseIs("tls", status.Ready))
+	if _, err := os.Stat(filepath.Join(w.dir, "state", "containerd-mirror-hosts.json")); !os.IsNotExist(err) {
+		t.Fatalf("imagepind's record of the files it gave a block is still there: %v", err)
+	}
 	if after := snapshot(t, hosts); after != before {
 		t.Fatalf("the hosts directory after [peers] off:\n%s\nwant, as the administrator had it:\n%s", after, before)
 	}
