@@ -288,7 +288,7 @@ func (c *Config) Validate() error {
 		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
 		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
 		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir}, {"peers.store_dir", c.Peers.StoreDir},
-		{"cluster.kubeconfig", c.Cluster.Kubeconfig}, {"containerd.config_path", c.Containerd.ConfigPath},
+		{"cluster.kubeconfig", c.Cluster.Kubeconfig},
 		{"containerd.address", strings.TrimPrefix(c.Containerd.Address, "unix://")},
 	} {
 		if kp[1] != "" && !filepath.IsAbs(kp[1]) {
@@ -341,6 +341,12 @@ func (c *Config) Validate() error {
 		if c.Peers.ServeMiBPerSecond < 0 {
 			bad("peers.serve_mib_per_second", "must be 0 (no limit) or more, got %d", c.Peers.ServeMiBPerSecond)
 		}
+	}
+	// Every path under config_path is joined to it: an empty one would make imagepind
+	// read (and, with [peers] on, write <registry>/hosts.toml) relative to its working
+	// directory.
+	if !filepath.IsAbs(c.Containerd.ConfigPath) {
+		bad("containerd.config_path", "must be the absolute path of containerd's registry hosts directory (the CRI plugin's registry config_path, e.g. /etc/containerd/certs.d), got %q; remove the key for the default", c.Containerd.ConfigPath)
 	}
 	if c.Containerd.Namespace == "" || strings.ContainsAny(c.Containerd.Namespace, "/ \t\n") {
 		bad("containerd.namespace", "must be a containerd namespace such as k8s.io, got %q", c.Containerd.Namespace)
