@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/pinset"
 )
 

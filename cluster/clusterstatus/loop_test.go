@@ -17,9 +17,9 @@ import (
 	metafake "k8s.io/client-go/metadata/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/imagepin/imagepin/cluster/aggregator"
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/status"
 )
 

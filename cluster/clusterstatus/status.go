@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 )
 
 // Reasons of the set conditions.

@@ -8,9 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/api/readv1"
 	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 )
 
 func cond(t *testing.T, st v1alpha1.Status, typ string) metav1.Condition {

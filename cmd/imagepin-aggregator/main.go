@@ -25,11 +25,11 @@ import (
 
 	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/cluster/clusterstatus"
+	"github.com/imagepin/imagepin/cluster/readauth"
+	"github.com/imagepin/imagepin/cluster/replica"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/internal/leader"
-	"github.com/imagepin/imagepin/cluster/readauth"
-	"github.com/imagepin/imagepin/cluster/replica"
 )
 
 var version = "0.1.0-dev"

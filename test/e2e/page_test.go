@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imagepin/imagepin/cluster/aggregator"
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
+	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/status"
 )
 
