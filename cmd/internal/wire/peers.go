@@ -75,7 +75,7 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*Peers,
 		if err := os.Remove(dropIn); err == nil {
 			log.WithField("file", dropIn).Info("[peers] is off: removed the node-local mirror's registries drop-in")
 		}
-		hosts := &containerd.MirrorPinner{Record: hostsRecord(stateDir)}
+		hosts := &containerd.MirrorPinner{Record: hostsRecord(stateDir), ConfigPath: cfg.Containerd.ConfigPath}
 		if _, err := os.Stat(hosts.Record); err == nil {
 			if err := hosts.SyncHosts(nil); err != nil {
 				log.WithError(err).Warn("[peers] is off: removing the node-local mirror from containerd's hosts.toml files")
