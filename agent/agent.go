@@ -10,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/utils/clock"
 
-	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/kubelet"
@@ -52,7 +51,7 @@ type Releases interface {
 	Expand(ctx context.Context, pullSpec string) (release.Release, error)
 }
 
-// Config is what the agent needs to know, resolved by the main from conf.Config.
+// Config is what the agent needs to know, resolved by the composition root from the daemon's configuration.
 type Config struct {
 	NodeName     string
 	Architecture string
@@ -173,7 +172,7 @@ func New(cfg Config, deps Deps) *Agent {
 		deps.Publish = func(status.Node) {}
 	}
 	if cfg.PullConcurrency <= 0 {
-		cfg.PullConcurrency = conf.DefaultPullConcurrency
+		cfg.PullConcurrency = pullwidth.DefaultWidest
 	}
 	if cfg.ConfirmTimeout <= 0 {
 		cfg.ConfirmTimeout = 30 * time.Second

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/pullwidth"
 
 	"github.com/BurntSushi/toml"
 )
@@ -169,11 +170,9 @@ type MetricsConfig struct {
 	Address string `toml:"address"`
 }
 
-// DefaultPullConcurrency is what pull_concurrency = 0 means: the most pulls at once.
-// How many run is found as they go (package pullwidth): from 8 for a near registry, from
-// the most for a far one, then by the throughput each width gives. `make bench`: behind
-// a 100 ms link 40 images took 6.7 s at 64 at once, 9.5 s at 32, 14.5 s at 8.
-const DefaultPullConcurrency = 64
+// DefaultPullConcurrency is what pull_concurrency = 0 means: the most pulls at once
+// (pullwidth.DefaultWidest, where the figure is explained).
+const DefaultPullConcurrency = pullwidth.DefaultWidest
 
 // Default returns the configuration used when a key is absent.
 func Default() Config {

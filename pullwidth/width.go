@@ -68,6 +68,13 @@ type Controller struct {
 	knownBytes bool
 }
 
+// DefaultWidest is the most pulls at once when the configuration names none
+// ([cri] pull_concurrency = 0). How many run is found as they go: from NearWidth for a
+// near registry, from the most for a far one, then by the throughput each width gives.
+// `make bench`: behind a 100 ms link 40 images took 6.7 s at 64 at once, 9.5 s at 32,
+// 14.5 s at 8.
+const DefaultWidest = 64
+
 // New returns a controller between 1 and widest, starting at widest.
 func New(widest int) *Controller {
 	widest = max(widest, 1)

@@ -94,45 +94,6 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc.Encode(v)
 }
 
-// collector computes the metrics from a rollup at scrape time: no second copy of state.
-type collector struct{ store *Store }
-
-var (
-	descSetNodes = prometheus.NewDesc("imagepin_aggregator_set_nodes", "Nodes targeted by a set, by state (ready, failed, progressing, unknown).",
-		[]string{"set", "state"}, nil)
-	descSetReady       = prometheus.NewDesc("imagepin_aggregator_set_ready", "1 when every targeted node is Ready and none is Unknown.", []string{"set"}, nil)
-	descSetImagesReady = prometheus.NewDesc("imagepin_aggregator_set_images_ready", "Images ready, summed over targeted nodes.", []string{"set"}, nil)
-	descSetBytesReady  = prometheus.NewDesc("imagepin_aggregator_set_bytes_ready", "Compressed bytes ready, summed over targeted nodes.", []string{"set"}, nil)
-	descNodeAge        = prometheus.NewDesc("imagepin_aggregator_node_report_age_seconds", "Seconds since the node's last report.", []string{"node"}, nil)
-)
-
-func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSetNodes, descSetReady, descSetImagesReady, descSetBytesReady, descNodeAge} {
-		ch <- d
-	}
-}
-
-func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.store.SetsSummary() {
-		for state, n := range map[string]int{"ready": s.ReadyNodes, "failed": s.FailedNodes, "progressing": s.ProgressingNodes, "unknown": s.UnknownNodes} {
-			ch <- prometheus.MustNewConstMetric(descSetNodes, prometheus.GaugeValue, float64(n), s.Name, state)
-		}
-		ready := 0.0
-		if s.Ready {
-			ready = 1
-		}
-		ch <- prometheus.MustNewConstMetric(descSetReady, prometheus.GaugeValue, ready, s.Name)
-		ch <- prometheus.MustNewConstMetric(descSetImagesReady, prometheus.GaugeValue, float64(s.ImagesReady), s.Name)
-		ch <- prometheus.MustNewConstMetric(descSetBytesReady, prometheus.GaugeValue, float64(s.BytesReady), s.Name)
-	}
-	for _, n := range c.store.Nodes() {
-		if n.NeverReported {
-			continue
-		}
-		ch <- prometheus.MustNewConstMetric(descNodeAge, prometheus.GaugeValue, n.AgeSeconds, n.Name)
-	}
-}
-
 // ReadExpectedNodes parses an expected-nodes file: one node name a line, # comments.
 func ReadExpectedNodes(data []byte) []string {
 	var out []string
