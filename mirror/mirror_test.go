@@ -457,3 +457,35 @@ func TestOpenAfterTheFillCommitted(t *testing.T) {
 		t.Fatal("a blob already stored made the mirror take its store for a failing one")
 	}
 }
+
+// An ingest a killed imagepind left (a fill cut by kill -9 or a reboot) goes at the
+// next prune; a fill under way keeps its own.
+func TestPruneReleasesIngestsLeftByAKill(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	dir := t.TempDir()
+	ctx := context.Background()
+	killed, err := blobstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	w, err := killed.Writer(ctx, digest.Digest(ld.String()), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(src.blobs[digest.Digest(ld.String())][:1000]) // never closed: "kill -9"
+	store, err := blobstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(store, func(r string, dd digest.Digest) bool { return dd.String() == d.String() }, logrus.New())
+	n, freed, err := m.Prune(ctx, []string{repo + "@" + d.String()})
+	if err != nil || n != 1 || freed != 1000 {
+		t.Fatalf("prune: %d released, %d bytes, %v; want the killed fill's ingest", n, freed, err)
+	}
+	if _, err := os.Stat(store.IngestFile(digest.Digest(ld.String()))); !os.IsNotExist(err) {
+		t.Fatalf("the killed fill's ingest is still there: %v", err)
+	}
+}
