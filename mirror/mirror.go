@@ -41,8 +41,11 @@ import (
 type Source interface {
 	// Manifest is the manifest repo@d, as served (bytes and media type).
 	Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error)
-	// Blob streams the blob d of repo and says its size (-1: unknown).
-	Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error)
+	// Blob streams the blob d of repo, of size bytes (its descriptor's, in the manifest
+	// chain[0]), and says the size its sender announced (-1: none). A source refuses a
+	// sender announcing another size and ends the stream with an error, not io.EOF,
+	// past size bytes; the mirror bounds what it reads to size whatever the source.
+	Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error)
 }
 
 // Pinned says whether repo@d is the manifest of a pinned image (by its full name, as
@@ -65,9 +68,9 @@ type Mirror struct {
 
 	mu sync.Mutex
 	// children are the digests each served manifest names (config, layers, or the
-	// manifests of an index), by repository, each to the manifest naming it: the blobs
-	// the mirror may serve.
-	children map[string]map[digest.Digest]digest.Digest
+	// manifests of an index), by repository, each with the manifest naming it and the
+	// size it gives: the blobs the mirror may serve, and how many bytes each has.
+	children map[string]map[digest.Digest]child
 	// fills are the blobs being written to the store now, each read by every request
 	// for it while it arrives: one transfer per blob, however many ask.
 	fills map[digest.Digest]*fill
@@ -76,6 +79,14 @@ type Mirror struct {
 	// storeFailed is when the store last failed a write (a full disk): for a minute
 	// after, blobs are streamed from the source without being stored.
 	storeFailed time.Time
+}
+
+// child is a digest a served manifest names.
+type child struct {
+	parent digest.Digest
+	// size is the descriptor's (-1: the manifest gave none; such a blob is not
+	// fetched: a fill is bounded by it).
+	size int64
 }
 
 // Content is a runtime's own content store, read-only (containerd's): what the mirror
@@ -106,7 +117,7 @@ func (m *Mirror) reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser
 // New builds a mirror over store, serving what pinned allows.
 func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror {
 	return &Mirror{store: store, pinned: pinned, log: log,
-		children: map[string]map[digest.Digest]digest.Digest{}, fills: map[digest.Digest]*fill{}}
+		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{}}
 }
 
 // Handler serves the mirror to the node's runtime, filling what the store lacks from
@@ -142,12 +153,12 @@ func (m *Mirror) Chain(repo string, d digest.Digest) []digest.Digest {
 	defer m.mu.Unlock()
 	var chain []digest.Digest
 	for cur := d; len(chain) < 4; {
-		p, ok := m.children[repo][cur]
+		c, ok := m.children[repo][cur]
 		if !ok {
 			break
 		}
-		chain = append(chain, p)
-		cur = p
+		chain = append(chain, c.parent)
+		cur = c.parent
 	}
 	return chain
 }
@@ -289,16 +300,16 @@ func notFound(w http.ResponseWriter, code string) {
 	fmt.Fprintf(w, `{"errors":[{"code":%q,"message":"not pinned on this node"}]}`, code)
 }
 
-// parent is the served manifest that names blob d of repo, and whether there is one.
-func (m *Mirror) parent(repo string, d digest.Digest) (digest.Digest, bool) {
+// child is what the served manifest naming d of repo says of it, and whether one does.
+func (m *Mirror) child(repo string, d digest.Digest) (child, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, ok := m.children[repo][d]
-	return p, ok
+	c, ok := m.children[repo][d]
+	return c, ok
 }
 
 func (m *Mirror) allowed(repo string, d digest.Digest) bool {
-	_, ok := m.parent(repo, d)
+	_, ok := m.child(repo, d)
 	return ok
 }
 
@@ -380,33 +391,49 @@ func (m *Mirror) remember(repo string, d digest.Digest, data []byte) {
 	defer m.mu.Unlock()
 	c := m.children[repo]
 	if c == nil {
-		c = map[digest.Digest]digest.Digest{}
+		c = map[digest.Digest]child{}
 		m.children[repo] = c
 	}
 	for _, b := range append(blobs, manifests...) {
-		c[b] = d
+		c[b.digest] = child{parent: d, size: b.size}
 	}
+}
+
+// descriptor is a digest a manifest names, with the size it gives (-1: none).
+type descriptor struct {
+	digest digest.Digest
+	size   int64
 }
 
 // named is what a manifest names: the config and layers of an image manifest, the
 // manifests of an index; ok false when data is not a manifest (a layer, a config).
-func named(data []byte) (blobs, manifests []digest.Digest, ok bool) {
+func named(data []byte) (blobs, manifests []descriptor, ok bool) {
+	type desc struct {
+		Digest digest.Digest `json:"digest"`
+		Size   *int64        `json:"size"`
+	}
 	var man struct {
-		Config    *struct{ Digest digest.Digest }  `json:"config"`
-		Layers    []struct{ Digest digest.Digest } `json:"layers"`
-		Manifests []struct{ Digest digest.Digest } `json:"manifests"`
+		Config    *desc  `json:"config"`
+		Layers    []desc `json:"layers"`
+		Manifests []desc `json:"manifests"`
 	}
 	if json.Unmarshal(data, &man) != nil {
 		return nil, nil, false
 	}
+	of := func(x desc) descriptor {
+		if x.Size == nil || *x.Size < 0 {
+			return descriptor{x.Digest, -1}
+		}
+		return descriptor{x.Digest, *x.Size}
+	}
 	if man.Config != nil {
-		blobs = append(blobs, man.Config.Digest)
+		blobs = append(blobs, of(*man.Config))
 	}
 	for _, l := range man.Layers {
-		blobs = append(blobs, l.Digest)
+		blobs = append(blobs, of(l))
 	}
 	for _, l := range man.Manifests {
-		manifests = append(manifests, l.Digest)
+		manifests = append(manifests, of(l))
 	}
 	return blobs, manifests, true
 }
@@ -429,7 +456,8 @@ func sniffMediaType(data []byte) string {
 
 func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
 	m := h.m
-	if !m.allowed(repo, d) {
+	c, ok := m.child(repo, d)
+	if !ok {
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	}
@@ -447,7 +475,13 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	}
-	body, size, err := m.open(ctx, repo, m.Chain(repo, d), d, h.src, rangeStart(r))
+	if c.size < 0 {
+		// Nothing would bound the fill: a source could write the store full.
+		m.log.WithField("blob", repo+"@"+d.String()).Warn("mirror: the manifest naming the blob gives no size; not fetched")
+		notFound(w, "BLOB_UNKNOWN")
+		return
+	}
+	body, size, err := m.open(ctx, repo, m.Chain(repo, d), d, c.size, h.src, rangeStart(r))
 	if err != nil {
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
 		notFound(w, "BLOB_UNKNOWN")

@@ -37,6 +37,11 @@ type fakeSource struct {
 	blobs     map[digest.Digest][]byte
 	corrupt   bool
 	calls     atomic.Int64
+	// tail are bytes sent after each blob, announced (a sender streaming without
+	// end); announce, when set, is the size announced instead of the blob's.
+	tail, announce int64
+	// read are the blob bytes handed out.
+	read atomic.Int64
 }
 
 func (s *fakeSource) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
@@ -47,7 +52,7 @@ func (s *fakeSource) Manifest(_ context.Context, _ string, _ []digest.Digest, d 
 	return s.manifest, s.mediaType, nil
 }
 
-func (s *fakeSource) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+func (s *fakeSource) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest, _ int64) (io.ReadCloser, int64, error) {
 	s.calls.Add(1)
 	b, ok := s.blobs[d]
 	if !ok {
@@ -57,7 +62,30 @@ func (s *fakeSource) Blob(_ context.Context, _ string, _ []digest.Digest, d dige
 		b = append([]byte(nil), b...)
 		b[len(b)/2] ^= 0xff
 	}
-	return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+	size := int64(len(b))
+	var r io.Reader = bytes.NewReader(b)
+	if s.tail > 0 {
+		r, size = io.MultiReader(r, io.LimitReader(zeros{}, s.tail)), size+s.tail
+	}
+	if s.announce != 0 {
+		size = s.announce
+	}
+	return io.NopCloser(&countReader{r, &s.read}), size, nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type countReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func newImage(t *testing.T) (v1.Image, *fakeSource) {
@@ -299,8 +327,8 @@ func TestPruneKeepsWhatIsPinned(t *testing.T) {
 // slowSource hands out each blob in small pieces with pauses, so requests overlap.
 type slowSource struct{ *fakeSource }
 
-func (s slowSource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
-	rc, size, err := s.fakeSource.Blob(ctx, repo, chain, d)
+func (s slowSource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, want int64) (io.ReadCloser, int64, error) {
+	rc, size, err := s.fakeSource.Blob(ctx, repo, chain, d, want)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -443,13 +471,13 @@ func TestOpenAfterTheFillCommitted(t *testing.T) {
 	pullThrough(t, s.srv, repo, d)
 	layers, _ := img.Layers()
 	ld, _ := layers[0].Digest()
-	rd, size, err := s.m.open(context.Background(), repo, nil, digest.Digest(ld.String()), src, 100)
+	whole := src.blobs[digest.Digest(ld.String())]
+	rd, size, err := s.m.open(context.Background(), repo, nil, digest.Digest(ld.String()), int64(len(whole)), src, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := io.ReadAll(rd)
 	rd.Close()
-	whole := src.blobs[digest.Digest(ld.String())]
 	if err != nil || size != int64(len(whole)) || !bytes.Equal(b, whole[100:]) {
 		t.Fatalf("%d bytes of %d (size %d): %v", len(b), len(whole)-100, size, err)
 	}
@@ -487,5 +515,84 @@ func TestPruneReleasesIngestsLeftByAKill(t *testing.T) {
 	}
 	if _, err := os.Stat(store.IngestFile(digest.Digest(ld.String()))); !os.IsNotExist(err) {
 		t.Fatalf("the killed fill's ingest is still there: %v", err)
+	}
+}
+
+// A fill stops at the size the manifest gives: a source streaming on past it (48 MiB
+// for a 256 KiB layer) is cut there, whether the blob is stored or streamed without
+// storing; one announcing another size is refused before anything is read. The
+// client's copy is cut, nothing is stored.
+func TestAFillStopsAtTheDescriptorsSize(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		tail, announce int64
+		noStore        bool
+	}{
+		{name: "streaming on", tail: 48 << 20},
+		{name: "streaming on, not stored", tail: 48 << 20, noStore: true},
+		{name: "announcing 48 MiB", announce: 48 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img, src := newImage(t)
+			d, _ := img.Digest()
+			s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+			resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + d.String())
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("manifest: %v %v", resp, err)
+			}
+			resp.Body.Close()
+			if c.noStore {
+				s.m.storeFailed = time.Now()
+			}
+			src.tail, src.announce = c.tail, c.announce
+			layers, _ := img.Layers()
+			ld, _ := layers[0].Digest()
+			size := int64(len(src.blobs[digest.Digest(ld.String())]))
+			resp, err = http.Get(s.srv.URL + "/v2/" + repo + "/blobs/" + ld.String())
+			if err == nil {
+				if resp.StatusCode == http.StatusOK {
+					_, err = io.ReadAll(resp.Body)
+				} else {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+				resp.Body.Close()
+			}
+			if err == nil {
+				t.Fatal("a blob longer than its descriptor was served as whole")
+			}
+			want := size + 1 // the blob, and one byte that says there is more
+			if c.announce != 0 {
+				want = 0
+			}
+			if got := src.read.Load(); got > want {
+				t.Fatalf("%d bytes read from the source for a blob of %d (want at most %d)", got, size, want)
+			}
+			if _, ok := s.store.Size(context.Background(), digest.Digest(ld.String())); ok {
+				t.Fatal("stored")
+			}
+		})
+	}
+}
+
+// A blob whose manifest gives no size is not fetched: nothing would bound the fill.
+func TestABlobWithoutASizeIsNotFetched(t *testing.T) {
+	layer := []byte("a layer")
+	ld := digest.FromBytes(layer)
+	man := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":2},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q}]}`, digest.FromString("{}"), ld))
+	src := &fakeSource{manifest: man, mediaType: "application/vnd.oci.image.manifest.v1+json", blobs: map[digest.Digest][]byte{ld: layer}}
+	md := digest.FromBytes(man)
+	s := serve(t, src, func(_ string, d digest.Digest) bool { return d == md })
+	resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + md.String())
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("manifest: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get(s.srv.URL + "/v2/" + repo + "/blobs/" + ld.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || src.calls.Load() != 1 {
+		t.Fatalf("a blob without a size: %d, the source asked %d times", resp.StatusCode, src.calls.Load())
 	}
 }

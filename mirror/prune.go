@@ -36,10 +36,10 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 			return // a layer or a config: a leaf
 		}
 		for _, b := range blobs {
-			keep[b] = true
+			keep[b.digest] = true
 		}
 		for _, c := range manifests {
-			visit(c)
+			visit(c.digest)
 		}
 	}
 	for _, p := range pinned {

@@ -13,6 +13,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,7 +81,7 @@ func (r *fakeRegistry) Manifest(_ context.Context, _ string, _ []digest.Digest, 
 	return r.manifest, "application/vnd.docker.distribution.manifest.v2+json", nil
 }
 
-func (r *fakeRegistry) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+func (r *fakeRegistry) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest, _ int64) (io.ReadCloser, int64, error) {
 	if err := r.count(d); err != nil {
 		return nil, 0, err
 	}
@@ -124,6 +126,13 @@ type cluster struct {
 
 // newCluster starts n nodes pinning the registry's image, each knowing all.
 func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
+	t.Helper()
+	return newClusterWith(t, reg, n, nil)
+}
+
+// newClusterWith is newCluster with what each node serves its peers wrapped by wrap
+// (nil: as is): a node misbehaving.
+func newClusterWith(t *testing.T, reg *fakeRegistry, n int, wrap func(i int, h http.Handler) http.Handler) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := testcerts.NewCA(dir, "nodes-ca")
@@ -172,7 +181,11 @@ func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
 		nd.src = NewSource(addrs[i], func() []string { return addrs }, reg, client, stats, log)
 		src := nd.src
 		nd.local = httptest.NewServer(m.Handler(src, &mirror.Stats{}))
-		server := &Server{Mirror: m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
+		var peerHandler http.Handler = m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{})
+		if wrap != nil {
+			peerHandler = wrap(i, peerHandler)
+		}
+		server := &Server{Mirror: peerHandler, MaxServing: 4, Stats: stats, Log: log}
 		server.init()
 		nd.server = server
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
@@ -622,4 +635,66 @@ func TestABusyPeerIsAskedAgain(t *testing.T) {
 		t.Fatalf("node-0 read %d bytes from its busy peer and asked the registry again for %d digests", c.nodes[0].stats.FromPeers.Load(), again)
 	}
 	t.Logf("with its peer busy for 1.5 s, node-0 asked the registry again for %d digests and read %d bytes from the peer", again, c.nodes[0].stats.FromPeers.Load())
+}
+
+func (s *Source) asideFor(node string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Until(s.bad[node])
+}
+
+// A peer announcing a blob far larger than the manifest gives is refused before
+// anything is read; one streaming on past it is cut at the blob's size. Either is set
+// aside as a peer sending wrong bytes (corruptFor), and the pull's retry is right.
+func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		announce bool
+	}{{"announcing 48 MiB", true}, {"streaming 48 MiB", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			reg := newRegistry(t, 6, 256<<10)
+			var sent atomic.Int64
+			bad := func(i int, h http.Handler) http.Handler {
+				if i != 1 {
+					return h
+				}
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if !strings.Contains(r.URL.Path, "/blobs/") {
+						h.ServeHTTP(w, r)
+						return
+					}
+					if c.announce {
+						w.Header().Set("Content-Length", strconv.Itoa(48<<20))
+					}
+					w.WriteHeader(http.StatusOK)
+					chunk := make([]byte, 64<<10)
+					for range (48 << 20) / len(chunk) {
+						n, err := w.Write(chunk)
+						sent.Add(int64(n))
+						if err != nil {
+							return
+						}
+					}
+				})
+			}
+			cl := newClusterWith(t, reg, 2, bad)
+			liar := cl.nodes[1]
+			d := cl.blobHeadedBy(liar)
+			size := int64(len(reg.blobs[d]))
+			reader := cl.nodes[0]
+			first := cl.pull(reader)
+			t.Logf("first pull: %v; the peer wrote %d bytes", first, sent.Load())
+			if got := reader.stats.FromPeers.Load(); got > size+int64(len(reg.manifest)) {
+				t.Fatalf("%d bytes read from the peer for a blob of %d", got, size)
+			}
+			if aside := reader.src.asideFor(liar.addr); aside <= failedFor {
+				t.Fatalf("the peer is set aside for %s, want %s", aside, corruptFor)
+			}
+			if first != nil {
+				if err := cl.pull(reader); err != nil {
+					t.Fatalf("the retry: %v", err)
+				}
+			}
+		})
+	}
 }
