@@ -698,3 +698,54 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 		})
 	}
 }
+
+// A peer that stops sending a manifest midway is left after stallAfter (set aside),
+// and the manifest comes from the next in the order: it does not hold the fetch, and
+// every request joined to it, for ever.
+func TestAPeerStallingOnAManifest(t *testing.T) {
+	old := stallAfter
+	stallAfter = 200 * time.Millisecond
+	t.Cleanup(func() { stallAfter = old })
+	reg := newRegistry(t, 2, 64<<10)
+	md := digest.FromBytes(reg.manifest)
+	var staller atomic.Int64
+	staller.Store(-1)
+	stall := func(i int, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if staller.Load() != int64(i) || !strings.Contains(r.URL.Path, "/manifests/") {
+				h.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(reg.manifest)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(reg.manifest[:10])
+			w.(http.Flusher).Flush()
+			select { // stalls (for long enough to tell)
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		})
+	}
+	c := newClusterWith(t, reg, 2, stall)
+	addrs := []string{c.nodes[0].addr, c.nodes[1].addr}
+	first := Order(md, addrs)[0]
+	reader, stalled := c.nodes[0], c.nodes[1]
+	if first == addrs[0] {
+		reader, stalled = c.nodes[1], c.nodes[0]
+	}
+	if stalled == c.nodes[0] {
+		staller.Store(0)
+	} else {
+		staller.Store(1)
+	}
+	start := time.Now()
+	if err := c.pull(reader); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the pull took %s behind a peer stalling on the manifest", took)
+	}
+	if !reader.src.isAside(stalled.addr) {
+		t.Fatal("the stalling peer was not set aside")
+	}
+}

@@ -255,30 +255,75 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0)
-		if err != nil {
-			if !errors.Is(err, errNotThere) {
-				s.setAside(node, failedFor, err)
-			}
-			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
-			continue
-		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		resp.Body.Close()
-		if err == nil && digest.FromBytes(data) != d {
-			err = errors.New("sent a manifest that does not match its digest")
-			s.setAside(node, corruptFor, err)
-		} else if err != nil {
-			s.setAside(node, failedFor, err)
-		}
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
 			continue
 		}
 		s.Stats.FromPeers.Add(int64(len(data)))
-		return data, resp.Header.Get("Content-Type"), nil
+		return data, mt, nil
 	}
 	return nil, "", errors.Join(errs...)
+}
+
+// maxManifest bounds a manifest from a peer (the distribution spec's limit, and the
+// mirror's): a peer sending more is sending wrong bytes.
+const maxManifest = 4 << 20
+
+// peerManifest is d from node, read with the blobs' stall bound (a peer that stops
+// sending is left after stallAfter, and every request joined to the fetch with it)
+// and at most maxManifest bytes; it sets the peer aside when it fails.
+func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0)
+	if err != nil {
+		if !errors.Is(err, errNotThere) && parent.Err() == nil {
+			s.setAside(node, failedFor, err)
+		}
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength > maxManifest {
+		err := fmt.Errorf("announced a manifest of %d bytes, more than %d", resp.ContentLength, maxManifest)
+		s.setAside(node, corruptFor, err)
+		return nil, "", err
+	}
+	stall := time.AfterFunc(stallAfter, cancel)
+	defer stall.Stop()
+	data, err := io.ReadAll(io.LimitReader(&stalling{r: resp.Body, t: stall}, maxManifest+1))
+	switch {
+	case err != nil && parent.Err() != nil:
+	case err != nil && ctx.Err() != nil:
+		err = fmt.Errorf("sent nothing for %s: %w", stallAfter, err)
+		s.setAside(node, failedFor, err)
+	case err != nil:
+		s.setAside(node, failedFor, err)
+	case len(data) > maxManifest:
+		err = fmt.Errorf("sent a manifest of more than %d bytes", maxManifest)
+		s.setAside(node, corruptFor, err)
+	case digest.FromBytes(data) != d:
+		err = errors.New("sent a manifest that does not match its digest")
+		s.setAside(node, corruptFor, err)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return data, resp.Header.Get("Content-Type"), nil
+}
+
+// stalling resets t at each read that brings bytes.
+type stalling struct {
+	r io.Reader
+	t *time.Timer
+}
+
+func (s *stalling) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.t.Reset(stallAfter)
+	}
+	return n, err
 }
 
 // Blob reads d, of size bytes (its descriptor's), from the first node in its order
