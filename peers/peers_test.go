@@ -719,7 +719,7 @@ func TestAPeerStallingOnAManifest(t *testing.T) {
 			w.Header().Set("Content-Length", strconv.Itoa(len(reg.manifest)))
 			w.WriteHeader(http.StatusOK)
 			w.Write(reg.manifest[:10])
-			w.(http.Flusher).Flush()
+			http.NewResponseController(w).Flush()
 			select { // stalls (for long enough to tell)
 			case <-r.Context().Done():
 			case <-time.After(5 * time.Second):
