@@ -596,3 +596,56 @@ func TestABlobWithoutASizeIsNotFetched(t *testing.T) {
 		t.Fatalf("a blob without a size: %d, the source asked %d times", resp.StatusCode, src.calls.Load())
 	}
 }
+
+// gatedSource holds each manifest fetch until release is closed (or its context ends).
+type gatedSource struct {
+	*fakeSource
+	started, release chan struct{}
+}
+
+func (s gatedSource) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	select {
+	case s.started <- struct{}{}:
+	default:
+	}
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+	return s.fakeSource.Manifest(ctx, repo, chain, d)
+}
+
+// Requests asking for a manifest at once share one fetch, but the one that started it
+// going away (a cancelled pull) does not fail the others.
+func TestACancelledRequestDoesNotFailTheOthers(t *testing.T) {
+	img, fake := newImage(t)
+	d, _ := img.Digest()
+	md := digest.Digest(d.String())
+	src := gatedSource{fake, make(chan struct{}, 1), make(chan struct{})}
+	s := serve(t, src, func(_ string, dd digest.Digest) bool { return dd == md })
+	first, cancel := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, _, err := s.m.loadManifest(first, repo, nil, md, src)
+		firstErr <- err
+	}()
+	<-src.started
+	second := make(chan error, 1)
+	go func() {
+		_, _, err := s.m.loadManifest(context.Background(), repo, nil, md, src)
+		second <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the second joins the first's fetch
+	cancel()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled request: %v", err)
+	}
+	close(src.release)
+	if err := <-second; err != nil {
+		t.Fatalf("the request joined to a cancelled one: %v", err)
+	}
+	if n := fake.calls.Load(); n != 1 {
+		t.Fatalf("the source was asked %d times", n)
+	}
+}

@@ -749,3 +749,37 @@ func TestAPeerStallingOnAManifest(t *testing.T) {
 		t.Fatal("the stalling peer was not set aside")
 	}
 }
+
+// Two nodes never wait on each other: with the registry gone and no node holding the
+// manifest, the node heading it asks its peer, whose hop back is answered from the
+// registry alone (a 404 at once), not joined to the first node's own fetch (which
+// waits on the peer: the two waited 60 s on each other).
+func TestAHopNeverWaitsOnAFetchThatAsksPeers(t *testing.T) {
+	reg := newRegistry(t, 2, 64<<10)
+	reg.down.Store(true)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	head := c.nodes[0]
+	if Order(md, []string{c.nodes[0].addr, c.nodes[1].addr})[0] == c.nodes[1].addr {
+		head = c.nodes[1]
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- c.pull(head) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a manifest no node and no registry has was served")
+		}
+		t.Logf("failed in %s, as it should: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the two nodes wait on each other")
+	}
+	for _, nd := range c.nodes {
+		for _, other := range c.nodes {
+			if nd != other && nd.src.isAside(other.addr) {
+				t.Errorf("%s set %s aside for a 404", nd.addr, other.addr)
+			}
+		}
+	}
+}
