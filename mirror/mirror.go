@@ -75,7 +75,7 @@ type Mirror struct {
 	// for it while it arrives: one transfer per blob, however many ask.
 	fills map[digest.Digest]*fill
 	// flights are the manifests being fetched now, by source and digest.
-	flights map[flightKey]*flight
+	flights flights[flightKey, []byte]
 	// storeFailed is when the store last failed a write (a full disk): for a minute
 	// after, blobs are streamed from the source without being stored.
 	storeFailed time.Time
@@ -117,8 +117,7 @@ func (m *Mirror) reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser
 // New builds a mirror over store, serving what pinned allows.
 func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror {
 	return &Mirror{store: store, pinned: pinned, log: log,
-		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{},
-		flights: map[flightKey]*flight{}}
+		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{}}
 }
 
 // Handler serves the mirror to the node's runtime, filling what the store lacks from
@@ -337,18 +336,10 @@ func (m *Mirror) loadManifest(ctx context.Context, repo string, chain []digest.D
 // flightKey is one manifest fetch: a digest from one source. Fetches from different
 // sources are never joined: a request answered from the registry alone (a peer's
 // hop) never waits on a fetch that asks peers, so no two nodes wait on each other.
+// (The registry's own fetches are joined below them: Shared.)
 type flightKey struct {
 	src any // the Source, or its type when it is not comparable
 	d   digest.Digest
-}
-
-// flight is a manifest being fetched, for every request asking for it at once.
-type flight struct {
-	done    chan struct{}
-	data    []byte
-	err     error
-	waiters int // under Mirror.mu
-	cancel  context.CancelFunc
 }
 
 func sourceKey(src Source) any {
@@ -359,46 +350,12 @@ func sourceKey(src Source) any {
 }
 
 // fetchManifest is repo@d from src, checked against d and stored: one fetch for every
-// request asking at once (the runtime, and peers). The fetch does not end with the
-// request that started it: each request waits with its own context, and the fetch is
-// cancelled only when every request waiting on it has gone.
+// request asking at once (the runtime, and peers), which does not end with the request
+// that started it (flights).
 func (m *Mirror) fetchManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) ([]byte, error) {
-	key := flightKey{sourceKey(src), d}
-	m.mu.Lock()
-	f := m.flights[key]
-	if f == nil {
-		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		f = &flight{done: make(chan struct{}), cancel: cancel}
-		m.flights[key] = f
-		go func() {
-			defer cancel()
-			data, err := m.fetchAndStore(fctx, repo, chain, d, src)
-			m.mu.Lock()
-			if m.flights[key] == f {
-				delete(m.flights, key)
-			}
-			m.mu.Unlock()
-			f.data, f.err = data, err
-			close(f.done)
-		}()
-	}
-	f.waiters++
-	m.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.data, f.err
-	case <-ctx.Done():
-		m.mu.Lock()
-		if f.waiters--; f.waiters == 0 {
-			// Nobody waits: the fetch ends, and the next request starts another.
-			f.cancel()
-			if m.flights[key] == f {
-				delete(m.flights, key)
-			}
-		}
-		m.mu.Unlock()
-		return nil, ctx.Err()
-	}
+	return m.flights.do(ctx, flightKey{sourceKey(src), d}, func(ctx context.Context) ([]byte, error) {
+		return m.fetchAndStore(ctx, repo, chain, d, src)
+	})
 }
 
 func (m *Mirror) fetchAndStore(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) ([]byte, error) {

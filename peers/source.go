@@ -529,9 +529,11 @@ func (r *resumer) Close() error {
 	return nil
 }
 
-// CountRegistry counts in stats.FromRegistry what src (the registry) sends.
+// CountRegistry counts in stats.FromRegistry what src (the registry) sends. It is the
+// node's one way to the registry (for its own fetches, its peers' and their hops):
+// its manifests are fetched once for every fetch wanting them at once (mirror.Shared).
 func CountRegistry(src mirror.Source, stats *Stats) mirror.Source {
-	return counted{src, stats}
+	return mirror.Shared(counted{src, stats})
 }
 
 type counted struct {
