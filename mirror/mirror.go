@@ -17,6 +17,7 @@ package mirror
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -87,6 +88,8 @@ type child struct {
 	// size is the descriptor's (-1: the manifest gave none; such a blob is not
 	// fetched: a fill is bounded by it).
 	size int64
+	// manifest: named as a manifest (by an index), not as a config or layer.
+	manifest bool
 }
 
 // Content is a runtime's own content store, read-only (containerd's): what the mirror
@@ -250,7 +253,7 @@ func parseChain(v string) ([]digest.Digest, bool) {
 func (m *Mirror) admit(ctx context.Context, repo string, chain []digest.Digest, src Source) bool {
 	for i := len(chain) - 1; i >= 0; i-- {
 		c := chain[i]
-		if !m.pinned(repo, c) && !m.allowed(repo, c) {
+		if !m.manifestAllowed(repo, c) {
 			return false
 		}
 		if _, _, err := m.loadManifest(ctx, repo, chain[i+1:], c, src); err != nil {
@@ -313,14 +316,27 @@ func (m *Mirror) allowed(repo string, d digest.Digest) bool {
 	return ok
 }
 
+// manifestAllowed says whether repo@d may be served as a manifest: a pinned one, or
+// one an index served names (never a config or a layer).
+func (m *Mirror) manifestAllowed(repo string, d digest.Digest) bool {
+	if m.pinned(repo, d) {
+		return true
+	}
+	c, ok := m.child(repo, d)
+	return ok && c.manifest
+}
+
 // loadManifest is repo@d from the store, else from src (checked against d and stored),
 // with the blobs it names now allowed. fromStore says where it came from.
 func (m *Mirror) loadManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) (data []byte, fromStore bool, err error) {
 	if rd, _, err := m.reader(ctx, d); err == nil {
-		data, err = io.ReadAll(io.LimitReader(rd, maxManifest))
+		data, err = io.ReadAll(io.LimitReader(rd, maxManifest+1))
 		rd.Close()
 		if err != nil {
 			return nil, false, err
+		}
+		if err := isManifest(data); err != nil {
+			return nil, false, fmt.Errorf("%s in the store: %w", d, err)
 		}
 		fromStore = true
 	} else {
@@ -366,6 +382,9 @@ func (m *Mirror) fetchAndStore(ctx context.Context, repo string, chain []digest.
 	if digest.FromBytes(data) != d {
 		return nil, fmt.Errorf("the source sent a manifest that does not match %s", d)
 	}
+	if err := isManifest(data); err != nil {
+		return nil, fmt.Errorf("%s from the source: %w", d, err)
+	}
 	if sw, err := m.store.Writer(ctx, d, int64(len(data))); err == nil {
 		if _, err := sw.Write(data); err == nil {
 			_ = sw.Commit(ctx)
@@ -380,7 +399,9 @@ const maxManifest = 4 << 20
 
 func (h *handler) manifest(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
 	m := h.m
-	if !m.pinned(repo, d) && !m.allowed(repo, d) {
+	if !m.manifestAllowed(repo, d) {
+		// A config or layer is not served as a manifest (it would be cut at maxManifest,
+		// under a digest the body does not match).
 		notFound(w, "MANIFEST_UNKNOWN")
 		return
 	}
@@ -419,8 +440,11 @@ func (m *Mirror) remember(repo string, d digest.Digest, data []byte) {
 		c = map[digest.Digest]child{}
 		m.children[repo] = c
 	}
-	for _, b := range append(blobs, manifests...) {
+	for _, b := range blobs {
 		c[b.digest] = child{parent: d, size: b.size}
+	}
+	for _, b := range manifests {
+		c[b.digest] = child{parent: d, size: b.size, manifest: true}
 	}
 }
 
@@ -461,6 +485,45 @@ func named(data []byte) (blobs, manifests []descriptor, ok bool) {
 		manifests = append(manifests, of(l))
 	}
 	return blobs, manifests, true
+}
+
+// manifestTypes are the media types served as manifests.
+var manifestTypes = map[string]bool{
+	"application/vnd.oci.image.manifest.v1+json":                true,
+	"application/vnd.oci.image.index.v1+json":                   true,
+	"application/vnd.docker.distribution.manifest.v2+json":      true,
+	"application/vnd.docker.distribution.manifest.list.v2+json": true,
+	"application/vnd.docker.distribution.manifest.v1+json":      true,
+	"application/vnd.docker.distribution.manifest.v1+prettyjws": true,
+}
+
+// ErrNotManifest is data that is no manifest (a config, a layer) asked for as one.
+var ErrNotManifest = errors.New("not a manifest")
+
+// isManifest says whether data is a manifest: JSON of at most maxManifest bytes with a
+// manifest media type, or without one, the shape of one (an image manifest's config
+// and layers, an index's manifests, a schema 1 manifest's fsLayers).
+func isManifest(data []byte) error {
+	if len(data) > maxManifest {
+		return fmt.Errorf("more than %d bytes: %w", maxManifest, ErrNotManifest)
+	}
+	var v struct {
+		MediaType string          `json:"mediaType"`
+		Config    json.RawMessage `json:"config"`
+		Layers    json.RawMessage `json:"layers"`
+		Manifests json.RawMessage `json:"manifests"`
+		FSLayers  json.RawMessage `json:"fsLayers"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotManifest, err)
+	}
+	switch {
+	case v.MediaType != "" && !manifestTypes[v.MediaType]:
+		return fmt.Errorf("media type %s: %w", v.MediaType, ErrNotManifest)
+	case v.MediaType == "" && (v.Config == nil || v.Layers == nil) && v.Manifests == nil && v.FSLayers == nil:
+		return ErrNotManifest
+	}
+	return nil
 }
 
 // sniffMediaType is a manifest's mediaType field, else the OCI type its shape says.

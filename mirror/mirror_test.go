@@ -649,3 +649,48 @@ func TestACancelledRequestDoesNotFailTheOthers(t *testing.T) {
 		t.Fatalf("the source was asked %d times", n)
 	}
 }
+
+// Only manifests are served as manifests: a config or layer the mirror knows (or
+// holds) is a 404 on the manifests endpoint, without asking the source; and data that
+// is no manifest, even under a pinned digest it matches, is neither served as one nor
+// stored.
+func TestOnlyManifestsAreServedAsManifests(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	pullThrough(t, s.srv, repo, d)
+	calls := src.calls.Load()
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	cd, _ := img.ConfigName()
+	for _, b := range []fmt.Stringer{ld, cd} {
+		resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("the blob %s on the manifests endpoint: %d, want 404", b, resp.StatusCode)
+		}
+	}
+	if src.calls.Load() != calls {
+		t.Fatal("the source was asked for a blob as a manifest")
+	}
+
+	// A config pinned as if it were a manifest (the source sends it, its digest right).
+	cfg, _ := img.RawConfigFile()
+	notManifest := &fakeSource{manifest: cfg, mediaType: "application/vnd.oci.image.manifest.v1+json"}
+	cfgDigest := digest.FromBytes(cfg)
+	s2 := serve(t, notManifest, func(_ string, dd digest.Digest) bool { return dd == cfgDigest })
+	resp, err := http.Get(s2.srv.URL + "/v2/" + repo + "/manifests/" + cfgDigest.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a config under a pinned digest: %d, want 404", resp.StatusCode)
+	}
+	if _, ok := s2.store.Size(context.Background(), cfgDigest); ok {
+		t.Fatal("a config was stored as a manifest")
+	}
+}

@@ -783,3 +783,31 @@ func TestAHopNeverWaitsOnAFetchThatAsksPeers(t *testing.T) {
 		}
 	}
 }
+
+// A peer asked for a layer as a manifest (a hop, say) answers 404, and is not set
+// aside: it used to serve the layer cut at 4 MiB under the layer's digest, and the
+// asking node took a healthy peer for one sending wrong bytes for 10 minutes.
+func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
+	reg := newRegistry(t, 1, 5<<20)
+	c := newCluster(t, reg, 2)
+	holder, asker := c.nodes[1], c.nodes[0]
+	if err := c.pull(holder); err != nil {
+		t.Fatal(err)
+	}
+	md := digest.FromBytes(reg.manifest)
+	var layer digest.Digest
+	for d, b := range reg.blobs {
+		if len(b) > 4<<20 {
+			layer = d
+		}
+	}
+	if layer == "" {
+		t.Fatal("no layer over 4 MiB")
+	}
+	if _, _, err := asker.src.Forwarding().Manifest(context.Background(), repo, []digest.Digest{md}, layer); err == nil {
+		t.Fatal("a layer was taken for a manifest")
+	}
+	if asker.src.isAside(holder.addr) {
+		t.Fatal("a healthy peer was set aside for not serving a layer as a manifest")
+	}
+}
