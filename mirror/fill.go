@@ -59,7 +59,7 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 		case errors.Is(err, blobstore.ErrExists):
 			// A fill ended between the caller's look into the store and now.
 			m.mu.Unlock()
-			return m.stored(ctx, d, off)
+			return m.stored(ctx, d, off, false)
 		case errors.Is(err, blobstore.ErrBusy):
 			// The store's own lock: a fill ending right now. Stream alone.
 		default:
@@ -92,21 +92,34 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 	return &blobReader{ctx: ctx, f: f, m: m, d: d, offset: off, off: off}, f.size, nil
 }
 
-// stored reads the stored blob d from off, as a blobReader.
-func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64) (*blobReader, int64, error) {
-	rd, size, err := m.reader(ctx, d)
+// stored reads the stored blob d from off (from the store, else from the runtime's
+// content store), checked against d as it is read: a stored blob corrupted on disk
+// ends the reader with an error, not io.EOF, and leaves the store (the next request
+// fills it again). The bytes before off are read and checked too; a HEAD (head)
+// reads nothing.
+func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64, head bool) (*blobReader, int64, error) {
+	rd, size, err := m.store.Reader(ctx, d)
+	own := err == nil
+	if err != nil && m.also != nil {
+		if rd2, size2, err2 := m.also.Reader(ctx, d); err2 == nil {
+			rd, size, err = rd2, size2, nil
+		}
+	}
 	if err != nil {
 		return nil, 0, err
 	}
 	if off >= size {
 		off = 0
 	}
-	if _, err := rd.Seek(off, io.SeekStart); err != nil {
-		rd.Close()
-		return nil, 0, err
+	r := &blobReader{ctx: ctx, m: m, d: d, src: rd, verifier: d.Verifier(), ownStore: own}
+	if off > 0 && !head {
+		if _, err := io.CopyN(io.Discard, r, off); err != nil {
+			rd.Close()
+			return nil, 0, err
+		}
 	}
-	// Checked against d when it was committed: no verifier.
-	return &blobReader{ctx: ctx, m: m, d: d, offset: off, src: rd}, size, nil
+	r.offset = off
+	return r, size, nil
 }
 
 // run is the fill's one transfer: from src into the store, committed (checked against
@@ -246,9 +259,11 @@ type blobReader struct {
 	off  int64
 	file io.ReadSeekCloser
 
-	// a direct stream's (or a stored blob's: no verifier)
+	// a direct stream's, or a stored blob's (ownStore: in the mirror's store, which a
+	// mismatch deletes it from)
 	src      io.ReadCloser
 	verifier digest.Verifier
+	ownStore bool
 }
 
 func (r *blobReader) Read(p []byte) (int, error) {
@@ -260,6 +275,12 @@ func (r *blobReader) Read(p []byte) (int, error) {
 		r.verifier.Write(p[:n])
 		if err == io.EOF && !r.verifier.Verified() {
 			err = fmt.Errorf("the source sent bytes that do not match %s", r.d)
+			if r.ownStore {
+				err = fmt.Errorf("the stored blob does not match %s (corrupted on disk): deleted, the next request fills it again", r.d)
+				if derr := r.m.store.Delete(context.WithoutCancel(r.ctx), r.d); derr != nil {
+					err = fmt.Errorf("%w (deleting it: %v)", err, derr)
+				}
+			}
 		}
 		return n, err
 	}

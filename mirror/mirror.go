@@ -550,30 +550,27 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 		return
 	}
 	ctx := r.Context()
-	if rd, _, err := m.reader(ctx, d); err == nil {
-		defer rd.Close()
-		w.Header().Set("Docker-Content-Digest", d.String())
-		w.Header().Set("Content-Type", "application/octet-stream")
-		cw := &countingWriter{ResponseWriter: w, n: &h.stats.FromStore}
-		http.ServeContent(cw, r, "", time.Time{}, rd)
-		return
-	}
-	if r.Method == http.MethodHead {
+	counter := &h.stats.Transferred
+	body, size, err := m.stored(ctx, d, rangeStart(r), r.Method == http.MethodHead)
+	switch {
+	case err == nil:
+		counter = &h.stats.FromStore
+	case r.Method == http.MethodHead:
 		// Pulls GET their blobs; a HEAD for one not stored yet is not worth a fetch.
 		notFound(w, "BLOB_UNKNOWN")
 		return
-	}
-	if c.size < 0 {
+	case c.size < 0:
 		// Nothing would bound the fill: a source could write the store full.
 		m.log.WithField("blob", repo+"@"+d.String()).Warn("mirror: the manifest naming the blob gives no size; not fetched")
 		notFound(w, "BLOB_UNKNOWN")
 		return
-	}
-	body, size, err := m.open(ctx, repo, m.Chain(repo, d), d, c.size, h.src, rangeStart(r))
-	if err != nil {
-		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
-		notFound(w, "BLOB_UNKNOWN")
-		return
+	default:
+		body, size, err = m.open(ctx, repo, m.Chain(repo, d), d, c.size, h.src, rangeStart(r))
+		if err != nil {
+			m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
+			notFound(w, "BLOB_UNKNOWN")
+			return
+		}
 	}
 	defer body.Close()
 	w.Header().Set("Docker-Content-Digest", d.String())
@@ -586,13 +583,18 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 	if size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(size-body.offset, 10))
 	}
-	// Streamed while it arrives, all but the last bytes: those are sent only once the
-	// whole blob matches its digest (the reader's io.EOF), so a client never receives a
-	// complete wrong blob: a source or peer serving garbage costs it a retry.
+	if r.Method == http.MethodHead {
+		w.WriteHeader(status)
+		return
+	}
+	// Streamed while it arrives (or read from the store), all but the last bytes:
+	// those are sent only once the whole blob matches its digest (the reader's io.EOF),
+	// so a client never receives a complete wrong blob: a source or peer serving
+	// garbage, or a stored blob corrupted on disk, costs it a retry.
 	held := &holdback{w: w, keep: 64 << 10}
 	w.WriteHeader(status)
 	n, err := io.Copy(held, body)
-	h.stats.Transferred.Add(n)
+	counter.Add(n)
 	if err != nil {
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Warn("mirror: blob not served whole; the client's copy is cut")
 		panic(http.ErrAbortHandler)

@@ -116,11 +116,13 @@ type served struct {
 	m     *Mirror
 	store *blobstore.Store
 	stats *Stats
+	dir   string // the store's
 }
 
 func serve(t *testing.T, src Source, pinned Pinned) served {
 	t.Helper()
-	store, err := blobstore.Open(t.TempDir())
+	dir := t.TempDir()
+	store, err := blobstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +130,7 @@ func serve(t *testing.T, src Source, pinned Pinned) served {
 	stats := &Stats{}
 	srv := httptest.NewServer(m.Handler(src, stats))
 	t.Cleanup(srv.Close)
-	return served{srv, m, store, stats}
+	return served{srv, m, store, stats, dir}
 }
 
 // pullThrough pulls repo@d from the mirror at srv with go-containerregistry (which
@@ -692,5 +694,57 @@ func TestOnlyManifestsAreServedAsManifests(t *testing.T) {
 	}
 	if _, ok := s2.store.Size(context.Background(), cfgDigest); ok {
 		t.Fatal("a config was stored as a manifest")
+	}
+}
+
+// A stored blob corrupted on disk after its commit is checked as it is served: the
+// client's copy is cut (never whole), the blob leaves the store, and the next request
+// fills it again, right.
+func TestACorruptedStoredBlobIsCutAndFilledAgain(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	pullThrough(t, s.srv, repo, d)
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	path := filepath.Join(s.dir, "blobs", "sha256", ld.Hex)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	get := func(rangeFrom int) ([]byte, error) {
+		req, _ := http.NewRequest(http.MethodGet, s.srv.URL+"/v2/"+repo+"/blobs/"+ld.String(), nil)
+		if rangeFrom > 0 {
+			req.Header.Set("Range", fmt.Sprintf("bytes=%d-", rangeFrom))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+	calls := src.calls.Load()
+	if b, err := get(0); err == nil {
+		t.Fatalf("a corrupted stored blob was served whole (%d bytes)", len(b))
+	}
+	if _, ok := s.store.Size(context.Background(), digest.Digest(ld.String())); ok {
+		t.Fatal("the corrupted blob is still stored")
+	}
+	whole := src.blobs[digest.Digest(ld.String())]
+	b, err := get(1000)
+	if err != nil || !bytes.Equal(b, whole[1000:]) {
+		t.Fatalf("the next request: %d bytes, %v", len(b), err)
+	}
+	if src.calls.Load() != calls+1 {
+		t.Fatalf("the source was asked %d times, want once", src.calls.Load()-calls)
+	}
+	// Stored again, right: a Range read from the store is checked whole too.
+	if b, err := get(1000); err != nil || !bytes.Equal(b, whole[1000:]) {
+		t.Fatalf("from the store again: %d bytes, %v", len(b), err)
 	}
 }
