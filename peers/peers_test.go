@@ -811,3 +811,42 @@ func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
 		t.Fatal("a healthy peer was set aside for not serving a layer as a manifest")
 	}
 }
+
+// A peer answering 503 for ever costs one busy window (busyWait), then is set aside:
+// not a window for every digest it heads.
+func TestAPeerBusyForEverIsSetAside(t *testing.T) {
+	oldSlot, oldBusy, oldPoll := slotWait, busyWait, pinPoll
+	slotWait, busyWait, pinPoll = 20*time.Millisecond, 300*time.Millisecond, 50*time.Millisecond
+	t.Cleanup(func() { slotWait, busyWait, pinPoll = oldSlot, oldBusy, oldPoll })
+	reg := newRegistry(t, 10, 64<<10)
+	c := newCluster(t, reg, 2)
+	busy := c.nodes[1].server
+	for range cap(busy.slots) {
+		busy.slots <- struct{}{}
+	}
+	addrs := []string{c.nodes[0].addr, c.nodes[1].addr}
+	heads := 0
+	if Order(digest.FromBytes(reg.manifest), addrs)[0] == addrs[1] {
+		heads++
+	}
+	for d := range reg.blobs {
+		if Order(d, addrs)[0] == addrs[1] {
+			heads++
+		}
+	}
+	if heads < 3 {
+		t.Skip("the busy peer heads fewer than three digests of this random image")
+	}
+	start := time.Now()
+	if err := c.pull(c.nodes[0]); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("the busy peer heads %d digests; the pull took %s", heads, took)
+	if !c.nodes[0].src.isAside(addrs[1]) {
+		t.Fatal("a peer busy for a whole window was not set aside")
+	}
+	if took > time.Duration(heads-1)*busyWait {
+		t.Fatalf("the pull took %s: a busy window for each of %d digests", took, heads)
+	}
+}

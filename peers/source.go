@@ -118,7 +118,13 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 	start := time.Now()
 	for {
 		resp, err := s.get(ctx, node, repo, kind, chain, d, from)
-		if errors.Is(err, errBusy) && time.Since(start) < busyWait {
+		if errors.Is(err, errBusy) {
+			if time.Since(start) >= busyWait {
+				// Busy for a whole window: every digest it heads would cost each asker
+				// as much. Set aside, as a peer that fails.
+				s.setAside(node, failedFor, fmt.Errorf("busy for %s: %w", busyWait, err))
+				return nil, err
+			}
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -199,7 +205,7 @@ var (
 	pinWait       = 20 * time.Second
 	notPinningFor = 10 * time.Minute
 	// busyWait bounds how long a busy peer is asked again (it serves; the registry
-	// link is what peers spare).
+	// link is what peers spare); a peer busy that long is set aside for failedFor.
 	busyWait = time.Minute
 )
 
