@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/plugins/content/local"
@@ -31,6 +33,12 @@ var (
 type Store struct {
 	cs   content.Store
 	root string
+
+	// mu guards open, and makes creating a Writer and releasing ingests one step each:
+	// an ingest is either a live Writer's or released, never both.
+	mu sync.Mutex
+	// open are the ingest refs of this process's live Writers.
+	open map[string]bool
 }
 
 // Open opens (creating) the store under root, and marks root as a store (Remove).
@@ -42,7 +50,7 @@ func Open(root string) (*Store, error) {
 	if err := mark(root); err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", root, err)
 	}
-	return &Store{cs: cs, root: root}, nil
+	return &Store{cs: cs, root: root, open: map[string]bool{}}, nil
 }
 
 // Size is the blob's size, and whether the store has it (committed, so verified).
@@ -79,7 +87,10 @@ func (r *readSeeker) Close() error { return r.ra.Close() }
 // ingest left by a killed process is started again from its first byte.
 func (s *Store) Writer(ctx context.Context, d digest.Digest, size int64) (*Writer, error) {
 	desc := ocispec.Descriptor{Digest: d, Size: size}
-	w, err := s.cs.Writer(ctx, content.WithRef(ingestRef(d)), content.WithDescriptor(desc))
+	ref := ingestRef(d)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, err := s.cs.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
 	if errdefs.IsUnavailable(err) {
 		return nil, ErrBusy
 	}
@@ -95,7 +106,8 @@ func (s *Store) Writer(ctx context.Context, d digest.Digest, size int64) (*Write
 			return nil, err
 		}
 	}
-	return &Writer{w: w, d: d, size: size}, nil
+	s.open[ref] = true
+	return &Writer{w: w, d: d, size: size, s: s}, nil
 }
 
 func ingestRef(d digest.Digest) string { return "blob-" + d.String() }
@@ -115,6 +127,17 @@ type Writer struct {
 	d    digest.Digest
 	size int64
 	n    int64
+	s    *Store
+	once sync.Once
+}
+
+// done forgets the Writer's ingest as live (ReleaseIngests may then drop it).
+func (w *Writer) done() {
+	w.once.Do(func() {
+		w.s.mu.Lock()
+		delete(w.s.open, ingestRef(w.d))
+		w.s.mu.Unlock()
+	})
 }
 
 func (w *Writer) Write(p []byte) (int, error) {
@@ -141,10 +164,39 @@ func (w *Writer) Commit(ctx context.Context) error {
 func (w *Writer) Abandon(ctx context.Context, s *Store) {
 	w.w.Close()
 	_ = s.cs.Abort(ctx, ingestRef(w.d))
+	w.done()
 }
 
-// Close releases the writer (after Commit).
-func (w *Writer) Close() error { return w.w.Close() }
+// Close releases the writer (after Commit). An ingest left uncommitted stays on disk,
+// for ReleaseIngests.
+func (w *Writer) Close() error {
+	defer w.done()
+	return w.w.Close()
+}
+
+// ReleaseIngests drops every ingest no live Writer of this Store holds: what a killed
+// process (kill -9, a reboot) left half written. It says how many went and their bytes.
+func (s *Store) ReleaseIngests(ctx context.Context) (int, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	statuses, err := s.cs.ListStatuses(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("blob store ingests: %w", err)
+	}
+	var n int
+	var bytes int64
+	for _, st := range statuses {
+		if s.open[st.Ref] {
+			continue
+		}
+		if err := s.cs.Abort(ctx, st.Ref); err != nil && !errdefs.IsNotFound(err) {
+			return n, bytes, fmt.Errorf("blob store: releasing ingest %s: %w", st.Ref, err)
+		}
+		n++
+		bytes += st.Offset
+	}
+	return n, bytes, nil
+}
 
 // Delete removes a blob (released after unpin_delay, as pins are).
 func (s *Store) Delete(ctx context.Context, d digest.Digest) error {
@@ -158,14 +210,22 @@ func (s *Store) Delete(ctx context.Context, d digest.Digest) error {
 // Usage is the bytes of every committed blob: what the store costs on disk.
 func (s *Store) Usage(ctx context.Context) (int64, error) {
 	var total int64
-	err := s.cs.Walk(ctx, func(info content.Info) error {
-		total += info.Size
+	err := s.Walk(ctx, func(_ digest.Digest, size int64) error {
+		total += size
 		return nil
 	})
 	return total, err
 }
 
-// Walk calls fn for every committed blob.
+// Walk calls fn for every committed blob; a store that has committed none yet (its
+// blobs directory not made: a fresh node) has nothing to walk, which is no error.
 func (s *Store) Walk(ctx context.Context, fn func(d digest.Digest, size int64) error) error {
-	return s.cs.Walk(ctx, func(info content.Info) error { return fn(info.Digest, info.Size) })
+	if _, err := os.Stat(filepath.Join(s.root, "blobs")); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	err := s.cs.Walk(ctx, func(info content.Info) error { return fn(info.Digest, info.Size) })
+	if err != nil {
+		return fmt.Errorf("blob store %s: %w", s.root, err)
+	}
+	return nil
 }

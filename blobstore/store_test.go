@@ -171,3 +171,57 @@ func TestIngestFileGrowsWhileWritten(t *testing.T) {
 		t.Fatalf("the ingest file is still there after Commit: %v", err)
 	}
 }
+
+// A fresh store (no blob committed yet) walks nothing, without an error: an empty
+// store is normal.
+func TestWalkAnEmptyStore(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Walk(ctx, func(digest.Digest, int64) error { t.Fatal("a blob in an empty store"); return nil }); err != nil {
+		t.Fatalf("walking an empty store: %v", err)
+	}
+	if u, err := s.Usage(ctx); err != nil || u != 0 {
+		t.Fatalf("usage of an empty store: %d %v", u, err)
+	}
+}
+
+// An ingest a killed process left is released; a live Writer's is not.
+func TestReleaseIngestsLeftByAKill(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	killed, _ := Open(dir)
+	b, d := blob(t, 64<<10)
+	w, err := killed.Writer(ctx, d, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(b[:1000]) // "kill -9": never closed, never committed
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, ld := blob(t, 4096)
+	lw, err := s.Writer(ctx, ld, int64(len(live)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw.Write(live[:100])
+	n, bytes, err := s.ReleaseIngests(ctx)
+	if err != nil || n != 1 || bytes != 1000 {
+		t.Fatalf("released %d ingests, %d bytes, %v; want the killed one's 1000 bytes", n, bytes, err)
+	}
+	if _, err := os.Stat(s.IngestFile(d)); !os.IsNotExist(err) {
+		t.Fatalf("the killed process's ingest is still there: %v", err)
+	}
+	lw.Write(live[100:])
+	if err := lw.Commit(ctx); err != nil {
+		t.Fatalf("the live writer, after a release: %v", err)
+	}
+	lw.Close()
+	if n, _, err := s.ReleaseIngests(ctx); err != nil || n != 0 {
+		t.Fatalf("a second release: %d, %v", n, err)
+	}
+}

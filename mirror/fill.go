@@ -24,10 +24,11 @@ var stallTimeout = 60 * time.Second
 type fill struct {
 	file string // the store's ingest file
 
+	size int64 // the descriptor's: the fill stops there
+
 	mu     sync.Mutex
 	cond   *sync.Cond
-	opened bool  // the source answered: size is known (or -1)
-	size   int64 // -1: unknown
+	opened bool  // the source answered
 	n      int64 // bytes written so far
 	done   bool
 	err    error // why the fill failed (done)
@@ -40,10 +41,10 @@ func (f *fill) update(fn func()) {
 	f.cond.Broadcast()
 }
 
-// open reads blob d from offset off: from the fill under way, else a new fill from
-// src, else (the store cannot take it: a full disk) straight from src. The size is
-// the whole blob's (-1: unknown).
-func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source, off int64) (*blobReader, int64, error) {
+// open reads blob d of size bytes (its descriptor's) from offset off: from the fill
+// under way, else a new fill from src, else (the store cannot take it: a full disk)
+// straight from src. It says the whole blob's size.
+func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source, off int64) (*blobReader, int64, error) {
 	m.mu.Lock()
 	f := m.fills[d]
 	skipStore := time.Since(m.storeFailed) < time.Minute
@@ -51,14 +52,14 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 		sw, err := m.store.Writer(context.WithoutCancel(ctx), d, -1)
 		switch {
 		case err == nil:
-			f = &fill{file: m.store.IngestFile(d), size: -1}
+			f = &fill{file: m.store.IngestFile(d), size: size}
 			f.cond = sync.NewCond(&f.mu)
 			m.fills[d] = f
 			go m.run(f, sw, repo, chain, d, src)
 		case errors.Is(err, blobstore.ErrExists):
 			// A fill ended between the caller's look into the store and now.
 			m.mu.Unlock()
-			return m.stored(ctx, d, off)
+			return m.stored(ctx, d, off, false)
 		case errors.Is(err, blobstore.ErrBusy):
 			// The store's own lock: a fill ending right now. Stream alone.
 		default:
@@ -68,16 +69,16 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 	}
 	m.mu.Unlock()
 	if f == nil {
-		return m.direct(ctx, repo, chain, d, src, off)
+		return m.direct(ctx, repo, chain, d, size, src, off)
 	}
-	// Wait until the source answered (the size is known) or the fill failed.
+	// Wait until the source answered or the fill failed.
 	stop := context.AfterFunc(ctx, func() { f.update(func() {}) })
 	defer stop()
 	f.mu.Lock()
 	for !f.opened && !f.done && ctx.Err() == nil {
 		f.cond.Wait()
 	}
-	size, err := f.size, f.err
+	err := f.err
 	f.mu.Unlock()
 	if ctx.Err() != nil {
 		return nil, 0, ctx.Err()
@@ -85,27 +86,40 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 	if err != nil {
 		return nil, 0, err
 	}
-	if size < 0 || off >= size {
+	if off >= f.size {
 		off = 0
 	}
-	return &blobReader{ctx: ctx, f: f, m: m, d: d, offset: off, off: off}, size, nil
+	return &blobReader{ctx: ctx, f: f, m: m, d: d, offset: off, off: off}, f.size, nil
 }
 
-// stored reads the stored blob d from off, as a blobReader.
-func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64) (*blobReader, int64, error) {
-	rd, size, err := m.reader(ctx, d)
+// stored reads the stored blob d from off (from the store, else from the runtime's
+// content store), checked against d as it is read: a stored blob corrupted on disk
+// ends the reader with an error, not io.EOF, and leaves the store (the next request
+// fills it again). The bytes before off are read and checked too; a HEAD (head)
+// reads nothing.
+func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64, head bool) (*blobReader, int64, error) {
+	rd, size, err := m.store.Reader(ctx, d)
+	own := err == nil
+	if err != nil && m.also != nil {
+		if rd2, size2, err2 := m.also.Reader(ctx, d); err2 == nil {
+			rd, size, err = rd2, size2, nil
+		}
+	}
 	if err != nil {
 		return nil, 0, err
 	}
 	if off >= size {
 		off = 0
 	}
-	if _, err := rd.Seek(off, io.SeekStart); err != nil {
-		rd.Close()
-		return nil, 0, err
+	r := &blobReader{ctx: ctx, m: m, d: d, src: rd, verifier: d.Verifier(), ownStore: own}
+	if off > 0 && !head {
+		if _, err := io.CopyN(io.Discard, r, off); err != nil {
+			rd.Close()
+			return nil, 0, err
+		}
 	}
-	// Checked against d when it was committed: no verifier.
-	return &blobReader{ctx: ctx, m: m, d: d, offset: off, src: rd}, size, nil
+	r.offset = off
+	return r, size, nil
 }
 
 // run is the fill's one transfer: from src into the store, committed (checked against
@@ -131,12 +145,12 @@ func (m *Mirror) run(f *fill, sw *blobstore.Writer, repo string, chain []digest.
 func (m *Mirror) transfer(ctx context.Context, cancel func(), f *fill, sw *blobstore.Writer, repo string, chain []digest.Digest, d digest.Digest, src Source) error {
 	stall := time.AfterFunc(stallTimeout, cancel)
 	defer stall.Stop()
-	body, size, err := src.Blob(ctx, repo, chain, d)
+	body, err := openBounded(ctx, src, repo, chain, d, f.size)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
-	f.update(func() { f.opened, f.size = true, size })
+	f.update(func() { f.opened = true })
 	buf := make([]byte, 64<<10)
 	for {
 		n, rerr := body.Read(buf)
@@ -167,15 +181,62 @@ func (m *Mirror) transfer(ctx context.Context, cancel func(), f *fill, sw *blobs
 	return nil
 }
 
+// openBounded is src's stream of blob d, refused when its sender announces another
+// size than the descriptor's, and ended with an error (not io.EOF) past size bytes or
+// short of them.
+func openBounded(ctx context.Context, src Source, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, error) {
+	body, announced, err := src.Blob(ctx, repo, chain, d, size)
+	if err != nil {
+		return nil, err
+	}
+	if announced >= 0 && announced != size {
+		body.Close()
+		return nil, fmt.Errorf("%s: the source announced %d bytes, the manifest gives %d: %w", d, announced, size, ErrSize)
+	}
+	return &Bounded{ReadCloser: body, Left: size}, nil
+}
+
+// ErrSize is a blob longer or shorter than its descriptor says.
+var ErrSize = errors.New("not the size the manifest gives")
+
+// Bounded reads at most Left bytes of a blob: it ends with io.EOF only when the
+// blob ends after exactly Left bytes, with ErrSize when more come, and with
+// io.ErrUnexpectedEOF when it ends short.
+type Bounded struct {
+	io.ReadCloser
+	Left int64
+}
+
+func (b *Bounded) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if b.Left <= 0 {
+		// Every byte came: only the end may follow.
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
+			return 0, fmt.Errorf("more bytes than the manifest gives: %w", ErrSize)
+		}
+		return 0, err
+	}
+	n, err := b.ReadCloser.Read(p[:min(int64(len(p)), b.Left)])
+	b.Left -= int64(n)
+	if err == io.EOF && b.Left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
 // direct streams blob d from src without storing it (the store cannot take it),
 // checking it against d: a mismatch ends the reader with an error, not io.EOF.
-func (m *Mirror) direct(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source, off int64) (*blobReader, int64, error) {
-	body, size, err := src.Blob(ctx, repo, chain, d)
+func (m *Mirror) direct(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source, off int64) (*blobReader, int64, error) {
+	body, err := openBounded(ctx, src, repo, chain, d, size)
 	if err != nil {
 		return nil, 0, err
 	}
 	r := &blobReader{ctx: ctx, m: m, d: d, src: body, verifier: d.Verifier()}
-	if off > 0 && size >= 0 && off < size {
+	if off > 0 && off < size {
 		// Resuming: read (and check) the bytes before off without sending them.
 		if _, err := io.CopyN(io.Discard, r, off); err != nil {
 			body.Close()
@@ -198,9 +259,11 @@ type blobReader struct {
 	off  int64
 	file io.ReadSeekCloser
 
-	// a direct stream's (or a stored blob's: no verifier)
+	// a direct stream's, or a stored blob's (ownStore: in the mirror's store, which a
+	// mismatch deletes it from)
 	src      io.ReadCloser
 	verifier digest.Verifier
+	ownStore bool
 }
 
 func (r *blobReader) Read(p []byte) (int, error) {
@@ -212,6 +275,12 @@ func (r *blobReader) Read(p []byte) (int, error) {
 		r.verifier.Write(p[:n])
 		if err == io.EOF && !r.verifier.Verified() {
 			err = fmt.Errorf("the source sent bytes that do not match %s", r.d)
+			if r.ownStore {
+				err = fmt.Errorf("the stored blob does not match %s (corrupted on disk): deleted, the next request fills it again", r.d)
+				if derr := r.m.store.Delete(context.WithoutCancel(r.ctx), r.d); derr != nil {
+					err = fmt.Errorf("%w (deleting it: %v)", err, derr)
+				}
+			}
 		}
 		return n, err
 	}

@@ -17,9 +17,11 @@ package mirror
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +30,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/imagepin/imagepin/blobstore"
 )
@@ -41,8 +42,11 @@ import (
 type Source interface {
 	// Manifest is the manifest repo@d, as served (bytes and media type).
 	Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error)
-	// Blob streams the blob d of repo and says its size (-1: unknown).
-	Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error)
+	// Blob streams the blob d of repo, of size bytes (its descriptor's, in the manifest
+	// chain[0]), and says the size its sender announced (-1: none). A source refuses a
+	// sender announcing another size and ends the stream with an error, not io.EOF,
+	// past size bytes; the mirror bounds what it reads to size whatever the source.
+	Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error)
 }
 
 // Pinned says whether repo@d is the manifest of a pinned image (by its full name, as
@@ -65,17 +69,27 @@ type Mirror struct {
 
 	mu sync.Mutex
 	// children are the digests each served manifest names (config, layers, or the
-	// manifests of an index), by repository, each to the manifest naming it: the blobs
-	// the mirror may serve.
-	children map[string]map[digest.Digest]digest.Digest
+	// manifests of an index), by repository, each with the manifest naming it and the
+	// size it gives: the blobs the mirror may serve, and how many bytes each has.
+	children map[string]map[digest.Digest]child
 	// fills are the blobs being written to the store now, each read by every request
 	// for it while it arrives: one transfer per blob, however many ask.
 	fills map[digest.Digest]*fill
-	// manifests are the manifests being fetched now.
-	manifests singleflight.Group
+	// flights are the manifests being fetched now, by source and digest.
+	flights flights[flightKey, []byte]
 	// storeFailed is when the store last failed a write (a full disk): for a minute
 	// after, blobs are streamed from the source without being stored.
 	storeFailed time.Time
+}
+
+// child is a digest a served manifest names.
+type child struct {
+	parent digest.Digest
+	// size is the descriptor's (-1: the manifest gave none; such a blob is not
+	// fetched: a fill is bounded by it).
+	size int64
+	// manifest: named as a manifest (by an index), not as a config or layer.
+	manifest bool
 }
 
 // Content is a runtime's own content store, read-only (containerd's): what the mirror
@@ -106,7 +120,7 @@ func (m *Mirror) reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser
 // New builds a mirror over store, serving what pinned allows.
 func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror {
 	return &Mirror{store: store, pinned: pinned, log: log,
-		children: map[string]map[digest.Digest]digest.Digest{}, fills: map[digest.Digest]*fill{}}
+		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{}}
 }
 
 // Handler serves the mirror to the node's runtime, filling what the store lacks from
@@ -142,12 +156,12 @@ func (m *Mirror) Chain(repo string, d digest.Digest) []digest.Digest {
 	defer m.mu.Unlock()
 	var chain []digest.Digest
 	for cur := d; len(chain) < 4; {
-		p, ok := m.children[repo][cur]
+		c, ok := m.children[repo][cur]
 		if !ok {
 			break
 		}
-		chain = append(chain, p)
-		cur = p
+		chain = append(chain, c.parent)
+		cur = c.parent
 	}
 	return chain
 }
@@ -239,7 +253,7 @@ func parseChain(v string) ([]digest.Digest, bool) {
 func (m *Mirror) admit(ctx context.Context, repo string, chain []digest.Digest, src Source) bool {
 	for i := len(chain) - 1; i >= 0; i-- {
 		c := chain[i]
-		if !m.pinned(repo, c) && !m.allowed(repo, c) {
+		if !m.manifestAllowed(repo, c) {
 			return false
 		}
 		if _, _, err := m.loadManifest(ctx, repo, chain[i+1:], c, src); err != nil {
@@ -289,54 +303,95 @@ func notFound(w http.ResponseWriter, code string) {
 	fmt.Fprintf(w, `{"errors":[{"code":%q,"message":"not pinned on this node"}]}`, code)
 }
 
-// parent is the served manifest that names blob d of repo, and whether there is one.
-func (m *Mirror) parent(repo string, d digest.Digest) (digest.Digest, bool) {
+// child is what the served manifest naming d of repo says of it, and whether one does.
+func (m *Mirror) child(repo string, d digest.Digest) (child, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	p, ok := m.children[repo][d]
-	return p, ok
+	c, ok := m.children[repo][d]
+	return c, ok
 }
 
 func (m *Mirror) allowed(repo string, d digest.Digest) bool {
-	_, ok := m.parent(repo, d)
+	_, ok := m.child(repo, d)
 	return ok
+}
+
+// manifestAllowed says whether repo@d may be served as a manifest: a pinned one, or
+// one an index served names (never a config or a layer).
+func (m *Mirror) manifestAllowed(repo string, d digest.Digest) bool {
+	if m.pinned(repo, d) {
+		return true
+	}
+	c, ok := m.child(repo, d)
+	return ok && c.manifest
 }
 
 // loadManifest is repo@d from the store, else from src (checked against d and stored),
 // with the blobs it names now allowed. fromStore says where it came from.
 func (m *Mirror) loadManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) (data []byte, fromStore bool, err error) {
 	if rd, _, err := m.reader(ctx, d); err == nil {
-		data, err = io.ReadAll(io.LimitReader(rd, maxManifest))
+		data, err = io.ReadAll(io.LimitReader(rd, maxManifest+1))
 		rd.Close()
 		if err != nil {
 			return nil, false, err
 		}
+		if err := isManifest(data); err != nil {
+			return nil, false, fmt.Errorf("%s in the store: %w", d, err)
+		}
 		fromStore = true
 	} else {
-		// One fetch for every request asking at once (the runtime, and peers).
-		v, err, _ := m.manifests.Do(d.String(), func() (any, error) {
-			data, _, err := src.Manifest(ctx, repo, chain, d)
-			if err != nil {
-				return nil, err
-			}
-			if digest.FromBytes(data) != d {
-				return nil, fmt.Errorf("the source sent a manifest that does not match %s", d)
-			}
-			if sw, err := m.store.Writer(ctx, d, int64(len(data))); err == nil {
-				if _, err := sw.Write(data); err == nil {
-					_ = sw.Commit(ctx)
-				}
-				sw.Close()
-			}
-			return data, nil
-		})
+		data, err = m.fetchManifest(ctx, repo, chain, d, src)
 		if err != nil {
 			return nil, false, err
 		}
-		data = v.([]byte)
 	}
 	m.remember(repo, d, data)
 	return data, fromStore, nil
+}
+
+// flightKey is one manifest fetch: a digest from one source. Fetches from different
+// sources are never joined: a request answered from the registry alone (a peer's
+// hop) never waits on a fetch that asks peers, so no two nodes wait on each other.
+// (The registry's own fetches are joined below them: Shared.)
+type flightKey struct {
+	src any // the Source, or its type when it is not comparable
+	d   digest.Digest
+}
+
+func sourceKey(src Source) any {
+	if reflect.ValueOf(src).Comparable() {
+		return src
+	}
+	return reflect.TypeOf(src)
+}
+
+// fetchManifest is repo@d from src, checked against d and stored: one fetch for every
+// request asking at once (the runtime, and peers), which does not end with the request
+// that started it (flights).
+func (m *Mirror) fetchManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) ([]byte, error) {
+	return m.flights.do(ctx, flightKey{sourceKey(src), d}, func(ctx context.Context) ([]byte, error) {
+		return m.fetchAndStore(ctx, repo, chain, d, src)
+	})
+}
+
+func (m *Mirror) fetchAndStore(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) ([]byte, error) {
+	data, _, err := src.Manifest(ctx, repo, chain, d)
+	if err != nil {
+		return nil, err
+	}
+	if digest.FromBytes(data) != d {
+		return nil, fmt.Errorf("the source sent a manifest that does not match %s", d)
+	}
+	if err := isManifest(data); err != nil {
+		return nil, fmt.Errorf("%s from the source: %w", d, err)
+	}
+	if sw, err := m.store.Writer(ctx, d, int64(len(data))); err == nil {
+		if _, err := sw.Write(data); err == nil {
+			_ = sw.Commit(ctx)
+		}
+		sw.Close()
+	}
+	return data, nil
 }
 
 // maxManifest bounds a manifest read (the distribution spec's limit is 4 MiB).
@@ -344,7 +399,9 @@ const maxManifest = 4 << 20
 
 func (h *handler) manifest(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
 	m := h.m
-	if !m.pinned(repo, d) && !m.allowed(repo, d) {
+	if !m.manifestAllowed(repo, d) {
+		// A config or layer is not served as a manifest (it would be cut at maxManifest,
+		// under a digest the body does not match).
 		notFound(w, "MANIFEST_UNKNOWN")
 		return
 	}
@@ -380,35 +437,93 @@ func (m *Mirror) remember(repo string, d digest.Digest, data []byte) {
 	defer m.mu.Unlock()
 	c := m.children[repo]
 	if c == nil {
-		c = map[digest.Digest]digest.Digest{}
+		c = map[digest.Digest]child{}
 		m.children[repo] = c
 	}
-	for _, b := range append(blobs, manifests...) {
-		c[b] = d
+	for _, b := range blobs {
+		c[b.digest] = child{parent: d, size: b.size}
 	}
+	for _, b := range manifests {
+		c[b.digest] = child{parent: d, size: b.size, manifest: true}
+	}
+}
+
+// descriptor is a digest a manifest names, with the size it gives (-1: none).
+type descriptor struct {
+	digest digest.Digest
+	size   int64
 }
 
 // named is what a manifest names: the config and layers of an image manifest, the
 // manifests of an index; ok false when data is not a manifest (a layer, a config).
-func named(data []byte) (blobs, manifests []digest.Digest, ok bool) {
+func named(data []byte) (blobs, manifests []descriptor, ok bool) {
+	type desc struct {
+		Digest digest.Digest `json:"digest"`
+		Size   *int64        `json:"size"`
+	}
 	var man struct {
-		Config    *struct{ Digest digest.Digest }  `json:"config"`
-		Layers    []struct{ Digest digest.Digest } `json:"layers"`
-		Manifests []struct{ Digest digest.Digest } `json:"manifests"`
+		Config    *desc  `json:"config"`
+		Layers    []desc `json:"layers"`
+		Manifests []desc `json:"manifests"`
 	}
 	if json.Unmarshal(data, &man) != nil {
 		return nil, nil, false
 	}
+	of := func(x desc) descriptor {
+		if x.Size == nil || *x.Size < 0 {
+			return descriptor{x.Digest, -1}
+		}
+		return descriptor{x.Digest, *x.Size}
+	}
 	if man.Config != nil {
-		blobs = append(blobs, man.Config.Digest)
+		blobs = append(blobs, of(*man.Config))
 	}
 	for _, l := range man.Layers {
-		blobs = append(blobs, l.Digest)
+		blobs = append(blobs, of(l))
 	}
 	for _, l := range man.Manifests {
-		manifests = append(manifests, l.Digest)
+		manifests = append(manifests, of(l))
 	}
 	return blobs, manifests, true
+}
+
+// manifestTypes are the media types served as manifests.
+var manifestTypes = map[string]bool{
+	"application/vnd.oci.image.manifest.v1+json":                true,
+	"application/vnd.oci.image.index.v1+json":                   true,
+	"application/vnd.docker.distribution.manifest.v2+json":      true,
+	"application/vnd.docker.distribution.manifest.list.v2+json": true,
+	"application/vnd.docker.distribution.manifest.v1+json":      true,
+	"application/vnd.docker.distribution.manifest.v1+prettyjws": true,
+}
+
+// ErrNotManifest is data that is no manifest (a config, a layer) asked for as one.
+var ErrNotManifest = errors.New("not a manifest")
+
+// isManifest says whether data is a manifest: JSON of at most maxManifest bytes with a
+// manifest media type, or without one, the shape of one (an image manifest's config
+// and layers, an index's manifests, a schema 1 manifest's fsLayers).
+func isManifest(data []byte) error {
+	if len(data) > maxManifest {
+		return fmt.Errorf("more than %d bytes: %w", maxManifest, ErrNotManifest)
+	}
+	var v struct {
+		MediaType string          `json:"mediaType"`
+		Config    json.RawMessage `json:"config"`
+		Layers    json.RawMessage `json:"layers"`
+		Manifests json.RawMessage `json:"manifests"`
+		FSLayers  json.RawMessage `json:"fsLayers"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return fmt.Errorf("%w: %v", ErrNotManifest, err)
+	}
+	switch {
+	case v.MediaType != "" && !manifestTypes[v.MediaType]:
+		return fmt.Errorf("media type %s: %w", v.MediaType, ErrNotManifest)
+	case v.MediaType == "" && (v.Config == nil || v.Layers == nil) && v.Manifests == nil && v.FSLayers == nil:
+		return ErrNotManifest
+	}
+	return nil
 }
 
 // sniffMediaType is a manifest's mediaType field, else the OCI type its shape says.
@@ -429,29 +544,33 @@ func sniffMediaType(data []byte) string {
 
 func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d digest.Digest) {
 	m := h.m
-	if !m.allowed(repo, d) {
+	c, ok := m.child(repo, d)
+	if !ok {
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	}
 	ctx := r.Context()
-	if rd, _, err := m.reader(ctx, d); err == nil {
-		defer rd.Close()
-		w.Header().Set("Docker-Content-Digest", d.String())
-		w.Header().Set("Content-Type", "application/octet-stream")
-		cw := &countingWriter{ResponseWriter: w, n: &h.stats.FromStore}
-		http.ServeContent(cw, r, "", time.Time{}, rd)
-		return
-	}
-	if r.Method == http.MethodHead {
+	counter := &h.stats.Transferred
+	body, size, err := m.stored(ctx, d, rangeStart(r), r.Method == http.MethodHead)
+	switch {
+	case err == nil:
+		counter = &h.stats.FromStore
+	case r.Method == http.MethodHead:
 		// Pulls GET their blobs; a HEAD for one not stored yet is not worth a fetch.
 		notFound(w, "BLOB_UNKNOWN")
 		return
-	}
-	body, size, err := m.open(ctx, repo, m.Chain(repo, d), d, h.src, rangeStart(r))
-	if err != nil {
-		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
+	case c.size < 0:
+		// Nothing would bound the fill: a source could write the store full.
+		m.log.WithField("blob", repo+"@"+d.String()).Warn("mirror: the manifest naming the blob gives no size; not fetched")
 		notFound(w, "BLOB_UNKNOWN")
 		return
+	default:
+		body, size, err = m.open(ctx, repo, m.Chain(repo, d), d, c.size, h.src, rangeStart(r))
+		if err != nil {
+			m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
+			notFound(w, "BLOB_UNKNOWN")
+			return
+		}
 	}
 	defer body.Close()
 	w.Header().Set("Docker-Content-Digest", d.String())
@@ -464,13 +583,18 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 	if size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(size-body.offset, 10))
 	}
-	// Streamed while it arrives, all but the last bytes: those are sent only once the
-	// whole blob matches its digest (the reader's io.EOF), so a client never receives a
-	// complete wrong blob: a source or peer serving garbage costs it a retry.
+	if r.Method == http.MethodHead {
+		w.WriteHeader(status)
+		return
+	}
+	// Streamed while it arrives (or read from the store), all but the last bytes:
+	// those are sent only once the whole blob matches its digest (the reader's io.EOF),
+	// so a client never receives a complete wrong blob: a source or peer serving
+	// garbage, or a stored blob corrupted on disk, costs it a retry.
 	held := &holdback{w: w, keep: 64 << 10}
 	w.WriteHeader(status)
 	n, err := io.Copy(held, body)
-	h.stats.Transferred.Add(n)
+	counter.Add(n)
 	if err != nil {
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Warn("mirror: blob not served whole; the client's copy is cut")
 		panic(http.ErrAbortHandler)

@@ -37,6 +37,11 @@ type fakeSource struct {
 	blobs     map[digest.Digest][]byte
 	corrupt   bool
 	calls     atomic.Int64
+	// tail are bytes sent after each blob, announced (a sender streaming without
+	// end); announce, when set, is the size announced instead of the blob's.
+	tail, announce int64
+	// read are the blob bytes handed out.
+	read atomic.Int64
 }
 
 func (s *fakeSource) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
@@ -47,7 +52,7 @@ func (s *fakeSource) Manifest(_ context.Context, _ string, _ []digest.Digest, d 
 	return s.manifest, s.mediaType, nil
 }
 
-func (s *fakeSource) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+func (s *fakeSource) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest, _ int64) (io.ReadCloser, int64, error) {
 	s.calls.Add(1)
 	b, ok := s.blobs[d]
 	if !ok {
@@ -57,7 +62,30 @@ func (s *fakeSource) Blob(_ context.Context, _ string, _ []digest.Digest, d dige
 		b = append([]byte(nil), b...)
 		b[len(b)/2] ^= 0xff
 	}
-	return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+	size := int64(len(b))
+	var r io.Reader = bytes.NewReader(b)
+	if s.tail > 0 {
+		r, size = io.MultiReader(r, io.LimitReader(zeros{}, s.tail)), size+s.tail
+	}
+	if s.announce != 0 {
+		size = s.announce
+	}
+	return io.NopCloser(&countReader{r, &s.read}), size, nil
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type countReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
 }
 
 func newImage(t *testing.T) (v1.Image, *fakeSource) {
@@ -88,11 +116,13 @@ type served struct {
 	m     *Mirror
 	store *blobstore.Store
 	stats *Stats
+	dir   string // the store's
 }
 
 func serve(t *testing.T, src Source, pinned Pinned) served {
 	t.Helper()
-	store, err := blobstore.Open(t.TempDir())
+	dir := t.TempDir()
+	store, err := blobstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +130,7 @@ func serve(t *testing.T, src Source, pinned Pinned) served {
 	stats := &Stats{}
 	srv := httptest.NewServer(m.Handler(src, stats))
 	t.Cleanup(srv.Close)
-	return served{srv, m, store, stats}
+	return served{srv, m, store, stats, dir}
 }
 
 // pullThrough pulls repo@d from the mirror at srv with go-containerregistry (which
@@ -299,8 +329,8 @@ func TestPruneKeepsWhatIsPinned(t *testing.T) {
 // slowSource hands out each blob in small pieces with pauses, so requests overlap.
 type slowSource struct{ *fakeSource }
 
-func (s slowSource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
-	rc, size, err := s.fakeSource.Blob(ctx, repo, chain, d)
+func (s slowSource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, want int64) (io.ReadCloser, int64, error) {
+	rc, size, err := s.fakeSource.Blob(ctx, repo, chain, d, want)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -443,17 +473,278 @@ func TestOpenAfterTheFillCommitted(t *testing.T) {
 	pullThrough(t, s.srv, repo, d)
 	layers, _ := img.Layers()
 	ld, _ := layers[0].Digest()
-	rd, size, err := s.m.open(context.Background(), repo, nil, digest.Digest(ld.String()), src, 100)
+	whole := src.blobs[digest.Digest(ld.String())]
+	rd, size, err := s.m.open(context.Background(), repo, nil, digest.Digest(ld.String()), int64(len(whole)), src, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := io.ReadAll(rd)
 	rd.Close()
-	whole := src.blobs[digest.Digest(ld.String())]
 	if err != nil || size != int64(len(whole)) || !bytes.Equal(b, whole[100:]) {
 		t.Fatalf("%d bytes of %d (size %d): %v", len(b), len(whole)-100, size, err)
 	}
 	if !s.m.storeFailed.IsZero() {
 		t.Fatal("a blob already stored made the mirror take its store for a failing one")
+	}
+}
+
+// An ingest a killed imagepind left (a fill cut by kill -9 or a reboot) goes at the
+// next prune; a fill under way keeps its own.
+func TestPruneReleasesIngestsLeftByAKill(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	dir := t.TempDir()
+	ctx := context.Background()
+	killed, err := blobstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	w, err := killed.Writer(ctx, digest.Digest(ld.String()), -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(src.blobs[digest.Digest(ld.String())][:1000]) // never closed: "kill -9"
+	store, err := blobstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(store, func(r string, dd digest.Digest) bool { return dd.String() == d.String() }, logrus.New())
+	n, freed, err := m.Prune(ctx, []string{repo + "@" + d.String()})
+	if err != nil || n != 1 || freed != 1000 {
+		t.Fatalf("prune: %d released, %d bytes, %v; want the killed fill's ingest", n, freed, err)
+	}
+	if _, err := os.Stat(store.IngestFile(digest.Digest(ld.String()))); !os.IsNotExist(err) {
+		t.Fatalf("the killed fill's ingest is still there: %v", err)
+	}
+}
+
+// A fill stops at the size the manifest gives: a source streaming on past it (48 MiB
+// for a 256 KiB layer) is cut there, whether the blob is stored or streamed without
+// storing; one announcing another size is refused before anything is read. The
+// client's copy is cut, nothing is stored.
+func TestAFillStopsAtTheDescriptorsSize(t *testing.T) {
+	for _, c := range []struct {
+		name           string
+		tail, announce int64
+		noStore        bool
+	}{
+		{name: "streaming on", tail: 48 << 20},
+		{name: "streaming on, not stored", tail: 48 << 20, noStore: true},
+		{name: "announcing 48 MiB", announce: 48 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img, src := newImage(t)
+			d, _ := img.Digest()
+			s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+			resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + d.String())
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("manifest: %v %v", resp, err)
+			}
+			resp.Body.Close()
+			if c.noStore {
+				s.m.storeFailed = time.Now()
+			}
+			src.tail, src.announce = c.tail, c.announce
+			layers, _ := img.Layers()
+			ld, _ := layers[0].Digest()
+			size := int64(len(src.blobs[digest.Digest(ld.String())]))
+			resp, err = http.Get(s.srv.URL + "/v2/" + repo + "/blobs/" + ld.String())
+			if err == nil {
+				if resp.StatusCode == http.StatusOK {
+					_, err = io.ReadAll(resp.Body)
+				} else {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+				resp.Body.Close()
+			}
+			if err == nil {
+				t.Fatal("a blob longer than its descriptor was served as whole")
+			}
+			want := size + 1 // the blob, and one byte that says there is more
+			if c.announce != 0 {
+				want = 0
+			}
+			if got := src.read.Load(); got > want {
+				t.Fatalf("%d bytes read from the source for a blob of %d (want at most %d)", got, size, want)
+			}
+			if _, ok := s.store.Size(context.Background(), digest.Digest(ld.String())); ok {
+				t.Fatal("stored")
+			}
+		})
+	}
+}
+
+// A blob whose manifest gives no size is not fetched: nothing would bound the fill.
+func TestABlobWithoutASizeIsNotFetched(t *testing.T) {
+	layer := []byte("a layer")
+	ld := digest.FromBytes(layer)
+	man := []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":2},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q}]}`, digest.FromString("{}"), ld))
+	src := &fakeSource{manifest: man, mediaType: "application/vnd.oci.image.manifest.v1+json", blobs: map[digest.Digest][]byte{ld: layer}}
+	md := digest.FromBytes(man)
+	s := serve(t, src, func(_ string, d digest.Digest) bool { return d == md })
+	resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + md.String())
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("manifest: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get(s.srv.URL + "/v2/" + repo + "/blobs/" + ld.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || src.calls.Load() != 1 {
+		t.Fatalf("a blob without a size: %d, the source asked %d times", resp.StatusCode, src.calls.Load())
+	}
+}
+
+// gatedSource holds each manifest fetch until release is closed (or its context ends).
+type gatedSource struct {
+	*fakeSource
+	started, release chan struct{}
+}
+
+func (s gatedSource) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	select {
+	case s.started <- struct{}{}:
+	default:
+	}
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return nil, "", ctx.Err()
+	}
+	return s.fakeSource.Manifest(ctx, repo, chain, d)
+}
+
+// Requests asking for a manifest at once share one fetch, but the one that started it
+// going away (a cancelled pull) does not fail the others.
+func TestACancelledRequestDoesNotFailTheOthers(t *testing.T) {
+	img, fake := newImage(t)
+	d, _ := img.Digest()
+	md := digest.Digest(d.String())
+	src := gatedSource{fake, make(chan struct{}, 1), make(chan struct{})}
+	s := serve(t, src, func(_ string, dd digest.Digest) bool { return dd == md })
+	first, cancel := context.WithCancel(context.Background())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, _, err := s.m.loadManifest(first, repo, nil, md, src)
+		firstErr <- err
+	}()
+	<-src.started
+	second := make(chan error, 1)
+	go func() {
+		_, _, err := s.m.loadManifest(context.Background(), repo, nil, md, src)
+		second <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the second joins the first's fetch
+	cancel()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled request: %v", err)
+	}
+	close(src.release)
+	if err := <-second; err != nil {
+		t.Fatalf("the request joined to a cancelled one: %v", err)
+	}
+	if n := fake.calls.Load(); n != 1 {
+		t.Fatalf("the source was asked %d times", n)
+	}
+}
+
+// Only manifests are served as manifests: a config or layer the mirror knows (or
+// holds) is a 404 on the manifests endpoint, without asking the source; and data that
+// is no manifest, even under a pinned digest it matches, is neither served as one nor
+// stored.
+func TestOnlyManifestsAreServedAsManifests(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	pullThrough(t, s.srv, repo, d)
+	calls := src.calls.Load()
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	cd, _ := img.ConfigName()
+	for _, b := range []fmt.Stringer{ld, cd} {
+		resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("the blob %s on the manifests endpoint: %d, want 404", b, resp.StatusCode)
+		}
+	}
+	if src.calls.Load() != calls {
+		t.Fatal("the source was asked for a blob as a manifest")
+	}
+
+	// A config pinned as if it were a manifest (the source sends it, its digest right).
+	cfg, _ := img.RawConfigFile()
+	notManifest := &fakeSource{manifest: cfg, mediaType: "application/vnd.oci.image.manifest.v1+json"}
+	cfgDigest := digest.FromBytes(cfg)
+	s2 := serve(t, notManifest, func(_ string, dd digest.Digest) bool { return dd == cfgDigest })
+	resp, err := http.Get(s2.srv.URL + "/v2/" + repo + "/manifests/" + cfgDigest.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("a config under a pinned digest: %d, want 404", resp.StatusCode)
+	}
+	if _, ok := s2.store.Size(context.Background(), cfgDigest); ok {
+		t.Fatal("a config was stored as a manifest")
+	}
+}
+
+// A stored blob corrupted on disk after its commit is checked as it is served: the
+// client's copy is cut (never whole), the blob leaves the store, and the next request
+// fills it again, right.
+func TestACorruptedStoredBlobIsCutAndFilledAgain(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	s := serve(t, src, func(r string, dd digest.Digest) bool { return dd.String() == d.String() })
+	pullThrough(t, s.srv, repo, d)
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	path := filepath.Join(s.dir, "blobs", "sha256", ld.Hex)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	get := func(rangeFrom int) ([]byte, error) {
+		req, _ := http.NewRequest(http.MethodGet, s.srv.URL+"/v2/"+repo+"/blobs/"+ld.String(), nil)
+		if rangeFrom > 0 {
+			req.Header.Set("Range", fmt.Sprintf("bytes=%d-", rangeFrom))
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		return io.ReadAll(resp.Body)
+	}
+	calls := src.calls.Load()
+	if b, err := get(0); err == nil {
+		t.Fatalf("a corrupted stored blob was served whole (%d bytes)", len(b))
+	}
+	if _, ok := s.store.Size(context.Background(), digest.Digest(ld.String())); ok {
+		t.Fatal("the corrupted blob is still stored")
+	}
+	whole := src.blobs[digest.Digest(ld.String())]
+	b, err := get(1000)
+	if err != nil || !bytes.Equal(b, whole[1000:]) {
+		t.Fatalf("the next request: %d bytes, %v", len(b), err)
+	}
+	if src.calls.Load() != calls+1 {
+		t.Fatalf("the source was asked %d times, want once", src.calls.Load()-calls)
+	}
+	// Stored again, right: a Range read from the store is checked whole too.
+	if b, err := get(1000); err != nil || !bytes.Equal(b, whole[1000:]) {
+		t.Fatalf("from the store again: %d bytes, %v", len(b), err)
 	}
 }

@@ -11,7 +11,9 @@ import (
 // Prune deletes from the store every blob that no pinned reference needs: the pinned
 // manifests, what they name, and for an index what its manifests name. pinned are the
 // pinner's patterns (images stay in them for unpin_delay after their set goes, so their
-// blobs are released when their pins are). It returns how many blobs and bytes went.
+// blobs are released when their pins are). Ingests no fill holds (what a kill -9 or a
+// reboot left half written) go too. It returns how many blobs (and ingests) and bytes
+// went.
 func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error) {
 	keep := map[digest.Digest]bool{}
 	var visit func(d digest.Digest)
@@ -34,10 +36,10 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 			return // a layer or a config: a leaf
 		}
 		for _, b := range blobs {
-			keep[b] = true
+			keep[b.digest] = true
 		}
 		for _, c := range manifests {
-			visit(c)
+			visit(c.digest)
 		}
 	}
 	for _, p := range pinned {
@@ -67,6 +69,11 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 			return 0, 0, err
 		}
 	}
+	// A fill holds its ingest through a live Writer: ReleaseIngests leaves those.
+	ingests, ingestBytes, err := m.store.ReleaseIngests(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
 	// What the mirror may serve shrinks with the pins too.
 	m.mu.Lock()
 	for repo, c := range m.children {
@@ -80,5 +87,5 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 		}
 	}
 	m.mu.Unlock()
-	return len(gone), freed, nil
+	return len(gone) + ingests, freed + ingestBytes, nil
 }

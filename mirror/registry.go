@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/opencontainers/go-digest"
@@ -20,9 +21,17 @@ func (s registrySource) Manifest(ctx context.Context, repo string, _ []digest.Di
 	return s.c.Manifest(ctx, repo, d)
 }
 
-func (s registrySource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+func (s registrySource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
 	if len(chain) == 0 {
 		return nil, 0, errors.New("no manifest names " + d.String() + " on this node")
 	}
-	return s.c.Blob(ctx, repo, chain[0], d)
+	body, announced, err := s.c.Blob(ctx, repo, chain[0], d)
+	if err != nil {
+		return nil, 0, err
+	}
+	if announced >= 0 && announced != size {
+		body.Close()
+		return nil, 0, fmt.Errorf("%s: the registry announced %d bytes, the manifest gives %d: %w", d, announced, size, ErrSize)
+	}
+	return &Bounded{ReadCloser: body, Left: size}, announced, nil
 }

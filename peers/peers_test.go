@@ -13,6 +13,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,7 +81,7 @@ func (r *fakeRegistry) Manifest(_ context.Context, _ string, _ []digest.Digest, 
 	return r.manifest, "application/vnd.docker.distribution.manifest.v2+json", nil
 }
 
-func (r *fakeRegistry) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
+func (r *fakeRegistry) Blob(_ context.Context, _ string, _ []digest.Digest, d digest.Digest, _ int64) (io.ReadCloser, int64, error) {
 	if err := r.count(d); err != nil {
 		return nil, 0, err
 	}
@@ -124,6 +126,13 @@ type cluster struct {
 
 // newCluster starts n nodes pinning the registry's image, each knowing all.
 func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
+	t.Helper()
+	return newClusterWith(t, reg, n, nil)
+}
+
+// newClusterWith is newCluster with what each node serves its peers wrapped by wrap
+// (nil: as is): a node misbehaving.
+func newClusterWith(t *testing.T, reg *fakeRegistry, n int, wrap func(i int, h http.Handler) http.Handler) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	ca, err := testcerts.NewCA(dir, "nodes-ca")
@@ -172,7 +181,11 @@ func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
 		nd.src = NewSource(addrs[i], func() []string { return addrs }, reg, client, stats, log)
 		src := nd.src
 		nd.local = httptest.NewServer(m.Handler(src, &mirror.Stats{}))
-		server := &Server{Mirror: m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
+		var peerHandler http.Handler = m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{})
+		if wrap != nil {
+			peerHandler = wrap(i, peerHandler)
+		}
+		server := &Server{Mirror: peerHandler, MaxServing: 4, Stats: stats, Log: log}
 		server.init()
 		nd.server = server
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
@@ -622,4 +635,219 @@ func TestABusyPeerIsAskedAgain(t *testing.T) {
 		t.Fatalf("node-0 read %d bytes from its busy peer and asked the registry again for %d digests", c.nodes[0].stats.FromPeers.Load(), again)
 	}
 	t.Logf("with its peer busy for 1.5 s, node-0 asked the registry again for %d digests and read %d bytes from the peer", again, c.nodes[0].stats.FromPeers.Load())
+}
+
+func (s *Source) asideFor(node string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Until(s.bad[node])
+}
+
+// A peer announcing a blob far larger than the manifest gives is refused before
+// anything is read; one streaming on past it is cut at the blob's size. Either is set
+// aside as a peer sending wrong bytes (corruptFor), and the pull's retry is right.
+func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		announce bool
+	}{{"announcing 48 MiB", true}, {"streaming 48 MiB", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			reg := newRegistry(t, 6, 256<<10)
+			var sent atomic.Int64
+			bad := func(i int, h http.Handler) http.Handler {
+				if i != 1 {
+					return h
+				}
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if !strings.Contains(r.URL.Path, "/blobs/") {
+						h.ServeHTTP(w, r)
+						return
+					}
+					if c.announce {
+						w.Header().Set("Content-Length", strconv.Itoa(48<<20))
+					}
+					w.WriteHeader(http.StatusOK)
+					chunk := make([]byte, 64<<10)
+					for range (48 << 20) / len(chunk) {
+						n, err := w.Write(chunk)
+						sent.Add(int64(n))
+						if err != nil {
+							return
+						}
+					}
+				})
+			}
+			cl := newClusterWith(t, reg, 2, bad)
+			liar := cl.nodes[1]
+			d := cl.blobHeadedBy(liar)
+			size := int64(len(reg.blobs[d]))
+			reader := cl.nodes[0]
+			first := cl.pull(reader)
+			t.Logf("first pull: %v; the peer wrote %d bytes", first, sent.Load())
+			if got := reader.stats.FromPeers.Load(); got > cl.size() {
+				t.Fatalf("%d bytes read from the peer for a blob of %d (the image is %d)", got, size, cl.size())
+			}
+			if aside := reader.src.asideFor(liar.addr); aside <= failedFor {
+				t.Fatalf("the peer is set aside for %s, want %s", aside, corruptFor)
+			}
+			if first != nil {
+				if err := cl.pull(reader); err != nil {
+					t.Fatalf("the retry: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// A peer that stops sending a manifest midway is left after stallAfter (set aside),
+// and the manifest comes from the next in the order: it does not hold the fetch, and
+// every request joined to it, for ever.
+func TestAPeerStallingOnAManifest(t *testing.T) {
+	old := stallAfter
+	stallAfter = 200 * time.Millisecond
+	t.Cleanup(func() { stallAfter = old })
+	reg := newRegistry(t, 2, 64<<10)
+	md := digest.FromBytes(reg.manifest)
+	var staller atomic.Int64
+	staller.Store(-1)
+	stall := func(i int, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if staller.Load() != int64(i) || !strings.Contains(r.URL.Path, "/manifests/") {
+				h.ServeHTTP(w, r)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(reg.manifest)))
+			w.WriteHeader(http.StatusOK)
+			w.Write(reg.manifest[:10])
+			http.NewResponseController(w).Flush()
+			select { // stalls (for long enough to tell)
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+		})
+	}
+	c := newClusterWith(t, reg, 2, stall)
+	addrs := []string{c.nodes[0].addr, c.nodes[1].addr}
+	first := Order(md, addrs)[0]
+	reader, stalled := c.nodes[0], c.nodes[1]
+	if first == addrs[0] {
+		reader, stalled = c.nodes[1], c.nodes[0]
+	}
+	if stalled == c.nodes[0] {
+		staller.Store(0)
+	} else {
+		staller.Store(1)
+	}
+	start := time.Now()
+	if err := c.pull(reader); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the pull took %s behind a peer stalling on the manifest", took)
+	}
+	if !reader.src.isAside(stalled.addr) {
+		t.Fatal("the stalling peer was not set aside")
+	}
+}
+
+// Two nodes never wait on each other: with the registry gone and no node holding the
+// manifest, the node heading it asks its peer, whose hop back is answered from the
+// registry alone (a 404 at once), not joined to the first node's own fetch (which
+// waits on the peer: the two waited 60 s on each other).
+func TestAHopNeverWaitsOnAFetchThatAsksPeers(t *testing.T) {
+	reg := newRegistry(t, 2, 64<<10)
+	reg.down.Store(true)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	head := c.nodes[0]
+	if Order(md, []string{c.nodes[0].addr, c.nodes[1].addr})[0] == c.nodes[1].addr {
+		head = c.nodes[1]
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- c.pull(head) }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a manifest no node and no registry has was served")
+		}
+		t.Logf("failed in %s, as it should: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the two nodes wait on each other")
+	}
+	for _, nd := range c.nodes {
+		for _, other := range c.nodes {
+			if nd != other && nd.src.isAside(other.addr) {
+				t.Errorf("%s set %s aside for a 404", nd.addr, other.addr)
+			}
+		}
+	}
+}
+
+// A peer asked for a layer as a manifest (a hop, say) answers 404, and is not set
+// aside: it used to serve the layer cut at 4 MiB under the layer's digest, and the
+// asking node took a healthy peer for one sending wrong bytes for 10 minutes.
+func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
+	reg := newRegistry(t, 1, 5<<20)
+	c := newCluster(t, reg, 2)
+	holder, asker := c.nodes[1], c.nodes[0]
+	if err := c.pull(holder); err != nil {
+		t.Fatal(err)
+	}
+	md := digest.FromBytes(reg.manifest)
+	var layer digest.Digest
+	for d, b := range reg.blobs {
+		if len(b) > 4<<20 {
+			layer = d
+		}
+	}
+	if layer == "" {
+		t.Fatal("no layer over 4 MiB")
+	}
+	if _, _, err := asker.src.Forwarding().Manifest(context.Background(), repo, []digest.Digest{md}, layer); err == nil {
+		t.Fatal("a layer was taken for a manifest")
+	}
+	if asker.src.isAside(holder.addr) {
+		t.Fatal("a healthy peer was set aside for not serving a layer as a manifest")
+	}
+}
+
+// A peer answering 503 for ever costs one busy window (busyWait), then is set aside:
+// not a window for every digest it heads.
+func TestAPeerBusyForEverIsSetAside(t *testing.T) {
+	oldSlot, oldBusy, oldPoll := slotWait, busyWait, pinPoll
+	slotWait, busyWait, pinPoll = 20*time.Millisecond, 600*time.Millisecond, 50*time.Millisecond
+	t.Cleanup(func() { slotWait, busyWait, pinPoll = oldSlot, oldBusy, oldPoll })
+	reg := newRegistry(t, 10, 64<<10)
+	c := newCluster(t, reg, 2)
+	busy := c.nodes[1].server
+	for range cap(busy.slots) {
+		busy.slots <- struct{}{}
+	}
+	addrs := []string{c.nodes[0].addr, c.nodes[1].addr}
+	heads := 0
+	if Order(digest.FromBytes(reg.manifest), addrs)[0] == addrs[1] {
+		heads++
+	}
+	for d := range reg.blobs {
+		if Order(d, addrs)[0] == addrs[1] {
+			heads++
+		}
+	}
+	if heads < 3 {
+		t.Skip("the busy peer heads fewer than three digests of this random image")
+	}
+	start := time.Now()
+	if err := c.pull(c.nodes[0]); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("the busy peer heads %d digests; the pull took %s", heads, took)
+	if !c.nodes[0].src.isAside(addrs[1]) {
+		t.Fatal("a peer busy for a whole window was not set aside")
+	}
+	// Without the bound each digest it heads costs a whole window.
+	if took > time.Duration(heads)*busyWait-busyWait/2 {
+		t.Fatalf("the pull took %s: a busy window for each of %d digests", took, heads)
+	}
 }

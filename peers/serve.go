@@ -80,6 +80,9 @@ type limitedWriter struct {
 	stats   *Stats
 }
 
+// Unwrap lets http.ResponseController reach the connection's writer (Flush).
+func (l *limitedWriter) Unwrap() http.ResponseWriter { return l.ResponseWriter }
+
 func (l *limitedWriter) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {

@@ -118,7 +118,13 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 	start := time.Now()
 	for {
 		resp, err := s.get(ctx, node, repo, kind, chain, d, from)
-		if errors.Is(err, errBusy) && time.Since(start) < busyWait {
+		if errors.Is(err, errBusy) {
+			if time.Since(start) >= busyWait {
+				// Busy for a whole window: every digest it heads would cost each asker
+				// as much. Set aside, as a peer that fails.
+				s.setAside(node, failedFor, fmt.Errorf("busy for %s: %w", busyWait, err))
+				return nil, err
+			}
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -199,7 +205,7 @@ var (
 	pinWait       = 20 * time.Second
 	notPinningFor = 10 * time.Minute
 	// busyWait bounds how long a busy peer is asked again (it serves; the registry
-	// link is what peers spare).
+	// link is what peers spare); a peer busy that long is set aside for failedFor.
 	busyWait = time.Minute
 )
 
@@ -255,36 +261,87 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0)
-		if err != nil {
-			if !errors.Is(err, errNotThere) {
-				s.setAside(node, failedFor, err)
-			}
-			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
-			continue
-		}
-		data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		resp.Body.Close()
-		if err == nil && digest.FromBytes(data) != d {
-			err = errors.New("sent a manifest that does not match its digest")
-			s.setAside(node, corruptFor, err)
-		} else if err != nil {
-			s.setAside(node, failedFor, err)
-		}
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
 			continue
 		}
 		s.Stats.FromPeers.Add(int64(len(data)))
-		return data, resp.Header.Get("Content-Type"), nil
+		return data, mt, nil
 	}
 	return nil, "", errors.Join(errs...)
 }
 
-// Blob reads d from the first node in its order that has it (the first fetches it
-// from the registry), going on to the next from where it stopped when one fails.
-func (s *Source) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
-	r := &resumer{s: s, ctx: ctx, repo: repo, chain: chain, d: d, todo: s.order(d), size: -1, verifier: d.Verifier()}
+// maxManifest bounds a manifest from a peer (the distribution spec's limit, and the
+// mirror's): a peer sending more is sending wrong bytes.
+const maxManifest = 4 << 20
+
+// peerManifest is d from node, read with the blobs' stall bound (a peer that stops
+// sending is left after stallAfter, and every request joined to the fetch with it)
+// and at most maxManifest bytes; it sets the peer aside when it fails.
+func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0)
+	if err != nil {
+		if !errors.Is(err, errNotThere) && parent.Err() == nil {
+			s.setAside(node, failedFor, err)
+		}
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	if resp.ContentLength > maxManifest {
+		err := fmt.Errorf("announced a manifest of %d bytes, more than %d", resp.ContentLength, maxManifest)
+		s.setAside(node, corruptFor, err)
+		return nil, "", err
+	}
+	stall := time.AfterFunc(stallAfter, cancel)
+	defer stall.Stop()
+	data, err := io.ReadAll(io.LimitReader(&stalling{r: resp.Body, t: stall}, maxManifest+1))
+	switch {
+	case err != nil && parent.Err() != nil:
+	case err != nil && ctx.Err() != nil:
+		err = fmt.Errorf("sent nothing for %s: %w", stallAfter, err)
+		s.setAside(node, failedFor, err)
+	case err != nil:
+		s.setAside(node, failedFor, err)
+	case len(data) > maxManifest:
+		err = fmt.Errorf("sent a manifest of more than %d bytes", maxManifest)
+		s.setAside(node, corruptFor, err)
+	case digest.FromBytes(data) != d:
+		err = errors.New("sent a manifest that does not match its digest")
+		s.setAside(node, corruptFor, err)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return data, resp.Header.Get("Content-Type"), nil
+}
+
+// stalling resets t at each read that brings bytes.
+type stalling struct {
+	r io.Reader
+	t *time.Timer
+}
+
+func (s *stalling) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 {
+		s.t.Reset(stallAfter)
+	}
+	return n, err
+}
+
+// Blob reads d, of size bytes (its descriptor's), from the first node in its order
+// that has it (the first fetches it from the registry), going on to the next from
+// where it stopped when one fails. A peer announcing another size is refused before
+// anything is read, and one sending more than size bytes ends the read; both are set
+// aside as a peer sending wrong bytes is.
+func (s *Source) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+	if size < 0 {
+		return nil, 0, fmt.Errorf("%s: no size known: %w", d, mirror.ErrSize)
+	}
+	r := &resumer{s: s, ctx: ctx, repo: repo, chain: chain, d: d, todo: s.order(d), size: size, verifier: d.Verifier()}
 	if err := r.next(); err != nil {
 		return nil, 0, err
 	}
@@ -304,7 +361,7 @@ type resumer struct {
 	cur      io.ReadCloser
 	cancel   context.CancelFunc
 	stall    *time.Timer
-	size     int64
+	size     int64 // the descriptor's: no sender goes past it
 	off      int64
 	senders  []string
 	verifier digest.Verifier
@@ -318,42 +375,18 @@ func (r *resumer) next() error {
 		node := r.todo[0]
 		r.todo = r.todo[1:]
 		ctx, cancel := context.WithCancel(r.ctx)
-		var body io.ReadCloser
-		size := int64(-1)
-		var err error
-		if node == self {
-			body, size, err = r.s.Registry.Blob(ctx, r.repo, r.chain, r.d)
-			if err == nil && r.off > 0 {
-				// The registry is read from its first byte: skip what was read.
-				_, err = io.CopyN(io.Discard, body, r.off)
-				if err != nil {
-					body.Close()
-				}
-			}
-		} else {
-			var resp *http.Response
-			resp, err = r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, r.off)
-			if err == nil {
-				body, size = resp.Body, resp.ContentLength
-				if resp.StatusCode == http.StatusOK && r.off > 0 {
-					if _, err = io.CopyN(io.Discard, body, r.off); err != nil {
-						body.Close()
-					}
-				} else if resp.StatusCode == http.StatusPartialContent && size >= 0 {
-					size += r.off
-				}
-			}
-		}
+		body, err := r.open(ctx, node)
 		if err != nil {
 			cancel()
-			if node != self && !errors.Is(err, errNotThere) {
+			switch {
+			case node == self || errors.Is(err, errNotThere):
+			case errors.Is(err, mirror.ErrSize):
+				r.s.setAside(node, corruptFor, err)
+			default:
 				r.s.setAside(node, failedFor, err)
 			}
 			r.errs = append(r.errs, fmt.Errorf("%s: %w", name(node), err))
 			continue
-		}
-		if r.size < 0 {
-			r.size = size
 		}
 		r.node, r.cur, r.cancel = node, body, cancel
 		r.stall = time.AfterFunc(stallAfter, cancel)
@@ -361,6 +394,49 @@ func (r *resumer) next() error {
 		return nil
 	}
 	return fmt.Errorf("no node could send %s: %w", r.d, errors.Join(r.errs...))
+}
+
+// open is node's stream of the blob from r.off, refused when it announces another
+// size than the descriptor's.
+func (r *resumer) open(ctx context.Context, node string) (io.ReadCloser, error) {
+	if node == self {
+		body, announced, err := r.s.Registry.Blob(ctx, r.repo, r.chain, r.d, r.size)
+		if err != nil {
+			return nil, err
+		}
+		if announced >= 0 && announced != r.size {
+			body.Close()
+			return nil, fmt.Errorf("announced %d bytes, the manifest gives %d: %w", announced, r.size, mirror.ErrSize)
+		}
+		if r.off > 0 {
+			// The registry is read from its first byte: skip what was read.
+			if _, err := io.CopyN(io.Discard, body, r.off); err != nil {
+				body.Close()
+				return nil, err
+			}
+		}
+		return body, nil
+	}
+	resp, err := r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, r.off)
+	if err != nil {
+		return nil, err
+	}
+	whole := resp.StatusCode == http.StatusOK
+	want := r.size
+	if !whole {
+		want = r.size - r.off // a 206 from r.off
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != want {
+		resp.Body.Close()
+		return nil, fmt.Errorf("announced %d bytes, the manifest gives %d: %w", resp.ContentLength, want, mirror.ErrSize)
+	}
+	if whole && r.off > 0 {
+		if _, err := io.CopyN(io.Discard, resp.Body, r.off); err != nil {
+			resp.Body.Close()
+			return nil, err
+		}
+	}
+	return resp.Body, nil
 }
 
 func name(node string) string {
@@ -380,11 +456,21 @@ func (r *resumer) closeCur() {
 }
 
 func (r *resumer) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for {
 		if r.cur == nil {
 			return 0, io.ErrUnexpectedEOF
 		}
-		n, err := r.cur.Read(p)
+		n, err := r.read(p)
+		if errors.Is(err, mirror.ErrSize) {
+			err = fmt.Errorf("%s: %w", r.d, err)
+			if r.node != self {
+				r.s.setAside(r.node, corruptFor, err)
+			}
+			return 0, err
+		}
 		if n > 0 {
 			r.stall.Reset(stallAfter)
 			r.off += int64(n)
@@ -428,14 +514,32 @@ func (r *resumer) Read(p []byte) (int, error) {
 	}
 }
 
+// read reads the current sender, never past r.size: once every byte came, only the
+// end may follow (a byte more is mirror.ErrSize).
+func (r *resumer) read(p []byte) (int, error) {
+	if left := r.size - r.off; left <= 0 {
+		var one [1]byte
+		n, err := r.cur.Read(one[:])
+		if n > 0 {
+			return 0, fmt.Errorf("sent more than the %d bytes the manifest gives: %w", r.size, mirror.ErrSize)
+		}
+		return 0, err
+	} else if left < int64(len(p)) {
+		p = p[:left]
+	}
+	return r.cur.Read(p)
+}
+
 func (r *resumer) Close() error {
 	r.closeCur()
 	return nil
 }
 
-// CountRegistry counts in stats.FromRegistry what src (the registry) sends.
+// CountRegistry counts in stats.FromRegistry what src (the registry) sends. It is the
+// node's one way to the registry (for its own fetches, its peers' and their hops):
+// its manifests are fetched once for every fetch wanting them at once (mirror.Shared).
 func CountRegistry(src mirror.Source, stats *Stats) mirror.Source {
-	return counted{src, stats}
+	return mirror.Shared(counted{src, stats})
 }
 
 type counted struct {
@@ -450,8 +554,8 @@ func (c counted) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	return data, mt, err
 }
 
-func (c counted) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) (io.ReadCloser, int64, error) {
-	rc, size, err := c.Source.Blob(ctx, repo, chain, d)
+func (c counted) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+	rc, size, err := c.Source.Blob(ctx, repo, chain, d, size)
 	if err != nil {
 		return nil, 0, err
 	}
