@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -135,6 +136,47 @@ func pool(file, what string) (*x509.CertPool, error) {
 	return p, nil
 }
 
+// caFile is a CA bundle read again when the file changes (its size or modification
+// time), so a rotated CA is taken at the next handshake as rotated certificates are. A
+// bundle that no longer reads or holds no certificate keeps the last good one.
+type caFile struct {
+	file, what string
+
+	mu      sync.Mutex
+	size    int64
+	modTime time.Time
+	pool    *x509.CertPool
+}
+
+func newCAFile(file, what string) (*caFile, error) {
+	c := &caFile{file: file, what: what}
+	if _, err := c.get(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// get is the bundle as the file holds it now.
+func (c *caFile) get() (*x509.CertPool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fi, err := os.Stat(c.file)
+	if err == nil && c.pool != nil && fi.Size() == c.size && fi.ModTime().Equal(c.modTime) {
+		return c.pool, nil
+	}
+	p, perr := pool(c.file, c.what)
+	switch {
+	case perr == nil && err == nil:
+		c.pool, c.size, c.modTime = p, fi.Size(), fi.ModTime()
+	case c.pool == nil:
+		if perr == nil {
+			perr = err
+		}
+		return nil, perr
+	}
+	return c.pool, nil
+}
+
 // keyPair loads a certificate and its key from one PEM file (as the kubelet keeps
 // kubelet-server-current.pem and kubelet-client-current.pem), again at each use: a
 // rotated certificate is picked up.
@@ -146,9 +188,10 @@ func keyPair(file string) func() (*tls.Certificate, error) {
 }
 
 // ServerTLS is the peers' listener: certFile (certificate and key, one PEM) and the
-// CA of the nodes' client certificates (the cluster's kubelet client CA).
+// CA of the nodes' client certificates (the cluster's kubelet client CA). Both files are
+// read again when they change: each handshake uses the CA bundle the file holds then.
 func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
-	clients, err := pool(clientCAFile, "peers.client_ca")
+	clients, err := newCAFile(clientCAFile, "peers.client_ca")
 	if err != nil {
 		return nil, err
 	}
@@ -156,19 +199,31 @@ func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("peers.cert %s: %w", certFile, err)
 	}
-	return &tls.Config{
+	base := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		ClientAuth:     tls.RequireAndVerifyClientCert,
-		ClientCAs:      clients,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return load() },
-	}, nil
+	}
+	base.ClientCAs, _ = clients.get()
+	cfg := base.Clone()
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := clients.get()
+		if err != nil {
+			return nil, err
+		}
+		c := base.Clone()
+		c.ClientCAs = pool
+		return c, nil
+	}
+	return cfg, nil
 }
 
 // Client is the HTTPS client to peers: it presents clientCertFile (the node's client
 // certificate and key, one PEM) and trusts peers whose serving certificates caFile
-// signed.
+// signed. Both files are read again when they change: each connection verifies the peer
+// against the CA bundle the file holds then.
 func Client(clientCertFile, caFile string) (*http.Client, error) {
-	roots, err := pool(caFile, "peers.ca")
+	roots, err := newCAFile(caFile, "peers.ca")
 	if err != nil {
 		return nil, err
 	}
@@ -176,11 +231,32 @@ func Client(clientCertFile, caFile string) (*http.Client, error) {
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("peers.client_cert %s: %w", clientCertFile, err)
 	}
+	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots,
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }},
-		DialContext:           (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout:   5 * time.Second,
+		// The TLS dial is ours so that each connection takes the CA bundle of the moment.
+		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			pool, err := roots.get()
+			if err != nil {
+				return nil, err
+			}
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			raw, err := dialer.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			conn := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host,
+				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }})
+			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := conn.HandshakeContext(hctx); err != nil {
+				raw.Close()
+				return nil, err
+			}
+			return conn, nil
+		},
 		ResponseHeaderTimeout: 60 * time.Second,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
