@@ -35,10 +35,24 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   log "installing ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-  # Debian starts the registry as a service on :5000; the tests run their own.
-  systemctl disable --now docker-registry >/dev/null 2>&1 || true
-  pkill -x docker-registry >/dev/null 2>&1 || true
+  # Debian's docker-registry package starts its service (on :5000) when installed; the
+  # tests run their own registries. A policy-rc.d that refuses service starts keeps the
+  # package from starting anything, so nothing has to be stopped afterwards, and no
+  # registry of anyone else is touched. (Only a policy this script wrote is removed.)
+  policy=/usr/sbin/policy-rc.d
+  wrote_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# written by imagepin hack/e2e-deps.sh during apt-get install\nexit 101\n' > "$policy"
+    chmod 0755 "$policy"
+    wrote_policy=1
+  fi
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null || { [ -z "$wrote_policy" ] || rm -f "$policy"; exit 1; }
+  [ -z "$wrote_policy" ] || rm -f "$policy"
+  # The service this install added is not to start at boot either (only when this run
+  # installed the package: an administrator's own registry service is left alone).
+  if printf '%s\n' "${need_pkgs[@]}" | grep -qx docker-registry; then
+    systemctl disable docker-registry >/dev/null 2>&1 || true
+  fi
 fi
 
 . "$(dirname "$0")/lib.sh"
