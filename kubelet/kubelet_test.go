@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -59,6 +60,38 @@ featureGates: {Other: null}
 	}
 }
 
+// The kubelet merges drop-ins in filepath.WalkDir's order, not in sorted-path order: a
+// subdirectory 10/ is walked before 10-z.conf (the name "10" sorts first) although the
+// path ".../10-z.conf" sorts before ".../10/a.conf". Both the policy and the image GC
+// threshold come out as the kubelet has them.
+func TestLoadConfigMergesInTheKubeletsWalkOrder(t *testing.T) {
+	dir := t.TempDir()
+	d := filepath.Join(dir, "kubelet.conf.d")
+	write(t, filepath.Join(d, "10", "a.conf"), header+"imagePullCredentialsVerificationPolicy: NeverVerify\nimageGCHighThresholdPercent: 95\n")
+	write(t, filepath.Join(d, "10-z.conf"), header+"imagePullCredentialsVerificationPolicy: AlwaysVerify\nimageGCHighThresholdPercent: 70\n")
+	c, err := LoadConfig("", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ImagePullCredentialsVerificationPolicy != AlwaysVerify {
+		t.Errorf("policy %q, want AlwaysVerify (10-z.conf is merged last)", c.ImagePullCredentialsVerificationPolicy)
+	}
+	if got := c.ImageGCHighThresholdPercent; got == nil || *got != 70 {
+		t.Errorf("imageGCHighThresholdPercent %v, want 70 (10-z.conf is merged last)", fmt.Sprint(deref(got)))
+	}
+	want := []string{filepath.Join(d, "10", "a.conf"), filepath.Join(d, "10-z.conf")}
+	if !reflect.DeepEqual(c.Files, want) {
+		t.Errorf("files merged %v, want %v", c.Files, want)
+	}
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 	dir := t.TempDir()
 	if c, err := LoadConfig(filepath.Join(dir, "none"), filepath.Join(dir, "none.d")); err != nil || len(c.Files) != 0 {
@@ -68,6 +101,11 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 	write(t, bad, "imageGCHighThresholdPercent: 90\n")
 	if _, err := LoadConfig("", filepath.Join(dir, "d")); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "apiVersion") {
 		t.Fatalf("drop-in without apiVersion/kind: %v", err)
+	}
+	other := filepath.Join(dir, "o", "10-other.conf")
+	write(t, other, "apiVersion: v1\nkind: ConfigMap\n")
+	if _, err := LoadConfig("", filepath.Join(dir, "o")); err == nil || !strings.Contains(err.Error(), other) || !strings.Contains(err.Error(), "KubeletConfiguration") {
+		t.Fatalf("drop-in of another kind: %v", err)
 	}
 	broken := filepath.Join(dir, "broken.yaml")
 	write(t, broken, "imageGCHighThresholdPercent: [\n")
