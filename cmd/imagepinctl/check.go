@@ -229,8 +229,13 @@ type registryGone struct {
 	Why []string `json:"why,omitempty"`
 	// Policy is the kubelet's image pull credential verification policy in effect.
 	Policy string `json:"policy,omitempty"`
-	// NeedRegistry are the images the kubelet would take to the registry at pod start.
+	// Kubelet is the answer of the kubelet's credential verification alone: Starts,
+	// NeedsRegistry or Unknown (empty when its files cannot be read).
+	Kubelet string `json:"kubelet,omitempty"`
+	// NeedRegistry are the images the kubelet would take to the registry at pod start,
+	// Unsure those for which it cannot be told.
 	NeedRegistry []kubelet.Need `json:"needRegistry,omitempty"`
+	Unsure       []kubelet.Need `json:"unsure,omitempty"`
 }
 
 // podStartCheck reads the kubelet's credential verification once and returns the
@@ -261,9 +266,10 @@ func podStartCheck(ctx context.Context, cfg conf.Config, client *cri.Client, rea
 		if verr != nil {
 			rg.Why = append(rg.Why, "cannot tell what the kubelet verifies at pod start: "+verr.Error())
 		} else {
-			rg.NeedRegistry = v.Needs(images, ids)
-			if len(rg.NeedRegistry) > 0 {
-				rg.Why = append(rg.Why, v.Summary(rg.NeedRegistry, len(images), 5))
+			d := v.Decide(images, ids)
+			rg.Kubelet, rg.NeedRegistry, rg.Unsure = d.Answer.String(), d.Needs, d.Unsure
+			if d.Answer != kubelet.Starts {
+				rg.Why = append(rg.Why, d.Message)
 			}
 		}
 		rg.Ready = len(rg.Why) == 0
