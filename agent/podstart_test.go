@@ -22,7 +22,15 @@ func TestRegistryCondition(t *testing.T) {
 	ready := phaseOutcome{Phase: status.Ready, Reason: status.ReasonAllImagesPinned, Message: "2 images present and pinned"}
 	verification := func(c kubelet.Config) kubelet.Verification {
 		c.FeatureGates = map[string]bool{kubelet.FeatureGate: true}
-		v, err := kubelet.NewVerification(c, kubelet.PullRecords{Enabled: true})
+		v, err := kubelet.NewVerification(c, kubelet.PullRecords{Enabled: true}, kubelet.Version{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// No featureGates entry, no pull records yet, no version: the gate is not known.
+	notStarted := func(policy string) kubelet.Verification {
+		v, err := kubelet.NewVerification(kubelet.Config{ImagePullCredentialsVerificationPolicy: policy}, kubelet.PullRecords{}, kubelet.Version{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +50,7 @@ func TestRegistryCondition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	brokenRecord, err := kubelet.NewVerification(kubelet.Config{FeatureGates: map[string]bool{kubelet.FeatureGate: true}}, broken)
+	brokenRecord, err := kubelet.NewVerification(kubelet.Config{FeatureGates: map[string]bool{kubelet.FeatureGate: true}}, broken, kubelet.Version{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +68,10 @@ func TestRegistryCondition(t *testing.T) {
 		{"default policy: pre-loaded", ready, known(verification(kubelet.Config{})), status.True, status.ReasonPodsStartWithoutRegistry, "NeverVerifyPreloadedImages: pods start from these 2 images"},
 		{"a record the kubelet cannot read", ready, podStart{v: brokenRecord, known: true, ids: map[string]string{a: "id-a"}}, status.False, status.ReasonCredentialVerification,
 			"1 of 2 images need the registry when a pod starts: " + a + " (the kubelet cannot read its pull record of it either (" + record},
+		{"kubelet not started yet, its version not known: AlwaysVerify", ready, podStart{v: notStarted(kubelet.AlwaysVerify), known: true}, status.Unknown, status.ReasonCredentialVerification,
+			"whether KubeletEnsureSecretPulledImages is on cannot be told"},
+		{"kubelet not started yet, its version not known: default policy", ready, podStart{v: notStarted(""), known: true}, status.True, status.ReasonPodsStartWithoutRegistry,
+			"whether KubeletEnsureSecretPulledImages is on or off"},
 		{"AlwaysVerify", ready, known(verification(kubelet.Config{ImagePullCredentialsVerificationPolicy: kubelet.AlwaysVerify})), status.False, status.ReasonCredentialVerification, "AlwaysVerify: 2 of 2 images need the registry"},
 		{"allowlist names the others", ready, known(verification(kubelet.Config{ImagePullCredentialsVerificationPolicy: kubelet.NeverVerifyAllowlistedImages,
 			PreloadedImagesVerificationAllowlist: []string{"reg.example/team/*"}})), status.False, status.ReasonCredentialVerification, "1 of 2 images need the registry when a pod starts: " + b},
@@ -85,7 +97,7 @@ func TestAgentSaysWhenPodStartsNeedTheRegistry(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		return kubelet.NewVerification(kubelet.Config{ImagePullCredentialsVerificationPolicy: policy,
-			FeatureGates: map[string]bool{kubelet.FeatureGate: true}}, kubelet.PullRecords{Enabled: true})
+			FeatureGates: map[string]bool{kubelet.FeatureGate: true}}, kubelet.PullRecords{Enabled: true}, kubelet.Version{})
 	}
 	a, b := img("a", 1), img("b", 2)
 	h.available(a, b)

@@ -17,15 +17,28 @@ const (
 	AlwaysVerify                 = "AlwaysVerify"
 )
 
-// FeatureGate turns the verification on (beta, on by default, from Kubernetes 1.35).
+// FeatureGate turns the verification on: alpha and off by default in Kubernetes 1.33
+// and 1.34, beta and on by default from 1.35 (pkg/features/kube_features.go:
+// KubeletEnsureSecretPulledImages {1.33 Default false Alpha}, {1.35 Default true Beta});
+// before 1.33 it does not exist.
 const FeatureGate = "KubeletEnsureSecretPulledImages"
+
+// GateState is what is known of the feature gate of the kubelet that will start the pods.
+type GateState int
+
+const (
+	GateUnknown GateState = iota
+	GateOff
+	GateOn
+)
 
 // Verification is what the kubelet does, at pod start, with an image already on the
 // node: whether it checks the pod's credentials against the registry first.
 type Verification struct {
-	// On: the kubelet verifies at all (the feature gate); Why says how that was decided.
-	On  bool
-	Why string
+	// Gate: whether the kubelet verifies at all (the feature gate); Why says how that was
+	// decided.
+	Gate GateState
+	Why  string
 	// Policy is the effective policy, its default applied.
 	Policy    string
 	Allowlist []string
@@ -33,20 +46,41 @@ type Verification struct {
 	Records   PullRecords
 }
 
-// NewVerification puts the config and the records together. The feature gate is taken
-// from the config when set there, else from the records directory: the kubelet creates
-// <root-dir>/image_manager at start only with the gate on (1.35 and later by default).
-func NewVerification(c Config, records PullRecords) (Verification, error) {
-	v := Verification{Policy: c.ImagePullCredentialsVerificationPolicy, Allowlist: c.PreloadedImagesVerificationAllowlist, Records: records}
-	gate, set := c.FeatureGates[FeatureGate]
-	switch {
-	case set:
-		v.On, v.Why = gate, fmt.Sprintf("featureGates.%s: %v in the kubelet config", FeatureGate, gate)
-	case records.Enabled:
-		v.On, v.Why = true, "the kubelet keeps pull records (image_manager), so "+FeatureGate+" is on (the default from Kubernetes 1.35)"
-	default:
-		v.Why = "no pull records (image_manager) under the kubelet's root directory: " + FeatureGate + " is off (the default before Kubernetes 1.35), or the kubelet has not started yet"
+// gate decides the feature gate, in this order: an entry in the config's featureGates
+// (the kubelet's own setting); a kubelet of 1.35 or later (on by default); pull records
+// (the kubelet creates <root-dir>/image_manager at start only with the gate on, so it has
+// run with it on); a kubelet before 1.35 (off by default). Else it is not known: a node
+// whose kubelet has not started yet and whose version cannot be read. A gate set on the
+// kubelet's command line (--feature-gates) is not seen.
+func gate(c Config, records PullRecords, version Version) (GateState, string) {
+	if on, set := c.FeatureGates[FeatureGate]; set {
+		if on {
+			return GateOn, fmt.Sprintf("featureGates.%s: true in the kubelet config", FeatureGate)
+		}
+		return GateOff, fmt.Sprintf("featureGates.%s: false in the kubelet config", FeatureGate)
 	}
+	switch {
+	case version.Known() && version.atLeast(1, 35):
+		return GateOn, fmt.Sprintf("kubelet %s (%s): %s is on by default from Kubernetes 1.35", version.Text, version.From, FeatureGate)
+	case records.Enabled:
+		return GateOn, "the kubelet keeps pull records (image_manager), so it runs with " + FeatureGate + " on"
+	case version.Known():
+		return GateOff, fmt.Sprintf("kubelet %s (%s): %s is off by default before Kubernetes 1.35 and not set in the kubelet config", version.Text, version.From, FeatureGate)
+	}
+	why := "not set in the kubelet config, no pull records (image_manager) yet (the kubelet has not started with it on)"
+	if version.From != "" {
+		why += ", and the kubelet's version is not known (" + version.From + ")"
+	} else {
+		why += ", and the kubelet's version is not known"
+	}
+	return GateUnknown, "whether " + FeatureGate + " is on cannot be told: " + why
+}
+
+// NewVerification puts the config, the records and the kubelet's version (Version{} when
+// not known) together.
+func NewVerification(c Config, records PullRecords, version Version) (Verification, error) {
+	v := Verification{Policy: c.ImagePullCredentialsVerificationPolicy, Allowlist: c.PreloadedImagesVerificationAllowlist, Records: records}
+	v.Gate, v.Why = gate(c, records, version)
 	if v.Policy == "" {
 		v.Policy = NeverVerifyPreloadedImages
 	}
@@ -99,9 +133,18 @@ func (a Answer) String() string {
 // the same credentials through: that depends on the pod, so it is counted as needing the
 // registry, and said.
 func (v Verification) image(image, id string) (Answer, string) {
-	if !v.On {
+	if v.Gate == GateOff {
 		return Starts, ""
 	}
+	a, why := v.verified(image, id)
+	if a == NeedsRegistry && v.Gate == GateUnknown {
+		return Unknown, why + ", if " + FeatureGate + " is on"
+	}
+	return a, why
+}
+
+// verified is the answer with the feature gate on.
+func (v Verification) verified(image, id string) (Answer, string) {
 	// As the kubelet: the pulled record by image ID first, the pull intent by image
 	// name only when there is no pulled record.
 	var rec PulledRecord
@@ -276,10 +319,16 @@ func (v Verification) Decide(refs []string, listed map[string]string) Decision {
 	case len(d.Unsure) > 0:
 		d.Answer = Unknown
 		d.Message = fmt.Sprintf("%s: for %d of %d images it cannot be told whether pods start from them without the registry: %s", policy, len(d.Unsure), len(refs), list(d.Unsure, max))
-	case !v.On:
+		if v.Gate == GateUnknown {
+			d.Message += "; " + v.Why
+		}
+	case v.Gate == GateOff:
 		d.Message = "the kubelet does not verify pull credentials of images on the node (" + v.Why + ")"
 	default:
 		d.Message = fmt.Sprintf("%s: pods start from these %d images without the registry", policy, len(refs))
+		if v.Gate == GateUnknown {
+			d.Message += ", whether " + FeatureGate + " is on or off (" + v.Why + ")"
+		}
 		if n := len(v.Records.Unreadable); n > 0 {
 			d.Message += fmt.Sprintf(" (%d of the kubelet's pull records cannot be read, none of them one of these images', e.g. %s)", n, v.Records.someUnreadable())
 		}

@@ -221,7 +221,6 @@ func TestNeedsRegistry(t *testing.T) {
 		why   string
 	}{
 		{"gate off: nothing verified", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify, FeatureGates: map[string]bool{FeatureGate: false}}, recs, pinned, false, ""},
-		{"gate unset, no records dir: off", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify}, PullRecords{}, pinned, false, ""},
 		{"gate unset, records dir: on", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, pinned, true, "AlwaysVerify"},
 		{"default policy, pre-loaded", Config{FeatureGates: gateOn}, recs, pinned, false, ""},
 		{"default policy, kubelet pulled it with a secret", Config{FeatureGates: gateOn}, recs, private, true, "pulled it itself"},
@@ -239,7 +238,7 @@ func TestNeedsRegistry(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := NewVerification(c.cfg, c.recs)
+			v, err := NewVerification(c.cfg, c.recs, Version{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -254,14 +253,14 @@ func TestNeedsRegistry(t *testing.T) {
 // The allowlist is validated as the kubelet validates it (image_pull_policies_test.go).
 func TestAllowlistValidation(t *testing.T) {
 	for _, bad := range []string{" a.example/*", "*", "/*", "a.example/*/x", "a.example/app:1", "a.example/app@sha256:" + strings.Repeat("1", 64), "a.example/ap*"} {
-		if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{bad}}, PullRecords{}); err == nil {
+		if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{bad}}, PullRecords{}, Version{}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: "Sometimes"}, PullRecords{}); err == nil || !strings.Contains(err.Error(), "Sometimes") {
+	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: "Sometimes"}, PullRecords{}, Version{}); err == nil || !strings.Contains(err.Error(), "Sometimes") {
 		t.Errorf("unknown policy: %v", err)
 	}
-	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"a.example/app", "a.example/*"}}, PullRecords{}); err != nil {
+	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"a.example/app", "a.example/*"}}, PullRecords{}, Version{}); err != nil {
 		t.Errorf("good allowlist refused: %v", err)
 	}
 }
@@ -273,7 +272,7 @@ func TestNeedsLooksUpIDsInTheListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := NewVerification(Config{FeatureGates: map[string]bool{FeatureGate: true}}, recs)
+	v, err := NewVerification(Config{FeatureGates: map[string]bool{FeatureGate: true}}, recs, Version{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +331,7 @@ func TestDecideWithUnreadableRecords(t *testing.T) {
 		{"others' records unreadable", "", []string{fine}, Starts, []string{"pods start from these 1 images", "3 of the kubelet's pull records cannot be read, none of them one of these images'"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := NewVerification(Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: c.policy}, recs)
+			v, err := NewVerification(Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: c.policy}, recs, Version{})
 			if err != nil {
 				t.Fatal(err)
 			}
