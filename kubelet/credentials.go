@@ -104,12 +104,13 @@ func NewVerification(c Config, records PullRecords, version Version) (Verificati
 type Answer int
 
 const (
+	// Unknown: what the kubelet does cannot be told from what imagepind can read (the
+	// zero value: nothing is called Starts without being decided so).
+	Unknown Answer = iota
 	// Starts: the kubelet lets pods use the image without going to the registry.
-	Starts Answer = iota
+	Starts
 	// NeedsRegistry: the kubelet goes to the registry before a pod may use it.
 	NeedsRegistry
-	// Unknown: what the kubelet does cannot be told from what imagepind can read.
-	Unknown
 )
 
 func (a Answer) String() string {
@@ -179,6 +180,8 @@ func (v Verification) verified(image, id string) (Answer, string) {
 		why = "not in preloadedImagesVerificationAllowlist"
 	case AlwaysVerify:
 		verify, why = true, "AlwaysVerify checks every pod's credentials"
+	default: // a Verification not made by NewVerification
+		return Unknown, fmt.Sprintf("imagePullCredentialsVerificationPolicy %q not known", v.Policy)
 	}
 	if !verify {
 		return Starts, ""
@@ -323,8 +326,10 @@ func (v Verification) Decide(refs []string, listed map[string]string) Decision {
 			d.Message += "; " + v.Why
 		}
 	case v.Gate == GateOff:
+		d.Answer = Starts
 		d.Message = "the kubelet does not verify pull credentials of images on the node (" + v.Why + ")"
 	default:
+		d.Answer = Starts
 		d.Message = fmt.Sprintf("%s: pods start from these %d images without the registry", policy, len(refs))
 		if v.Gate == GateUnknown {
 			d.Message += ", whether " + FeatureGate + " is on or off (" + v.Why + ")"

@@ -225,3 +225,15 @@ func TestBinaryVersionFailures(t *testing.T) {
 		t.Fatalf("flood: %+v", v)
 	}
 }
+
+// Nothing is called Starts without being decided so: the zero Answer is Unknown, and a
+// Verification not made by NewVerification answers Unknown.
+func TestZeroValuesAreUnknown(t *testing.T) {
+	var a Answer
+	if a != Unknown {
+		t.Fatalf("zero Answer %v", a)
+	}
+	if d := (Verification{}).Decide([]string{"reg.example/a:1"}, nil); d.Answer != Unknown {
+		t.Fatalf("zero Verification: %+v", d)
+	}
+}
