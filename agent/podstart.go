@@ -63,11 +63,16 @@ func registryCondition(o phaseOutcome, ps podStart, refs []string) status.Condit
 		c.Reason = status.ReasonKubeletConfigUnreadable
 		c.Message = "cannot tell whether the kubelet verifies pull credentials at pod start: " + ps.err.Error()
 	default:
-		needs := ps.v.Needs(refs, ps.ids)
-		c.Message = ps.v.Summary(needs, len(refs), 5)
-		c.Status, c.Reason = status.True, status.ReasonPodsStartWithoutRegistry
-		if len(needs) > 0 {
+		d := ps.v.Decide(refs, ps.ids)
+		c.Message = d.Message
+		switch d.Answer {
+		case kubelet.Starts:
+			c.Status, c.Reason = status.True, status.ReasonPodsStartWithoutRegistry
+		case kubelet.NeedsRegistry:
 			c.Status, c.Reason = status.False, status.ReasonCredentialVerification
+		default:
+			// What the kubelet's credential verification does cannot be told.
+			c.Reason = status.ReasonCredentialVerification
 		}
 	}
 	return c

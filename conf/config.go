@@ -75,10 +75,13 @@ func (p PeersConfig) Sharing() bool { return p.Enabled && p.Address != "" }
 // KubeletConfig is where the node's kubelet keeps what imagepind reads besides its
 // config file ([disk] kubelet_config): the config drop-in directory (the kubelet's
 // --config-dir) and its root directory (--root-dir), which holds the records of the
-// pulls it made itself.
+// pulls it made itself, and its binary, whose version says whether its image pull
+// credential verification is on by default (run with --version only while neither the
+// config nor the records say; "" never runs it).
 type KubeletConfig struct {
 	ConfigDir string `toml:"config_dir"`
 	RootDir   string `toml:"root_dir"`
+	Binary    string `toml:"binary"`
 }
 
 // ClusterConfig is the cluster sync: PinnedImageSet objects and this node's labels from
@@ -213,6 +216,7 @@ func Default() Config {
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",
+			Binary:    "/usr/bin/kubelet",
 		},
 		Report: ReportConfig{
 			Heartbeat: Duration(30 * time.Second),
@@ -286,7 +290,7 @@ func (c *Config) Validate() error {
 		{"node.labels_file", c.Node.LabelsFile}, {"cri.pull_secret", c.CRI.PullSecret},
 		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
 		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
-		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir}, {"peers.store_dir", c.Peers.StoreDir},
+		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir}, {"kubelet.binary", c.Kubelet.Binary}, {"peers.store_dir", c.Peers.StoreDir},
 		{"cluster.kubeconfig", c.Cluster.Kubeconfig},
 		{"containerd.address", strings.TrimPrefix(c.Containerd.Address, "unix://")},
 	} {

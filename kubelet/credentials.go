@@ -17,15 +17,28 @@ const (
 	AlwaysVerify                 = "AlwaysVerify"
 )
 
-// FeatureGate turns the verification on (beta, on by default, from Kubernetes 1.35).
+// FeatureGate turns the verification on: alpha and off by default in Kubernetes 1.33
+// and 1.34, beta and on by default from 1.35 (pkg/features/kube_features.go:
+// KubeletEnsureSecretPulledImages {1.33 Default false Alpha}, {1.35 Default true Beta});
+// before 1.33 it does not exist.
 const FeatureGate = "KubeletEnsureSecretPulledImages"
+
+// GateState is what is known of the feature gate of the kubelet that will start the pods.
+type GateState int
+
+const (
+	GateUnknown GateState = iota
+	GateOff
+	GateOn
+)
 
 // Verification is what the kubelet does, at pod start, with an image already on the
 // node: whether it checks the pod's credentials against the registry first.
 type Verification struct {
-	// On: the kubelet verifies at all (the feature gate); Why says how that was decided.
-	On  bool
-	Why string
+	// Gate: whether the kubelet verifies at all (the feature gate); Why says how that was
+	// decided.
+	Gate GateState
+	Why  string
 	// Policy is the effective policy, its default applied.
 	Policy    string
 	Allowlist []string
@@ -33,20 +46,41 @@ type Verification struct {
 	Records   PullRecords
 }
 
-// NewVerification puts the config and the records together. The feature gate is taken
-// from the config when set there, else from the records directory: the kubelet creates
-// <root-dir>/image_manager at start only with the gate on (1.35 and later by default).
-func NewVerification(c Config, records PullRecords) (Verification, error) {
-	v := Verification{Policy: c.ImagePullCredentialsVerificationPolicy, Allowlist: c.PreloadedImagesVerificationAllowlist, Records: records}
-	gate, set := c.FeatureGates[FeatureGate]
-	switch {
-	case set:
-		v.On, v.Why = gate, fmt.Sprintf("featureGates.%s: %v in the kubelet config", FeatureGate, gate)
-	case records.Enabled:
-		v.On, v.Why = true, "the kubelet keeps pull records (image_manager), so "+FeatureGate+" is on (the default from Kubernetes 1.35)"
-	default:
-		v.Why = "no pull records (image_manager) under the kubelet's root directory: " + FeatureGate + " is off (the default before Kubernetes 1.35), or the kubelet has not started yet"
+// gate decides the feature gate, in this order: an entry in the config's featureGates
+// (the kubelet's own setting); a kubelet of 1.35 or later (on by default); pull records
+// (the kubelet creates <root-dir>/image_manager at start only with the gate on, so it has
+// run with it on); a kubelet before 1.35 (off by default). Else it is not known: a node
+// whose kubelet has not started yet and whose version cannot be read. A gate set on the
+// kubelet's command line (--feature-gates) is not seen.
+func gate(c Config, records PullRecords, version Version) (GateState, string) {
+	if on, set := c.FeatureGates[FeatureGate]; set {
+		if on {
+			return GateOn, fmt.Sprintf("featureGates.%s: true in the kubelet config", FeatureGate)
+		}
+		return GateOff, fmt.Sprintf("featureGates.%s: false in the kubelet config", FeatureGate)
 	}
+	switch {
+	case version.Known() && version.atLeast(1, 35):
+		return GateOn, fmt.Sprintf("kubelet %s (%s): %s is on by default from Kubernetes 1.35", version.Text, version.From, FeatureGate)
+	case records.Enabled:
+		return GateOn, "the kubelet keeps pull records (image_manager), so it runs with " + FeatureGate + " on"
+	case version.Known():
+		return GateOff, fmt.Sprintf("kubelet %s (%s): %s is off by default before Kubernetes 1.35 and not set in the kubelet config", version.Text, version.From, FeatureGate)
+	}
+	why := "not set in the kubelet config, no pull records (image_manager) yet (the kubelet has not started with it on)"
+	if version.From != "" {
+		why += ", and the kubelet's version is not known (" + version.From + ")"
+	} else {
+		why += ", and the kubelet's version is not known"
+	}
+	return GateUnknown, "whether " + FeatureGate + " is on cannot be told: " + why
+}
+
+// NewVerification puts the config, the records and the kubelet's version (Version{} when
+// not known) together.
+func NewVerification(c Config, records PullRecords, version Version) (Verification, error) {
+	v := Verification{Policy: c.ImagePullCredentialsVerificationPolicy, Allowlist: c.PreloadedImagesVerificationAllowlist, Records: records}
+	v.Gate, v.Why = gate(c, records, version)
 	if v.Policy == "" {
 		v.Policy = NeverVerifyPreloadedImages
 	}
@@ -65,25 +99,76 @@ func NewVerification(c Config, records PullRecords) (Verification, error) {
 	return v, nil
 }
 
-// NeedsRegistry says whether a pod using image (as written in its spec), already on the
-// node as image ID id, makes the kubelet go to the registry first, and why. It follows
-// the kubelet's PullManager.MustAttemptImagePull: the policy decides whether to verify
-// (given whether the kubelet pulled the image itself); a verification is passed without
-// the registry only by a record of the kubelet's own pull that lets every pod use the
-// image (pulled without credentials). A record with a pod's secret or service account
-// lets pods with the same credentials through: that depends on the pod, so it is counted
-// as needing the registry, and said.
-func (v Verification) NeedsRegistry(image, id string) (bool, string) {
-	if !v.On {
-		return false, ""
+// Answer is whether pods start from an image (or from every image of a set) already on
+// the node with the registry gone.
+type Answer int
+
+const (
+	// Unknown: what the kubelet does cannot be told from what imagepind can read (the
+	// zero value: nothing is called Starts without being decided so).
+	Unknown Answer = iota
+	// Starts: the kubelet lets pods use the image without going to the registry.
+	Starts
+	// NeedsRegistry: the kubelet goes to the registry before a pod may use it.
+	NeedsRegistry
+)
+
+func (a Answer) String() string {
+	switch a {
+	case Starts:
+		return "Starts"
+	case NeedsRegistry:
+		return "NeedsRegistry"
 	}
-	rec, pulled := v.Records.Pulled[id]
-	byKubelet := pulled || v.Records.Pulling[image]
+	return "Unknown"
+}
+
+// image says whether a pod using image (as written in its spec), already on the node as
+// image ID id, makes the kubelet go to the registry first, and why. It follows the
+// kubelet's PullManager.MustAttemptImagePull (pkg/kubelet/images/pullmanager/
+// image_pull_manager.go): a record of the image it cannot read sends it to the registry
+// whatever the policy; else the policy decides whether to verify (given whether the
+// kubelet pulled the image itself); a verification is passed without the registry only
+// by a record of the kubelet's own pull that lets every pod use the image (pulled
+// without credentials). A record with a pod's secret or service account lets pods with
+// the same credentials through: that depends on the pod, so it is counted as needing the
+// registry, and said.
+func (v Verification) image(image, id string) (Answer, string) {
+	if v.Gate == GateOff {
+		return Starts, ""
+	}
+	a, why := v.verified(image, id)
+	if a == NeedsRegistry && v.Gate == GateUnknown {
+		return Unknown, why + ", if " + FeatureGate + " is on"
+	}
+	return a, why
+}
+
+// verified is the answer with the feature gate on.
+func (v Verification) verified(image, id string) (Answer, string) {
+	// As the kubelet: the pulled record by image ID first, the pull intent by image
+	// name only when there is no pulled record.
+	var rec PulledRecord
+	pulled := false
+	if id != "" {
+		if u, bad := v.Records.Unreadable["pulled/"+recordFile(id)]; bad {
+			return unreadable(u)
+		}
+		rec, pulled = v.Records.Pulled[id]
+	}
+	intent := false
+	if !pulled {
+		if u, bad := v.Records.Unreadable["pulling/"+recordFile(image)]; bad {
+			return unreadable(u)
+		}
+		intent = v.Records.Pulling[image]
+	}
+	byKubelet := pulled || intent
 	var verify bool
 	var why string
 	switch v.Policy {
 	case NeverVerify:
-		return false, ""
+		return Starts, ""
 	case NeverVerifyPreloadedImages:
 		verify = byKubelet
 		why = "the kubelet pulled it itself, so it is not pre-loaded any more"
@@ -95,25 +180,35 @@ func (v Verification) NeedsRegistry(image, id string) (bool, string) {
 		why = "not in preloadedImagesVerificationAllowlist"
 	case AlwaysVerify:
 		verify, why = true, "AlwaysVerify checks every pod's credentials"
+	default: // a Verification not made by NewVerification
+		return Unknown, fmt.Sprintf("imagePullCredentialsVerificationPolicy %q not known", v.Policy)
 	}
 	if !verify {
-		return false, ""
+		return Starts, ""
 	}
 	if !pulled {
-		return true, why
+		return NeedsRegistry, why
 	}
 	name, err := imageName(image)
 	if err != nil {
-		return true, why
+		return NeedsRegistry, why
 	}
 	creds, ok := rec.CredentialMapping[name]
 	if ok && creds.NodePodsAccessible {
-		return false, ""
+		return Starts, ""
 	}
 	if ok && (len(creds.KubernetesSecrets) > 0 || len(creds.KubernetesServiceAccounts) > 0) {
-		return true, why + "; pods with the pull secret or service account it was pulled with are let through"
+		return NeedsRegistry, why + "; pods with the pull secret or service account it was pulled with are let through"
 	}
-	return true, why
+	return NeedsRegistry, why
+}
+
+// unreadable is the answer for an image whose record cannot be read.
+func unreadable(u Unreadable) (Answer, string) {
+	if u.KubeletFails {
+		return NeedsRegistry, fmt.Sprintf("the kubelet cannot read its pull record of it either (%s: %s), so it goes to the registry whatever the policy", u.Path, u.Err)
+	}
+	return Unknown, fmt.Sprintf("its pull record %s cannot be read here (%s)", u.Path, u.Err)
 }
 
 // imageName is an image reference without tag or digest, normalized as the kubelet's
@@ -180,35 +275,86 @@ func (a allowlist) matches(image string) bool {
 	return false
 }
 
-// Need is one image that needs the registry at pod start, and why.
+// Need is one image whose pods need the registry at pod start (or may: Decision.Unsure),
+// and why.
 type Need struct {
 	Image, Why string
 }
 
-// Needs are the images of refs that need the registry at pod start, in name order.
-// listed maps the runtime's image names, lower-cased, to their IDs (CRI ListImages);
-// an image not listed has no ID, so no pull record of the kubelet's can match it.
-func (v Verification) Needs(refs []string, listed map[string]string) []Need {
-	var out []Need
-	for _, ref := range refs {
-		if need, why := v.NeedsRegistry(ref, listed[strings.ToLower(ref)]); need {
-			out = append(out, Need{Image: ref, Why: why})
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Image < out[j].Image })
-	return out
+// Decision is whether pods start from a set's images with the registry gone: Starts only
+// when they start from every image; NeedsRegistry when the kubelet goes to the registry
+// for one at least; else Unknown.
+type Decision struct {
+	Answer Answer
+	// Needs are the images the kubelet goes to the registry for, Unsure those for which
+	// it cannot be told; both in name order.
+	Needs, Unsure []Need
+	// Message says it in a line, naming up to 5 images with why.
+	Message string
 }
 
-// Summary is one line for a condition message: the policy and how many of total images
-// need the registry, naming up to max of them.
-func (v Verification) Summary(needs []Need, total, max int) string {
-	if len(needs) == 0 {
-		if !v.On {
-			return "the kubelet does not verify pull credentials of images on the node (" + v.Why + ")"
+// Decide answers for the images refs. listed maps the runtime's image names, lower-cased,
+// to their IDs (CRI ListImages); an image not listed has no ID, so no pull record of the
+// kubelet's can match it. The daemon's RegistryIndependent condition and imagepinctl
+// check --registry-gone both take this answer.
+func (v Verification) Decide(refs []string, listed map[string]string) Decision {
+	var d Decision
+	for _, ref := range refs {
+		switch a, why := v.image(ref, listed[strings.ToLower(ref)]); a {
+		case NeedsRegistry:
+			d.Needs = append(d.Needs, Need{Image: ref, Why: why})
+		case Unknown:
+			d.Unsure = append(d.Unsure, Need{Image: ref, Why: why})
 		}
-		return fmt.Sprintf("imagePullCredentialsVerificationPolicy %s: pods start from these %d images without the registry", v.Policy, total)
 	}
-	names := make([]string, 0, max)
+	byImage := func(n []Need) { sort.Slice(n, func(i, j int) bool { return n[i].Image < n[j].Image }) }
+	byImage(d.Needs)
+	byImage(d.Unsure)
+	const max = 5
+	policy := "imagePullCredentialsVerificationPolicy " + v.Policy
+	switch {
+	case len(d.Needs) > 0:
+		d.Answer = NeedsRegistry
+		d.Message = fmt.Sprintf("%s: %d of %d images need the registry when a pod starts: %s", policy, len(d.Needs), len(refs), list(d.Needs, max))
+		if len(d.Unsure) > 0 {
+			d.Message += fmt.Sprintf("; for %d more it cannot be told: %s", len(d.Unsure), list(d.Unsure, max))
+		}
+	case len(d.Unsure) > 0:
+		d.Answer = Unknown
+		d.Message = fmt.Sprintf("%s: for %d of %d images it cannot be told whether pods start from them without the registry: %s", policy, len(d.Unsure), len(refs), list(d.Unsure, max))
+		if v.Gate == GateUnknown {
+			d.Message += "; " + v.Why
+		}
+	case v.Gate == GateOff:
+		d.Answer = Starts
+		d.Message = "the kubelet does not verify pull credentials of images on the node (" + v.Why + ")"
+	default:
+		d.Answer = Starts
+		d.Message = fmt.Sprintf("%s: pods start from these %d images without the registry", policy, len(refs))
+		if v.Gate == GateUnknown {
+			d.Message += ", whether " + FeatureGate + " is on or off (" + v.Why + ")"
+		}
+		if n := len(v.Records.Unreadable); n > 0 {
+			d.Message += fmt.Sprintf(" (%d of the kubelet's pull records cannot be read, none of them one of these images', e.g. %s)", n, v.Records.someUnreadable())
+		}
+	}
+	return d
+}
+
+// someUnreadable names the first unreadable record, by path.
+func (r PullRecords) someUnreadable() string {
+	var first Unreadable
+	for _, u := range r.Unreadable {
+		if first.Path == "" || u.Path < first.Path {
+			first = u
+		}
+	}
+	return first.Path + ": " + first.Err
+}
+
+// list names up to max needs, with why, and how many more.
+func list(needs []Need, max int) string {
+	names := make([]string, 0, max+1)
 	for i, n := range needs {
 		if i == max {
 			names = append(names, fmt.Sprintf("and %d more", len(needs)-max))
@@ -216,6 +362,5 @@ func (v Verification) Summary(needs []Need, total, max int) string {
 		}
 		names = append(names, n.Image+" ("+n.Why+")")
 	}
-	return fmt.Sprintf("imagePullCredentialsVerificationPolicy %s: %d of %d images need the registry when a pod starts: %s",
-		v.Policy, len(needs), total, strings.Join(names, "; "))
+	return strings.Join(names, "; ")
 }

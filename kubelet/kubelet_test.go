@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -59,6 +60,38 @@ featureGates: {Other: null}
 	}
 }
 
+// The kubelet merges drop-ins in filepath.WalkDir's order, not in sorted-path order: a
+// subdirectory 10/ is walked before 10-z.conf (the name "10" sorts first) although the
+// path ".../10-z.conf" sorts before ".../10/a.conf". Both the policy and the image GC
+// threshold come out as the kubelet has them.
+func TestLoadConfigMergesInTheKubeletsWalkOrder(t *testing.T) {
+	dir := t.TempDir()
+	d := filepath.Join(dir, "kubelet.conf.d")
+	write(t, filepath.Join(d, "10", "a.conf"), header+"imagePullCredentialsVerificationPolicy: NeverVerify\nimageGCHighThresholdPercent: 95\n")
+	write(t, filepath.Join(d, "10-z.conf"), header+"imagePullCredentialsVerificationPolicy: AlwaysVerify\nimageGCHighThresholdPercent: 70\n")
+	c, err := LoadConfig("", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ImagePullCredentialsVerificationPolicy != AlwaysVerify {
+		t.Errorf("policy %q, want AlwaysVerify (10-z.conf is merged last)", c.ImagePullCredentialsVerificationPolicy)
+	}
+	if got := c.ImageGCHighThresholdPercent; got == nil || *got != 70 {
+		t.Errorf("imageGCHighThresholdPercent %v, want 70 (10-z.conf is merged last)", fmt.Sprint(deref(got)))
+	}
+	want := []string{filepath.Join(d, "10", "a.conf"), filepath.Join(d, "10-z.conf")}
+	if !reflect.DeepEqual(c.Files, want) {
+		t.Errorf("files merged %v, want %v", c.Files, want)
+	}
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
 func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 	dir := t.TempDir()
 	if c, err := LoadConfig(filepath.Join(dir, "none"), filepath.Join(dir, "none.d")); err != nil || len(c.Files) != 0 {
@@ -69,6 +102,11 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 	if _, err := LoadConfig("", filepath.Join(dir, "d")); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "apiVersion") {
 		t.Fatalf("drop-in without apiVersion/kind: %v", err)
 	}
+	other := filepath.Join(dir, "o", "10-other.conf")
+	write(t, other, "apiVersion: v1\nkind: ConfigMap\n")
+	if _, err := LoadConfig("", filepath.Join(dir, "o")); err == nil || !strings.Contains(err.Error(), other) || !strings.Contains(err.Error(), "KubeletConfiguration") {
+		t.Fatalf("drop-in of another kind: %v", err)
+	}
 	broken := filepath.Join(dir, "broken.yaml")
 	write(t, broken, "imageGCHighThresholdPercent: [\n")
 	if _, err := LoadConfig(broken, ""); err == nil || !strings.Contains(err.Error(), broken) {
@@ -76,30 +114,88 @@ func TestLoadConfigErrorsNameTheFile(t *testing.T) {
 	}
 }
 
+const (
+	pulledKind  = `"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2026-11-23T12:26:40Z"`
+	pullingKind = `"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1"`
+)
+
+// pulled writes a record of the kubelet's pull of imageRef where the kubelet keeps it.
+func pulled(t *testing.T, root, imageRef, rest string) string {
+	path := filepath.Join(root, "image_manager/pulled", recordFile(imageRef))
+	write(t, path, `{`+pulledKind+`,"imageRef":"`+imageRef+`"`+rest+`}`)
+	return path
+}
+
 func records(t *testing.T) string {
 	root := t.TempDir()
 	// As the kubelet 1.35 writes them (pkg/kubelet/images/pullmanager/testdata).
-	write(t, filepath.Join(root, "image_manager/pulled/sha256-1"), `{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2026-11-23T12:26:40Z","imageRef":"id-anon","credentialMapping":{"reg.example/team/anon":{"nodePodsAccessible":true}}}`)
-	write(t, filepath.Join(root, "image_manager/pulled/sha256-2"), `{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2026-11-23T12:26:40Z","imageRef":"id-secret","credentialMapping":{"reg.example/team/private":{"kubernetesSecrets":[{"uid":"u","namespace":"default","name":"pull","credentialHash":"h"}]}}}`)
-	write(t, filepath.Join(root, "image_manager/pulled/sha256-3"), `not json`)
-	write(t, filepath.Join(root, "image_manager/pulling/sha256-4"), `{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1","image":"reg.example/team/interrupted:1"}`)
+	pulled(t, root, "id-anon", `,"credentialMapping":{"reg.example/team/anon":{"nodePodsAccessible":true}}`)
+	pulled(t, root, "id-secret", `,"credentialMapping":{"reg.example/team/private":{"kubernetesSecrets":[{"uid":"u","namespace":"default","name":"pull","credentialHash":"h"}]}}`)
+	write(t, filepath.Join(root, "image_manager/pulled", recordFile("id-broken")), `not json`)
+	write(t, filepath.Join(root, "image_manager/pulling", recordFile("reg.example/team/interrupted:1")), `{`+pullingKind+`,"image":"reg.example/team/interrupted:1"}`)
 	return root
 }
 
 func TestReadPullRecords(t *testing.T) {
-	r, err := ReadPullRecords(records(t))
+	root := records(t)
+	dir := filepath.Join(root, "image_manager/pulled")
+	// Neither is looked at by the kubelet: a record at another name than its imageRef's,
+	// a .tmp file of a write in progress.
+	write(t, filepath.Join(dir, "sha256-elsewhere"), `{`+pulledKind+`,"imageRef":"id-elsewhere"}`)
+	write(t, filepath.Join(dir, recordFile("id-tmp")+".tmp"), `not json`)
+	// What the kubelet's strict decoder refuses is refused here too.
+	for id, body := range map[string]string{
+		"id-unknown-field": `{` + pulledKind + `,"imageRef":"id-unknown-field","extra":1}`,
+		"id-other-kind":    `{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1","imageRef":"id-other-kind"}`,
+		"id-no-version":    `{"kind":"ImagePulledRecord","imageRef":"id-no-version"}`,
+	} {
+		write(t, filepath.Join(dir, recordFile(id)), body)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, recordFile("id-dir")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := ReadPullRecords(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !r.Enabled || len(r.Pulled) != 2 || !r.Pulling["reg.example/team/interrupted:1"] {
 		t.Fatalf("records %+v", r)
 	}
-	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "sha256-3") {
-		t.Fatalf("problems %v: the unreadable record is named", r.Problems)
+	for _, id := range []string{"id-broken", "id-unknown-field", "id-other-kind", "id-no-version", "id-dir"} {
+		u, ok := r.Unreadable["pulled/"+recordFile(id)]
+		if !ok || !u.KubeletFails || !strings.HasSuffix(u.Path, recordFile(id)) {
+			t.Errorf("%s: %+v, want unreadable by the kubelet too", id, u)
+		}
+	}
+	if len(r.Unreadable) != 5 {
+		t.Errorf("unreadable %v", r.Unreadable)
 	}
 	none, err := ReadPullRecords(t.TempDir())
 	if err != nil || none.Enabled {
 		t.Fatalf("no image_manager: %+v, %v", none, err)
+	}
+}
+
+// A record is read whole as the kubelet reads it, 1 MiB or more; over imagepind's bound
+// it is unreadable here, not for the kubelet.
+func TestReadPullRecordsSizes(t *testing.T) {
+	root := t.TempDir()
+	big := pulled(t, root, "id-big", `,"credentialMapping":{"reg.example/team/private":{"kubernetesSecrets":[{"uid":"u","namespace":"default","name":"pull","credentialHash":"`+strings.Repeat("h", 2<<20)+`"}]}}`)
+	r, err := ReadPullRecords(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Pulled["id-big"]; !ok || len(r.Unreadable) != 0 {
+		t.Fatalf("a 2 MiB record: %v", r.Unreadable)
+	}
+	defer func(old int64) { maxRecordSize = old }(maxRecordSize)
+	maxRecordSize = 1 << 20
+	r, err = ReadPullRecords(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := r.Unreadable["pulled/"+recordFile("id-big")]; u.Path != big || u.KubeletFails || !strings.Contains(u.Err, "too large") {
+		t.Fatalf("over the bound: %+v", u)
 	}
 }
 
@@ -125,7 +221,6 @@ func TestNeedsRegistry(t *testing.T) {
 		why   string
 	}{
 		{"gate off: nothing verified", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify, FeatureGates: map[string]bool{FeatureGate: false}}, recs, pinned, false, ""},
-		{"gate unset, no records dir: off", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify}, PullRecords{}, pinned, false, ""},
 		{"gate unset, records dir: on", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, pinned, true, "AlwaysVerify"},
 		{"default policy, pre-loaded", Config{FeatureGates: gateOn}, recs, pinned, false, ""},
 		{"default policy, kubelet pulled it with a secret", Config{FeatureGates: gateOn}, recs, private, true, "pulled it itself"},
@@ -143,13 +238,13 @@ func TestNeedsRegistry(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := NewVerification(c.cfg, c.recs)
+			v, err := NewVerification(c.cfg, c.recs, Version{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			need, why := v.NeedsRegistry(c.image, ids[c.image])
-			if need != c.need || !strings.Contains(why, c.why) {
-				t.Fatalf("NeedsRegistry = %v %q, want %v containing %q", need, why, c.need, c.why)
+			a, why := v.image(c.image, ids[c.image])
+			if (a == NeedsRegistry) != c.need || a == Unknown || !strings.Contains(why, c.why) {
+				t.Fatalf("image = %v %q, want need %v containing %q", a, why, c.need, c.why)
 			}
 		})
 	}
@@ -158,14 +253,14 @@ func TestNeedsRegistry(t *testing.T) {
 // The allowlist is validated as the kubelet validates it (image_pull_policies_test.go).
 func TestAllowlistValidation(t *testing.T) {
 	for _, bad := range []string{" a.example/*", "*", "/*", "a.example/*/x", "a.example/app:1", "a.example/app@sha256:" + strings.Repeat("1", 64), "a.example/ap*"} {
-		if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{bad}}, PullRecords{}); err == nil {
+		if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{bad}}, PullRecords{}, Version{}); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: "Sometimes"}, PullRecords{}); err == nil || !strings.Contains(err.Error(), "Sometimes") {
+	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: "Sometimes"}, PullRecords{}, Version{}); err == nil || !strings.Contains(err.Error(), "Sometimes") {
 		t.Errorf("unknown policy: %v", err)
 	}
-	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"a.example/app", "a.example/*"}}, PullRecords{}); err != nil {
+	if _, err := NewVerification(Config{ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"a.example/app", "a.example/*"}}, PullRecords{}, Version{}); err != nil {
 		t.Errorf("good allowlist refused: %v", err)
 	}
 }
@@ -177,18 +272,78 @@ func TestNeedsLooksUpIDsInTheListing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := NewVerification(Config{FeatureGates: map[string]bool{FeatureGate: true}}, recs)
+	v, err := NewVerification(Config{FeatureGates: map[string]bool{FeatureGate: true}}, recs, Version{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	private := "reg.example/team/private@sha256:" + strings.Repeat("4", 64)
 	other := "reg.example/team/Other@sha256:" + strings.Repeat("5", 64)
 	listed := map[string]string{strings.ToLower(private): "id-secret", strings.ToLower(other): "id-other"}
-	needs := v.Needs([]string{other, private}, listed)
-	if len(needs) != 1 || needs[0].Image != private || !strings.Contains(needs[0].Why, "pulled it itself") {
-		t.Fatalf("needs %+v", needs)
+	d := v.Decide([]string{other, private}, listed)
+	if d.Answer != NeedsRegistry || len(d.Needs) != 1 || d.Needs[0].Image != private || !strings.Contains(d.Needs[0].Why, "pulled it itself") {
+		t.Fatalf("decision %+v", d)
 	}
-	if needs := v.Needs([]string{private}, nil); len(needs) != 0 {
-		t.Fatalf("an image the runtime does not list matched a record: %+v", needs)
+	if d := v.Decide([]string{private}, nil); d.Answer != Starts {
+		t.Fatalf("an image the runtime does not list matched a record: %+v", d)
+	}
+}
+
+// An image whose record the kubelet cannot read, or that is too large to be read here, is
+// never called registry-independent: the kubelet goes to the registry for it whatever the
+// policy (MustAttemptImagePull), and imagepind cannot tell for one over its bound. A
+// record of another image that cannot be read does not matter (the kubelet looks records
+// up by the image's ID), but is said.
+func TestDecideWithUnreadableRecords(t *testing.T) {
+	const (
+		broken  = "reg.example/team/broken@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+		big     = "reg.example/team/big@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+		huge    = "reg.example/team/huge@sha256:3333333333333333333333333333333333333333333333333333333333333333"
+		fine    = "reg.example/team/fine@sha256:4444444444444444444444444444444444444444444444444444444444444444"
+		pulling = "reg.example/team/pulling@sha256:5555555555555555555555555555555555555555555555555555555555555555"
+	)
+	listed := map[string]string{broken: "id-broken", big: "id-big", huge: "id-huge", fine: "id-fine", pulling: "id-pulling"}
+	root := t.TempDir()
+	write(t, filepath.Join(root, "image_manager/pulled", recordFile("id-broken")), `{"kind":"ImagePulledRecord",`)
+	write(t, filepath.Join(root, "image_manager/pulling", recordFile(pulling)), `{"kind":"ImagePullIntent"}`)
+	// Over 1 MiB, pulled by the kubelet with a pod's secret: read as the kubelet reads it.
+	pulled(t, root, "id-big", `,"credentialMapping":{"reg.example/team/big":{"kubernetesSecrets":[{"uid":"u","namespace":"default","name":"pull","credentialHash":"`+strings.Repeat("h", 2<<20)+`"}]}}`)
+	defer func(old int64) { maxRecordSize = old }(maxRecordSize)
+	maxRecordSize = 3 << 20
+	pulled(t, root, "id-huge", `,"credentialMapping":{"reg.example/team/huge":{"nodePodsAccessible":true,"kubernetesSecrets":[{"uid":"u","namespace":"default","name":"pull","credentialHash":"`+strings.Repeat("h", 4<<20)+`"}]}}`)
+	recs, err := ReadPullRecords(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateOn := map[string]bool{FeatureGate: true}
+	for _, c := range []struct {
+		name   string
+		policy string
+		refs   []string
+		answer Answer
+		msg    []string
+	}{
+		{"broken record, NeverVerify", NeverVerify, []string{broken, fine}, NeedsRegistry, []string{"1 of 2 images need the registry", broken, "cannot read its pull record of it either"}},
+		{"broken record, default", "", []string{broken}, NeedsRegistry, []string{broken}},
+		{"broken pull intent, default", "", []string{pulling}, NeedsRegistry, []string{pulling, "pulling/" + recordFile(pulling)}},
+		{"record over 1 MiB with a secret, default", "", []string{big}, NeedsRegistry, []string{big, "pulled it itself"}},
+		{"record over the bound", "", []string{huge, fine}, Unknown, []string{"for 1 of 2 images it cannot be told", huge, "cannot be read here"}},
+		{"both", "", []string{huge, broken}, NeedsRegistry, []string{broken, "for 1 more it cannot be told: " + huge}},
+		{"others' records unreadable", "", []string{fine}, Starts, []string{"pods start from these 1 images", "3 of the kubelet's pull records cannot be read, none of them one of these images'"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := NewVerification(Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: c.policy}, recs, Version{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := v.Decide(c.refs, listed)
+			if d.Answer != c.answer {
+				t.Fatalf("answer %v, want %v: %s", d.Answer, c.answer, d.Message)
+			}
+			for _, m := range c.msg {
+				if !strings.Contains(d.Message, m) {
+					t.Errorf("message %q lacks %q", d.Message, m)
+				}
+			}
+		})
 	}
 }

@@ -229,8 +229,13 @@ type registryGone struct {
 	Why []string `json:"why,omitempty"`
 	// Policy is the kubelet's image pull credential verification policy in effect.
 	Policy string `json:"policy,omitempty"`
-	// NeedRegistry are the images the kubelet would take to the registry at pod start.
+	// Kubelet is the answer of the kubelet's credential verification alone: Starts,
+	// NeedsRegistry or Unknown (empty when its files cannot be read).
+	Kubelet string `json:"kubelet,omitempty"`
+	// NeedRegistry are the images the kubelet would take to the registry at pod start,
+	// Unsure those for which it cannot be told.
 	NeedRegistry []kubelet.Need `json:"needRegistry,omitempty"`
+	Unsure       []kubelet.Need `json:"unsure,omitempty"`
 }
 
 // podStartCheck reads the kubelet's credential verification once and returns the
@@ -248,27 +253,35 @@ func podStartCheck(ctx context.Context, cfg conf.Config, client *cri.Client, rea
 				images = s.Images
 			}
 		}
-		rg := registryGone{Policy: v.Policy}
-		if !reachable {
-			rg.Why = append(rg.Why, "the container runtime does not answer: presence and pins unknown")
-		}
-		if missing > 0 {
-			rg.Why = append(rg.Why, fmt.Sprintf("%d of %d images are not on the node", missing, len(images)))
-		}
-		if len(unpinned) > 0 {
-			rg.Why = append(rg.Why, fmt.Sprintf("%d images are present but not pinned (the kubelet's GC may remove them): %s", len(unpinned), strings.Join(unpinned, ", ")))
-		}
-		if verr != nil {
-			rg.Why = append(rg.Why, "cannot tell what the kubelet verifies at pod start: "+verr.Error())
-		} else {
-			rg.NeedRegistry = v.Needs(images, ids)
-			if len(rg.NeedRegistry) > 0 {
-				rg.Why = append(rg.Why, v.Summary(rg.NeedRegistry, len(images), 5))
-			}
-		}
-		rg.Ready = len(rg.Why) == 0
-		return rg
+		return registryGoneFor(v, verr, ids, reachable, images, missing, unpinned)
 	}
+}
+
+// registryGoneFor is one set's answer: its images present and pinned, and the kubelet's
+// answer (kubelet.Verification.Decide, as the daemon's RegistryIndependent condition)
+// Starts. NeedsRegistry and Unknown alike make it not ready.
+func registryGoneFor(v kubelet.Verification, verr error, ids map[string]string, reachable bool, images []string, missing int, unpinned []string) registryGone {
+	rg := registryGone{Policy: v.Policy}
+	if !reachable {
+		rg.Why = append(rg.Why, "the container runtime does not answer: presence and pins unknown")
+	}
+	if missing > 0 {
+		rg.Why = append(rg.Why, fmt.Sprintf("%d of %d images are not on the node", missing, len(images)))
+	}
+	if len(unpinned) > 0 {
+		rg.Why = append(rg.Why, fmt.Sprintf("%d images are present but not pinned (the kubelet's GC may remove them): %s", len(unpinned), strings.Join(unpinned, ", ")))
+	}
+	if verr != nil {
+		rg.Why = append(rg.Why, "cannot tell what the kubelet verifies at pod start: "+verr.Error())
+	} else {
+		d := v.Decide(images, ids)
+		rg.Kubelet, rg.NeedRegistry, rg.Unsure = d.Answer.String(), d.Needs, d.Unsure
+		if d.Answer != kubelet.Starts {
+			rg.Why = append(rg.Why, d.Message)
+		}
+	}
+	rg.Ready = len(rg.Why) == 0
+	return rg
 }
 
 type checkReport struct {

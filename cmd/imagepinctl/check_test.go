@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/imagepin/imagepin/cmd/internal/wire"
+	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/release/releasetest"
 )
 
@@ -110,5 +113,45 @@ func TestCheckExpandsReleaseSets(t *testing.T) {
 	code, out, _ = ctl(t, "check", "--config", cfg, "--storage", dir, gone)
 	if code != 1 || !strings.Contains(out, "set gone: REFUSED") || !strings.Contains(out, "ReleaseUnavailable: release upstream.example.invalid/ocp/release@sha256:9999") {
 		t.Fatalf("unreachable release: exit %d\n%s", code, out)
+	}
+}
+
+// --registry-gone on a node whose kubelet has not started yet (no image_manager) under
+// AlwaysVerify: ready only when the kubelet's version says its credential verification
+// is off, or the config turns it off; a kubelet 1.35 (on by default) needs the registry,
+// and a version that cannot be read leaves it unknown — never ready.
+func TestRegistryGoneBeforeTheKubeletsFirstStart(t *testing.T) {
+	const app = "reg.example/team/app@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	dir := t.TempDir()
+	script := func(name, version string) string {
+		return write(t, dir, name, "#!/bin/sh\necho 'Kubernetes "+version+"'\n")
+	}
+	for _, c := range []struct {
+		name, config, binary string
+		ready                bool
+		kubelet, why         string
+	}{
+		{"kubelet 1.35.4", "", script("kubelet-135", "v1.35.4"), false, "NeedsRegistry", "AlwaysVerify: 1 of 1 images need the registry"},
+		{"no kubelet binary", "", filepath.Join(dir, "none"), false, "Unknown", "cannot be told"},
+		{"binary not configured", "", "", false, "Unknown", "cannot be told"},
+		{"kubelet 1.34.2", "", script("kubelet-134", "v1.34.2"), true, "Starts", ""},
+		{"explicit false, kubelet 1.35.4", "featureGates: {KubeletEnsureSecretPulledImages: false}\n", script("kubelet-135b", "v1.35.4"), true, "Starts", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := conf.Default()
+			cfg.Disk.KubeletConfig = write(t, t.TempDir(), "kubelet.conf",
+				"apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: AlwaysVerify\n"+c.config)
+			cfg.Kubelet.ConfigDir = ""
+			cfg.Kubelet.RootDir = t.TempDir()
+			cfg.Kubelet.Binary = c.binary
+			if c.binary != "" {
+				_ = os.Chmod(c.binary, 0o755)
+			}
+			v, err := wire.Kubelet(cfg)()
+			rg := registryGoneFor(v, err, map[string]string{app: "id-app"}, true, []string{app}, 0, nil)
+			if rg.Ready != c.ready || rg.Kubelet != c.kubelet || !strings.Contains(strings.Join(rg.Why, "\n"), c.why) {
+				t.Fatalf("%+v; want ready %v, kubelet %s, why containing %q", rg, c.ready, c.kubelet, c.why)
+			}
+		})
 	}
 }

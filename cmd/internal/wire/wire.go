@@ -339,18 +339,13 @@ func Reloader(cfg conf.Config, log logrus.FieldLogger) crio.Reloader {
 }
 
 // Kubelet reads what the kubelet will do at pod start with images already on the node:
-// its config ([disk] kubelet_config) with its drop-ins ([kubelet] config_dir) and the
-// records of its own pulls under [kubelet] root_dir.
+// its config ([disk] kubelet_config) with its drop-ins ([kubelet] config_dir), the
+// records of its own pulls under [kubelet] root_dir and, when those do not say whether
+// its credential verification is on, the version of [kubelet] binary.
 func Kubelet(cfg conf.Config) func() (kubelet.Verification, error) {
-	return func() (kubelet.Verification, error) {
-		kc, err := kubelet.LoadConfig(cfg.Disk.KubeletConfig, cfg.Kubelet.ConfigDir)
-		if err != nil {
-			return kubelet.Verification{}, err
-		}
-		records, err := kubelet.ReadPullRecords(cfg.Kubelet.RootDir)
-		if err != nil {
-			return kubelet.Verification{}, err
-		}
-		return kubelet.NewVerification(kc, records)
+	r := kubelet.Reader{ConfigFile: cfg.Disk.KubeletConfig, ConfigDir: cfg.Kubelet.ConfigDir, RootDir: cfg.Kubelet.RootDir}
+	if cfg.Kubelet.Binary != "" {
+		r.Version = kubelet.NewBinary(cfg.Kubelet.Binary)
 	}
+	return r.Read
 }
