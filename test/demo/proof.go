@@ -193,12 +193,17 @@ func (d *demo) deleteAndComeBack(ctx context.Context) (string, error) {
 	}
 	fmt.Printf("    %s is back in CRI-O's storage, pinned, %s after its deletion\n", name, back.Round(100*time.Millisecond))
 	log, _ := os.ReadFile(d.daemonLog)
+	noticed := false
 	for _, l := range strings.Split(string(log), "\n") {
-		if strings.Contains(l, "no longer listed by the runtime") || (strings.Contains(l, `msg=pulled`) && strings.Contains(l, d.payments)) {
-			fmt.Println("    imagepind log: " + brief(l))
+		if strings.Contains(l, "no longer listed by the runtime") {
+			noticed = true
+		}
+		// From imagepind's notice on: what it said about the image (level and message).
+		if noticed && strings.Contains(l, d.payments) {
+			fmt.Println("    imagepind log: " + logGist(l))
 		}
 	}
-	if !strings.Contains(string(log), "no longer listed by the runtime") {
+	if !noticed {
 		return "", fmt.Errorf("%s came back, but imagepind's log does not say it noticed the deletion; see %s", name, d.daemonLog)
 	}
 	fromStore1, err := d.servedFromStore()
@@ -355,16 +360,32 @@ func registryDown(host string) error {
 	return nil
 }
 
-// brief is the gist of a runtime's error: from its last "desc = " on, one line, cut.
+// brief is the gist of a runtime's error: from its last "desc = " on, one line, with
+// crictl's log quoting undone, cut.
 func brief(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if i := strings.LastIndex(s, "desc = "); i >= 0 {
 		s = s[i+len("desc = "):]
 	}
-	if len(s) > 220 {
-		s = s[:220] + "…"
+	s = strings.TrimRight(strings.ReplaceAll(s, `\"`, `"`), `"`)
+	if len(s) > 260 {
+		s = s[:260] + "…"
 	}
 	return s
+}
+
+// logGist is an imagepind log line without its time and image fields (the image is
+// named on the step's line): level=… msg=… and the rest.
+func logGist(l string) string {
+	if i := strings.Index(l, "level="); i >= 0 {
+		l = l[i:]
+	}
+	if i := strings.Index(l, " image=\""); i >= 0 {
+		if j := strings.Index(l[i+len(" image=\""):], "\""); j >= 0 {
+			l = l[:i] + l[i+len(" image=\"")+j+1:]
+		}
+	}
+	return l
 }
 
 func lastLine(s string) string {
