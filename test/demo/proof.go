@@ -238,7 +238,6 @@ func (d *demo) runPod(ctx context.Context) (string, error) {
 	ns := map[string]any{"network": 2, "pid": 1}
 	pod := map[string]any{
 		"metadata":      map[string]any{"name": "payments", "namespace": "demo", "uid": "imagepin-demo-payments", "attempt": 0},
-		"hostname":      "payments",
 		"log_directory": logDir,
 		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": ns}},
 	}
@@ -246,7 +245,9 @@ func (d *demo) runPod(ctx context.Context) (string, error) {
 		"metadata": map[string]any{"name": "payments"},
 		"image":    map[string]any{"image": d.payments},
 		"log_path": "payments.log",
-		"linux":    map[string]any{"security_context": map[string]any{"namespace_options": ns}},
+		// podapp logs $HOSTNAME; a host-network pod gets no hostname of its own.
+		"envs":  []map[string]string{{"key": "HOSTNAME", "value": "payments"}},
+		"linux": map[string]any{"security_context": map[string]any{"namespace_options": ns}},
 	}
 	podFile, ctrFile := filepath.Join(podDir, "pod.json"), filepath.Join(podDir, "container.json")
 	for f, v := range map[string]any{podFile: pod, ctrFile: ctr} {
@@ -255,19 +256,28 @@ func (d *demo) runPod(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+	// Removed before the runtime stops (deferred calls run last-in, first-out): its
+	// processes are the demo's to end, by the pod's ID (or, when runp failed half-way,
+	// by the IDs of the pods of that name on the demo's own runtime).
+	var podID string
+	d.cleanupPod = func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		ids := []string{podID}
+		if podID == "" {
+			out, _ := d.crictl.run(cctx, "pods", "--name", "payments", "-q")
+			ids = strings.Fields(out)
+		}
+		for _, id := range ids {
+			d.crictl.run(cctx, "stopp", id)
+			d.crictl.run(cctx, "rmp", "-f", id)
+		}
+	}
 	out, err := d.crictl.run(ctx, "runp", podFile)
 	if err != nil {
 		return "", err
 	}
-	podID := lastLine(out)
-	// Removed before the runtime stops (deferred calls run last-in, first-out): its
-	// processes are the demo's to end, by the pod's ID.
-	d.cleanupPod = func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		d.crictl.run(cctx, "stopp", podID)
-		d.crictl.run(cctx, "rmp", "-f", podID)
-	}
+	podID = lastLine(out)
 	out, err = d.crictl.run(ctx, "create", "--no-pull", podID, ctrFile, podFile)
 	if err != nil {
 		return "", err
@@ -368,10 +378,24 @@ func brief(s string) string {
 		s = s[i+len("desc = "):]
 	}
 	s = strings.TrimRight(strings.ReplaceAll(s, `\"`, `"`), `"`)
-	if len(s) > 260 {
-		s = s[:260] + "…"
+	if len(s) <= 240 {
+		return s
 	}
-	return s
+	// Its first phrase (up to the first ": ", or 60 bytes to a word) and its last 160
+	// bytes from a word on.
+	head := s
+	if i := strings.Index(s, ": "); i > 0 && i < 60 {
+		head = s[:i]
+	} else if i := strings.LastIndex(s[:60], " "); i > 0 {
+		head = s[:i]
+	} else {
+		head = s[:60]
+	}
+	tail := s[len(s)-160:]
+	if i := strings.Index(tail, " "); i >= 0 {
+		tail = tail[i+1:]
+	}
+	return head + ": … " + tail
 }
 
 // logGist is an imagepind log line without its time and image fields (the image is
