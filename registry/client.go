@@ -17,7 +17,8 @@ import (
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/types"
 
-	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/failure"
+	"github.com/imagepin/imagepin/pullcreds"
 )
 
 // Platform is an OCI platform.
@@ -98,7 +99,7 @@ func (e *UnavailableError) Error() string { return e.Err.Error() }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // Credentials returns what the kubelet would hand CRI-O for an image (nil: none).
-type Credentials func(image string) *cri.Auth
+type Credentials func(image string) *pullcreds.Auth
 
 // Config says how to reach registries: the node's files, as CRI-O reads them.
 type Config struct {
@@ -174,7 +175,7 @@ func New(cfg Config, creds Credentials) *Client {
 		cfg.Timeout = 30 * time.Second
 	}
 	if creds == nil {
-		creds = func(string) *cri.Auth { return nil }
+		creds = func(string) *pullcreds.Auth { return nil }
 	}
 	return &Client{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
 		farNow: make(chan struct{}), cache: map[string]Image{}, usize: map[string]layerSize{}}
@@ -349,7 +350,7 @@ func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
 		err = fmt.Errorf("%s: no answer from its registry within %s: %w", image, r.cfg.Timeout, err)
 	}
 	if err != nil {
-		if cri.Classify(err) == cri.Unavailable {
+		if failure.Classify(err) == failure.Unavailable {
 			return Image{}, &UnavailableError{Image: image, Err: err}
 		}
 		return Image{}, err

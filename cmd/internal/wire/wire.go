@@ -26,6 +26,7 @@ import (
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
@@ -201,8 +202,8 @@ func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogge
 // node's faults.
 func RegistryFor(cfg conf.Config, runtimeName, stateDir string) (*registry.Client, func() []string) {
 	rc, problems := RegistryAccess(cfg, runtimeName, stateDir)
-	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	return registry.New(rc, keyring.Lookup), problems
+	secret := &pullcreds.SecretFile{Path: cfg.CRI.PullSecret}
+	return registry.New(rc, secret.Lookup), problems
 }
 
 // RegistryAccess is how the runtime reaches registries, for whatever imagepin asks a
