@@ -11,10 +11,12 @@
 // containers/image source: the disk check sizes images with it (Resolve), imagepinctl
 // resolve looks tags up with it (ResolveTag), release expansion reads manifests, configs
 // and layers with it (OpenImage), and the node-local mirror fetches through it (Manifest,
-// Blob). What it promises to each: a request that waits for a registry has an answer
-// within Config.Timeout or fails saying so; an error that retrying cannot fix is an
-// *UnavailableError (failure.Classify), keeping containers/image's text; every size it
-// reads from the network is bounded (MaxLayerSize, a blob's body by its size) and summed
-// with AddSat, so nothing a registry says can wrap. Resolve caches by reference (images
-// by digest are immutable); tags are never cached.
+// Blob). What it promises: a request of Resolve, ResolveTag or OpenImage that waits for
+// a registry has an answer within Config.Timeout or fails saying so (the mirror's
+// Manifest and Blob run as long as the runtime's request does); an error of those that
+// retrying cannot fix is an *UnavailableError (failure.Classify), keeping
+// containers/image's text; every size it reads from the network is bounded
+// (MaxLayerSize; an OpenImage blob's body by its size) and summed with AddSat, so
+// nothing a registry says can wrap. Resolve caches by reference (images by digest are
+// immutable); tags are never cached.
 package registry
