@@ -14,6 +14,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
@@ -24,7 +25,7 @@ import (
 type Runtime interface {
 	Version(ctx context.Context) (cri.Version, error)
 	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
-	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
+	PullImage(ctx context.Context, ref string, auth *pullcreds.Auth) (string, error)
 	// ImageNames is one ListImages: every name the runtime has an image under, to its ID.
 	ImageNames(ctx context.Context) (map[string]string, error)
 }
@@ -199,7 +200,7 @@ func New(cfg Config, deps Deps) *Agent {
 		log:   deps.Log,
 		rand:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 		sched: sched,
-		in:    inputs{dirty: true, keyring: &cri.Keyring{}},
+		in:    inputs{dirty: true, secret: &pullcreds.SecretFile{Path: cfg.PullSecret}, keyring: &pullcreds.Keyring{}},
 		rt:    runtimeConn{pinner: pinner, retry: retry{key: "runtime", sched: sched}},
 		pins:  pinState{retry: retry{key: "pins", sched: sched}},
 		pulls: pullState{

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
@@ -49,7 +48,7 @@ func (a *Agent) loadInputs() {
 	}
 	a.loadSets()
 	a.loadLabels()
-	k, err := cri.LoadKeyring(a.cfg.PullSecret)
+	k, err := a.in.secret.Reload()
 	if err != nil {
 		a.in.inputFaults = append(a.in.inputFaults, err.Error()+"; keeping the previous credentials")
 	} else {

@@ -7,6 +7,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -28,8 +29,9 @@ type inputs struct {
 	fileErrors  []status.FileError
 	inputFaults []string
 	labels      map[string]string
-	keyring     *cri.Keyring
-	data        state.Data // last good contents, sizes, completed sets
+	secret      *pullcreds.SecretFile // the pull secret file, read at every load of the inputs
+	keyring     *pullcreds.Keyring    // its last good credentials
+	data        state.Data            // last good contents, sizes, completed sets
 	dataDirty   bool
 }
 

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/failure"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/pullcreds"
 )
 
 // imageState is what the agent knows of one wanted image, shared by every set that
@@ -21,12 +23,12 @@ type imageState struct {
 	inflight bool
 	retry    retry
 	lastErr  error
-	failure  cri.Failure
+	failure  failure.Class
 }
 
 type pullJob struct {
 	image  string
-	auth   *cri.Auth
+	auth   *pullcreds.Auth
 	gen    int        // the pin generation it was dispatched in
 	pinner pin.Pinner // pins the image once pulled, where the runtime pins image records
 	// byName: the runtime pins by name and was confirmed to have a pattern matching
@@ -272,17 +274,17 @@ func (a *Agent) handleResult(r pullResult) {
 		return
 	}
 	img.lastErr = r.err
-	img.failure = cri.Classify(r.err)
-	a.deps.Observer.Pull(map[cri.Failure]string{cri.Transient: "transient", cri.Unavailable: "unavailable", cri.NoSpace: "no_space"}[img.failure], r.took)
+	img.failure = failure.Classify(r.err)
+	a.deps.Observer.Pull(map[failure.Class]string{failure.Transient: "transient", failure.Unavailable: "unavailable", failure.NoSpace: "no_space"}[img.failure], r.took)
 	img.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 	switch {
 	case errors.Is(r.err, cri.ErrUnavailable):
 		a.runtimeDown(r.err)
 		img.checked = false
-	case img.failure == cri.Transient:
+	case img.failure == failure.Transient:
 		// The registry or the link is struggling: fewer pulls at once.
 		a.pulls.width.Transient(now)
-	case img.failure == cri.NoSpace:
+	case img.failure == failure.NoSpace:
 		// Stop every pull at once: the others would fail the same way.
 		a.pulls.noSpaceTry.fail(now, a.cfg.MaxBackoff, a.rand)
 		a.pulls.noSpaceAt = a.pulls.noSpaceTry.next

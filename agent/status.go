@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/failure"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -121,10 +121,10 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 			continue
 		}
 		switch img.failure {
-		case cri.Unavailable:
+		case failure.Unavailable:
 			f.Unavailable++
 			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonImageUnavailable, Error: img.lastErr.Error()})
-		case cri.NoSpace:
+		case failure.NoSpace:
 			f.NoSpace++
 			st.FailedImages = append(st.FailedImages, status.FailedImage{Image: ref, Reason: status.ReasonInsufficientDiskSpace, Error: img.lastErr.Error()})
 		default:

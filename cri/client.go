@@ -11,10 +11,14 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/imagepin/imagepin/failure"
+	"github.com/imagepin/imagepin/pullcreds"
 )
 
-// ErrUnavailable means the runtime did not answer (down, restarting, socket missing).
-var ErrUnavailable = errors.New("container runtime unavailable")
+// ErrUnavailable means the runtime did not answer (down, restarting, socket missing). It
+// is failure.ErrRuntimeUnavailable, which failure.Classify takes for transient.
+var ErrUnavailable = failure.ErrRuntimeUnavailable
 
 // Image is what the runtime knows of one image.
 type Image struct {
@@ -22,12 +26,6 @@ type Image struct {
 	Pinned  bool
 	ID      string
 	Size    uint64
-}
-
-// Auth is the credential sent with a pull. Never log it.
-type Auth struct {
-	Username string
-	Password string
 }
 
 // Version is the runtime's name and version.
@@ -112,7 +110,7 @@ func (c *Client) ImageNames(ctx context.Context) (map[string]string, error) {
 }
 
 // PullImage pulls ref with the given credentials (nil: none) and returns the image ref.
-func (c *Client) PullImage(ctx context.Context, ref string, auth *Auth) (string, error) {
+func (c *Client) PullImage(ctx context.Context, ref string, auth *pullcreds.Auth) (string, error) {
 	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}}
 	if auth != nil {
 		req.Auth = &runtimeapi.AuthConfig{Username: auth.Username, Password: auth.Password}

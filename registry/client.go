@@ -17,7 +17,7 @@ import (
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/types"
 
-	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/pullcreds"
 )
 
 // Platform is an OCI platform.
@@ -98,7 +98,7 @@ func (e *UnavailableError) Error() string { return e.Err.Error() }
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // Credentials returns what the kubelet would hand CRI-O for an image (nil: none).
-type Credentials func(image string) *cri.Auth
+type Credentials func(image string) *pullcreds.Auth
 
 // Config says how to reach registries: the node's files, as CRI-O reads them.
 type Config struct {
@@ -134,10 +134,11 @@ type Config struct {
 // Client sizes images through containers/image, caching by digest reference
 // (manifests are immutable).
 type Client struct {
-	cfg   Config
-	creds Credentials
-	sem   chan struct{}
-	near  chan struct{} // the narrower bound while the registry is near or not measured
+	cfg    Config
+	creds  Credentials
+	sysFor func(image string) *types.SystemContext // FromSystemContext's, in place of cfg and creds
+	sem    chan struct{}
+	near   chan struct{} // the narrower bound while the registry is near or not measured
 
 	mu     sync.Mutex
 	cache  map[string]Image
@@ -174,7 +175,7 @@ func New(cfg Config, creds Credentials) *Client {
 		cfg.Timeout = 30 * time.Second
 	}
 	if creds == nil {
-		creds = func(string) *cri.Auth { return nil }
+		creds = func(string) *pullcreds.Auth { return nil }
 	}
 	return &Client{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
 		farNow: make(chan struct{}), cache: map[string]Image{}, usize: map[string]layerSize{}}
@@ -285,8 +286,14 @@ func (r *Client) Far() bool {
 func (r *Client) RangeRequests() int64 { return r.ranges.Load() }
 
 // SystemContext is how containers/image reaches image: the node's registries.conf,
-// certs.d, platform, and the credentials the kubelet would hand CRI-O for it.
+// certs.d, platform, and the credentials the kubelet would hand CRI-O for it. imagepin's
+// code reads images through the Client's methods (Resolve, ResolveTag, OpenImage,
+// Manifest, Blob), which bound and classify what the registry does; this is for the
+// forwarding release.DockerSource only.
 func (r *Client) SystemContext(image string) *types.SystemContext {
+	if r.sysFor != nil {
+		return r.sysFor(image)
+	}
 	sys := &types.SystemContext{
 		SystemRegistriesConfPath:    r.cfg.RegistriesConf,
 		SystemRegistriesConfDirPath: r.cfg.RegistriesConfDir,
@@ -342,16 +349,11 @@ func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
 		return Image{}, ctx.Err()
 	}
 	defer func() { <-r.sem }()
-	rctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
-	defer cancel()
-	img, err := r.resolve(rctx, image)
-	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
-		err = fmt.Errorf("%s: no answer from its registry within %s: %w", image, r.cfg.Timeout, err)
-	}
+	err := r.bounded(ctx, image, func(ctx context.Context) (err error) {
+		img, err = r.resolve(ctx, image)
+		return err
+	})
 	if err != nil {
-		if cri.Classify(err) == cri.Unavailable {
-			return Image{}, &UnavailableError{Image: image, Err: err}
-		}
 		return Image{}, err
 	}
 	r.mu.Lock()

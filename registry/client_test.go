@@ -17,8 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/pullcreds"
 )
 
 var (
@@ -92,7 +92,7 @@ func TestMirrorCredentialsFromTheGlobalAuthFile(t *testing.T) {
 	if err := os.WriteFile(authFile, []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k, err := cri.ParseKeyring([]byte(secret))
+	k, err := pullcreds.ParseKeyring([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestCredentialsByNamespace(t *testing.T) {
 	reg.WriteCA(f.Certs)
 	secret := fmt.Sprintf(`{"auths": {%q: {"username": "alice", "password": "apass"}, %q: {"username": "bob", "password": "bpass"}, %q: {"username": "nobody", "password": "x"}}}`,
 		reg.Host+"/team-a", reg.Host+"/team-b", reg.Host)
-	k, err := cri.ParseKeyring([]byte(secret))
+	k, err := pullcreds.ParseKeyring([]byte(secret))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,4 +12,9 @@
 // their tag pair. A node needs the OS images of its own stream only; the release image
 // itself is needed on control-plane nodes only (the CVO runs it); every other component
 // goes to every pool.
+//
+// Images are read through a Source, the node's registry access (*registry.Client:
+// registries.conf mirrors, certs.d, the pull secret, with its timeouts, bounds and error
+// classes); release opens no image itself. Cached keeps each expansion, in memory and in
+// the state directory, so a release by digest is read from its registry once.
 package release

@@ -11,13 +11,11 @@ import (
 	"sort"
 	"strings"
 
-	"go.podman.io/image/v5/docker"
-	"go.podman.io/image/v5/manifest"
-	"go.podman.io/image/v5/pkg/blobinfocache/none"
 	"go.podman.io/image/v5/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/registry"
 )
 
 // Release is what a release image says, independent of any node.
@@ -95,8 +93,11 @@ func IsControlPlane(labels map[string]string) bool {
 	return master || cp
 }
 
-// Source reads images from registries (the same access as the disk check).
-type Source func(ctx context.Context, image string) (types.ImageSource, *types.SystemContext, error)
+// Source opens images at their registries: *registry.Client, the same access as the
+// disk check's, with its timeouts, bounds and error classes.
+type Source interface {
+	OpenImage(ctx context.Context, image string) (*registry.ImageReader, error)
+}
 
 // ErrNotRelease means the image has no release manifests.
 var ErrNotRelease = errors.New("not a release image")
@@ -106,12 +107,12 @@ func Expand(ctx context.Context, open Source, pullSpec string) (Release, error) 
 	if err := pinset.ValidateImage(pullSpec); err != nil {
 		return Release{}, fmt.Errorf("release pull spec: %w", err)
 	}
-	src, sys, err := open(ctx, pullSpec)
+	src, err := open.OpenImage(ctx, pullSpec)
 	if err != nil {
 		return Release{}, fmt.Errorf("release %s: %w", pullSpec, err)
 	}
 	defer src.Close()
-	refs, meta, err := readManifests(ctx, src, sys, pullSpec)
+	refs, meta, err := readManifests(ctx, src, pullSpec)
 	if err != nil {
 		return Release{}, err
 	}
@@ -188,15 +189,15 @@ const maxManifestFile = 16 << 20
 
 // readManifests finds image-references and release-metadata: in the last layer, as oc
 // release info reads them, else in any layer from the last to the first.
-func readManifests(ctx context.Context, src types.ImageSource, sys *types.SystemContext, pullSpec string) (imageStream, metadata, error) {
-	m, err := platformManifest(ctx, src, sys)
+func readManifests(ctx context.Context, src *registry.ImageReader, pullSpec string) (imageStream, metadata, error) {
+	m, err := src.Manifest(ctx)
 	if err != nil {
 		return imageStream{}, metadata{}, fmt.Errorf("release %s: %w", pullSpec, err)
 	}
-	layers := m.LayerInfos()
+	layers := m.Layers
 	var refsData, metaData []byte
 	for i := len(layers) - 1; i >= 0 && (refsData == nil || metaData == nil); i-- {
-		r, m2, err := scanLayer(ctx, src, layers[i].BlobInfo)
+		r, m2, err := scanLayer(ctx, src, layers[i])
 		if err != nil {
 			return imageStream{}, metadata{}, fmt.Errorf("release %s: layer %s: %w", pullSpec, layers[i].Digest, err)
 		}
@@ -221,30 +222,8 @@ func readManifests(ctx context.Context, src types.ImageSource, sys *types.System
 	return refs, meta, nil
 }
 
-// platformManifest is the image's manifest, its platform's instance for a list.
-func platformManifest(ctx context.Context, src types.ImageSource, sys *types.SystemContext) (manifest.Manifest, error) {
-	blob, mime, err := src.GetManifest(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	if manifest.MIMETypeIsMultiImage(mime) {
-		list, err := manifest.ListFromBlob(blob, mime)
-		if err != nil {
-			return nil, err
-		}
-		d, err := list.ChooseInstance(sys)
-		if err != nil {
-			return nil, err
-		}
-		if blob, mime, err = src.GetManifest(ctx, &d); err != nil {
-			return nil, err
-		}
-	}
-	return manifest.FromBlob(blob, manifest.NormalizedMIMEType(mime))
-}
-
-func scanLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo) (refs, meta []byte, err error) {
-	rc, _, err := src.GetBlob(ctx, info, none.NoCache)
+func scanLayer(ctx context.Context, src *registry.ImageReader, layer registry.Descriptor) (refs, meta []byte, err error) {
+	rc, err := src.Blob(ctx, layer)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -283,16 +262,16 @@ func scanLayer(ctx context.Context, src types.ImageSource, info types.BlobInfo) 
 
 // streamOf reads an OS image's io.openshift.os.streamclass label ("" when absent).
 func streamOf(ctx context.Context, open Source, image string) (string, error) {
-	src, sys, err := open(ctx, image)
+	src, err := open.OpenImage(ctx, image)
 	if err != nil {
 		return "", err
 	}
 	defer src.Close()
-	m, err := platformManifest(ctx, src, sys)
+	m, err := src.Manifest(ctx)
 	if err != nil {
 		return "", err
 	}
-	rc, _, err := src.GetBlob(ctx, m.ConfigInfo(), none.NoCache)
+	rc, err := src.Blob(ctx, m.Config)
 	if err != nil {
 		return "", err
 	}
@@ -308,16 +287,12 @@ func streamOf(ctx context.Context, open Source, image string) (string, error) {
 	return cfg.Config.Labels[StreamLabel], nil
 }
 
-// DockerSource opens images with containers/image's docker transport and the given
-// system context (registries.conf, certs.d, credentials).
+// DockerSource is the registry access whose SystemContext sysFor is, as a Source
+// (registry.FromSystemContext): kept, forwarding, while cmd/imagepinctl/check.go (edited
+// on another branch) still passes a Client's SystemContext here. Remove it once it passes
+// the *registry.Client itself.
+//
+// Deprecated: pass the *registry.Client as the Source.
 func DockerSource(sysFor func(image string) *types.SystemContext) Source {
-	return func(ctx context.Context, image string) (types.ImageSource, *types.SystemContext, error) {
-		ref, err := docker.ParseReference("//" + image)
-		if err != nil {
-			return nil, nil, err
-		}
-		sys := sysFor(image)
-		src, err := ref.NewImageSource(ctx, sys)
-		return src, sys, err
-	}
+	return registry.FromSystemContext(sysFor)
 }

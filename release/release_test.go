@@ -59,9 +59,8 @@ func (r *reg) source(p registry.Platform) release.Source {
 	if p.OS == "" {
 		p = registry.Platform{OS: "linux", Architecture: "amd64"}
 	}
-	res := registry.New(registry.Config{RegistriesConf: r.conf, RegistriesConfDir: filepath.Join(r.dir, "none"),
+	return registry.New(registry.Config{RegistriesConf: r.conf, RegistriesConfDir: filepath.Join(r.dir, "none"),
 		CertsDir: filepath.Join(r.dir, "certs"), Platform: p}, nil)
-	return release.DockerSource(res.SystemContext)
 }
 
 func (r *reg) push(t *testing.T, o releasetest.Options) releasetest.Payload {

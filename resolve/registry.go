@@ -1,7 +1,3 @@
-// Package resolve turns image tags into the digests the set format wants: it asks the
-// registry (through containers/image, with the node's registries.conf mirrors, certs.d
-// and credentials, as CRI-O would pull the tag) which manifest a tag names, and rewrites
-// set documents with the digests, keeping the rest of each document as it was.
 package resolve
 
 import (
@@ -14,9 +10,6 @@ import (
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
-	"go.podman.io/image/v5/docker"
-	"go.podman.io/image/v5/manifest"
-	"go.podman.io/image/v5/types"
 
 	"github.com/imagepin/imagepin/registry"
 )
@@ -38,13 +31,15 @@ type Result struct {
 // Changed says whether the reference was rewritten.
 func (r Result) Changed() bool { return r.From != r.To }
 
-// SystemContext is how to reach the registry for an image (its mirrors, certificates and
-// credentials).
-type SystemContext func(image string) *types.SystemContext
+// Registry looks a tag up as the runtime would pull it (its mirrors, certificates and
+// credentials): *registry.Client.
+type Registry interface {
+	ResolveTag(ctx context.Context, image string) (registry.Tag, error)
+}
 
 // Resolver looks up tags, each reference once, a bounded number at a time.
 type Resolver struct {
-	sys SystemContext
+	reg Registry
 	sem chan struct{}
 
 	mu    sync.Mutex
@@ -58,11 +53,11 @@ type entry struct {
 }
 
 // NewResolver returns a resolver doing at most concurrency lookups at once.
-func NewResolver(sys SystemContext, concurrency int) *Resolver {
+func NewResolver(reg Registry, concurrency int) *Resolver {
 	if concurrency <= 0 {
 		concurrency = 8
 	}
-	return &Resolver{sys: sys, sem: make(chan struct{}, concurrency), cache: map[string]*entry{}}
+	return &Resolver{reg: reg, sem: make(chan struct{}, concurrency), cache: map[string]*entry{}}
 }
 
 // Resolve returns the digest reference image names. A reference must be fully qualified
@@ -121,36 +116,22 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Result, error) {
 		res.Note = "no tag: resolved :latest"
 		named = reference.TagNameOnly(named)
 	}
-	ref, err := docker.NewReference(named)
-	if err != nil {
-		return res, fmt.Errorf("%s: %w", image, err)
-	}
-	src, err := ref.NewImageSource(ctx, r.sys(image))
+	tag, err := r.reg.ResolveTag(ctx, image)
 	if err != nil {
 		return res, err
 	}
-	defer src.Close()
-	blob, mime, err := src.GetManifest(ctx, nil)
-	if err != nil {
-		return res, fmt.Errorf("read manifest of %s: %w", image, err)
-	}
-	d, err := manifest.Digest(blob)
-	if err != nil {
-		return res, fmt.Errorf("digest of %s's manifest: %w", image, err)
-	}
-	res.To = reference.TrimNamed(named).String() + "@" + d.String()
-	if manifest.MIMETypeIsMultiImage(mime) {
+	res.To = reference.TrimNamed(named).String() + "@" + tag.Digest.String()
+	if tag.List {
 		res.List = true
-		if list, err := manifest.ListFromBlob(blob, mime); err == nil {
-			res.Platforms = platforms(list)
-		}
+		res.Platforms = platforms(tag.Platforms)
 	}
 	return res, nil
 }
 
-func platforms(list manifest.List) []string {
+// platforms are a list's platforms, each once, sorted.
+func platforms(list []string) []string {
 	var out []string
-	for _, p := range registry.ListPlatforms(list) {
+	for _, p := range list {
 		if !slices.Contains(out, p) {
 			out = append(out, p)
 		}

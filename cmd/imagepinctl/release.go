@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"go.podman.io/image/v5/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/cmd/internal/wire"
@@ -77,13 +76,7 @@ deterministic: the same release gives the same documents.`,
 
 // releaseSets prints PinnedImageSet documents (the shipped v1 shape) for a release.
 func releaseSets(ctx context.Context, cfg conf.Config, p registry.Platform, o *releaseOptions, pullSpec string, stdout, stderr io.Writer) error {
-	resolver := wire.Registry(cfg)
-	sysFor := func(image string) *types.SystemContext {
-		sys := resolver.SystemContext(image)
-		sys.OSChoice, sys.ArchitectureChoice, sys.VariantChoice = p.OS, p.Architecture, p.Variant
-		return sys
-	}
-	rel, err := release.Expand(ctx, release.DockerSource(sysFor), pullSpec)
+	rel, err := release.Expand(ctx, wire.RegistryOn(cfg, p), pullSpec)
 	if err != nil {
 		return fail(exitNo, "%v", err)
 	}

@@ -69,7 +69,7 @@ reference of every file resolved and every result is valid. Exit 1 otherwise.`,
 				return fail(exitUsage, "%v", err)
 			}
 			resolver := wire.Registry(cfg)
-			r := resolve.NewResolver(resolver.SystemContext, cfg.EffectivePullConcurrency())
+			r := resolve.NewResolver(resolver, cfg.EffectivePullConcurrency())
 			return resolveFiles(cmd.Context(), r, o, sel, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}

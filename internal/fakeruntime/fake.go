@@ -18,6 +18,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pullcreds"
 )
 
 // Runtime fakes CRI-O.
@@ -265,7 +266,7 @@ func (r *Runtime) ImageStatus(_ context.Context, ref string) (cri.Image, error) 
 }
 
 // PullImage implements CRI PullImage.
-func (r *Runtime) PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error) {
+func (r *Runtime) PullImage(ctx context.Context, ref string, auth *pullcreds.Auth) (string, error) {
 	r.mu.Lock()
 	if r.down {
 		r.mu.Unlock()

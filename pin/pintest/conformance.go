@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/failure"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pullcreds"
 )
 
 // Runtime is the CRI surface imagepind uses.
 type Runtime interface {
 	Version(ctx context.Context) (cri.Version, error)
 	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
-	PullImage(ctx context.Context, ref string, auth *cri.Auth) (string, error)
+	PullImage(ctx context.Context, ref string, auth *pullcreds.Auth) (string, error)
 	ImageNames(ctx context.Context) (map[string]string, error)
 }
 
@@ -182,7 +184,7 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		if err == nil {
 			t.Fatal("pull of a missing image succeeded")
 		}
-		if got := cri.Classify(err); got != cri.Unavailable {
+		if got := failure.Classify(err); got != failure.Unavailable {
 			t.Fatalf("Classify(%q) = %v, want Unavailable", err, got)
 		}
 	})

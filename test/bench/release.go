@@ -40,7 +40,7 @@ func (b *bench) releaseCost(ctx context.Context, n int) error {
 		for _, how := range []string{"cold", "from state (new process, same state_dir)"} {
 			requests.Store(0)
 			start := time.Now()
-			rel, err := (&release.Cached{Dir: state, Source: release.DockerSource(resolver.SystemContext)}).Expand(ctx, p.Release)
+			rel, err := (&release.Cached{Dir: state, Source: resolver}).Expand(ctx, p.Release)
 			if err != nil {
 				return err
 			}

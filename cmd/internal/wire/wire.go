@@ -26,6 +26,7 @@ import (
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
@@ -112,7 +113,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Pinners:  map[string]pin.Pinner{runtimeName: pinner},
 		Disk:     DiskCheck(cfg, runtimeName, registries, client, nodeName),
 		Kubelet:  Kubelet(cfg),
-		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: release.DockerSource(registries.SystemContext)},
+		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: registries},
 		State:    store,
 		Publish:  opts.Publish,
 		Log:      opts.Log,
@@ -201,8 +202,8 @@ func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogge
 // node's faults.
 func RegistryFor(cfg conf.Config, runtimeName, stateDir string) (*registry.Client, func() []string) {
 	rc, problems := RegistryAccess(cfg, runtimeName, stateDir)
-	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
-	return registry.New(rc, keyring.Lookup), problems
+	secret := &pullcreds.SecretFile{Path: cfg.CRI.PullSecret}
+	return registry.New(rc, secret.Lookup), problems
 }
 
 // RegistryAccess is how the runtime reaches registries, for whatever imagepin asks a
@@ -285,8 +286,16 @@ func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaul
 // hosts translated under the temporary directory) with the credentials the kubelet
 // would hand it for each image (the pull secret): the command line's registry access.
 func Registry(cfg conf.Config) *registry.Client {
-	r, _ := RegistryFor(cfg, GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
-	return r
+	return RegistryOn(cfg, registry.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH})
+}
+
+// RegistryOn is Registry reading images for platform p (a list's instance for p:
+// imagepinctl release --platform).
+func RegistryOn(cfg conf.Config, p registry.Platform) *registry.Client {
+	rc, _ := RegistryAccess(cfg, GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
+	rc.Platform = p
+	secret := &pullcreds.SecretFile{Path: cfg.CRI.PullSecret}
+	return registry.New(rc, secret.Lookup)
 }
 
 // DiskCheck is the registry-backed disk check of [disk].

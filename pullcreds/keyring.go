@@ -1,18 +1,14 @@
-package cri
+package pullcreds
 
 import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"strings"
-	"sync"
 
 	"github.com/distribution/reference"
-
-	"github.com/imagepin/imagepin/internal/fsutil"
 )
 
 // Keyring holds the credentials of a kubelet-style pull secret (config.json with
@@ -25,25 +21,6 @@ type keyEntry struct {
 	host string // may hold "*" labels
 	path string // repository path prefix, without slashes around
 	auth Auth
-}
-
-// LoadKeyring reads the pull secret; an absent file is an empty keyring.
-func LoadKeyring(file string) (*Keyring, error) {
-	if file == "" {
-		return &Keyring{}, nil
-	}
-	data, err := fsutil.ReadRegular(file, 4<<20)
-	if errors.Is(err, os.ErrNotExist) {
-		return &Keyring{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pull secret %s: %w", file, err)
-	}
-	k, err := ParseKeyring(data)
-	if err != nil {
-		return nil, fmt.Errorf("pull secret %s: %w", file, err)
-	}
-	return k, nil
 }
 
 // ParseKeyring parses config.json content. Errors never quote the file's content.
@@ -157,32 +134,9 @@ func hostMatches(pattern, host string) bool {
 }
 
 // Len is how many entries the keyring holds (for logs: never the entries).
-func (k *Keyring) Len() int { return len(k.entries) }
-
-// KeyringFile is a pull secret read again whenever the file changes (by mtime and size);
-// an unreadable file keeps the last good keyring.
-type KeyringFile struct {
-	Path string
-
-	mu      sync.Mutex
-	stamp   [2]int64
-	keyring *Keyring
-}
-
-// Lookup returns the credentials for an image from the current file.
-func (f *KeyringFile) Lookup(image string) *Auth {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var stamp [2]int64
-	if fi, err := os.Stat(f.Path); err == nil {
-		stamp = [2]int64{fi.ModTime().UnixNano(), fi.Size()}
+func (k *Keyring) Len() int {
+	if k == nil {
+		return 0
 	}
-	if f.keyring == nil || stamp != f.stamp {
-		if k, err := LoadKeyring(f.Path); err == nil {
-			f.keyring, f.stamp = k, stamp
-		} else if f.keyring == nil {
-			f.keyring = &Keyring{}
-		}
-	}
-	return f.keyring.Lookup(image)
+	return len(k.entries)
 }

@@ -1,4 +1,4 @@
-package cri
+package failure
 
 import (
 	"context"
@@ -6,18 +6,23 @@ import (
 	"strings"
 )
 
-// Failure is what a failed pull means for the set.
-type Failure int
+// Class is what a failed pull means for the set.
+type Class int
 
 const (
 	// Transient errors may go away by themselves: network, 5xx, timeouts, runtime down.
-	Transient Failure = iota
+	Transient Class = iota
 	// Unavailable: the image cannot be had without a change (manifest unknown, access
 	// denied, no manifest for this platform).
 	Unavailable
 	// NoSpace: the image filesystem is full.
 	NoSpace
 )
+
+// ErrRuntimeUnavailable means the container runtime did not answer (down, restarting,
+// socket missing): always Transient. The CRI client wraps it (cri.ErrUnavailable is this
+// error).
+var ErrRuntimeUnavailable = errors.New("container runtime unavailable")
 
 // permanent are fragments of containers/image and registry errors that retrying will
 // not fix.
@@ -40,11 +45,11 @@ var permanent = []string{
 
 // Classify sorts a pull error. Unknown errors are transient: retried with backoff, and
 // a set leaves Pulling only when the error is known to need a change.
-func Classify(err error) Failure {
+func Classify(err error) Class {
 	if err == nil {
 		return Transient
 	}
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, ErrRuntimeUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return Transient
 	}
 	msg := strings.ToLower(err.Error())
@@ -80,7 +85,7 @@ func endpointErrors(msg string) []string {
 	return append(strings.Split(rest[:j], "\n"), rest[j+3:])
 }
 
-func classifyOne(msg string) Failure {
+func classifyOne(msg string) Class {
 	// A 5xx or a dropped connection can carry "not found" in a proxy's page; check
 	// transient markers first.
 	for _, t := range []string{"connection refused", "connection reset", "i/o timeout", "timeout", "tls handshake", "eof",
