@@ -25,8 +25,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
-	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 )
 
@@ -271,7 +271,7 @@ func TestFillThroughTheNodesRegistryAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	source := FromRegistry(registry.New(registry.Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs, AuthFile: authFile},
-		func(string) *cri.Auth { return nil }))
+		func(string) *pullcreds.Auth { return nil }))
 	const src = "upstream.example.invalid/ocp/release"
 	s := serve(t, source, func(r string, dd digest.Digest) bool { return r == src && dd == d })
 	layers := pullThrough(t, s.srv, src, d)

@@ -134,11 +134,10 @@ type Config struct {
 // Client sizes images through containers/image, caching by digest reference
 // (manifests are immutable).
 type Client struct {
-	cfg    Config
-	creds  Credentials
-	sysFor func(image string) *types.SystemContext // FromSystemContext's, in place of cfg and creds
-	sem    chan struct{}
-	near   chan struct{} // the narrower bound while the registry is near or not measured
+	cfg   Config
+	creds Credentials
+	sem   chan struct{}
+	near  chan struct{} // the narrower bound while the registry is near or not measured
 
 	mu     sync.Mutex
 	cache  map[string]Image
@@ -288,12 +287,8 @@ func (r *Client) RangeRequests() int64 { return r.ranges.Load() }
 // SystemContext is how containers/image reaches image: the node's registries.conf,
 // certs.d, platform, and the credentials the kubelet would hand CRI-O for it. imagepin's
 // code reads images through the Client's methods (Resolve, ResolveTag, OpenImage,
-// Manifest, Blob), which bound and classify what the registry does; this is for the
-// forwarding release.DockerSource only.
+// Manifest, Blob), which bound and classify what the registry does.
 func (r *Client) SystemContext(image string) *types.SystemContext {
-	if r.sysFor != nil {
-		return r.sysFor(image)
-	}
 	sys := &types.SystemContext{
 		SystemRegistriesConfPath:    r.cfg.RegistriesConf,
 		SystemRegistriesConfDirPath: r.cfg.RegistriesConfDir,

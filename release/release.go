@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 
-	"go.podman.io/image/v5/types"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/pinset"
@@ -285,14 +284,4 @@ func streamOf(ctx context.Context, open Source, image string) (string, error) {
 		return "", fmt.Errorf("image config: %w", err)
 	}
 	return cfg.Config.Labels[StreamLabel], nil
-}
-
-// DockerSource is the registry access whose SystemContext sysFor is, as a Source
-// (registry.FromSystemContext): kept, forwarding, while cmd/imagepinctl/check.go (edited
-// on another branch) still passes a Client's SystemContext here. Remove it once it passes
-// the *registry.Client itself.
-//
-// Deprecated: pass the *registry.Client as the Source.
-func DockerSource(sysFor func(image string) *types.SystemContext) Source {
-	return registry.FromSystemContext(sysFor)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/status"
@@ -119,7 +120,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 	logrus.StandardLogger().SetOutput(io.Discard)
 	logrus.StandardLogger().SetLevel(logrus.InfoLevel)
 	logrus.StandardLogger().AddHook(recorder)
-	keyring := &cri.KeyringFile{Path: cfg.CRI.PullSecret}
+	keyring := &pullcreds.SecretFile{Path: cfg.CRI.PullSecret}
 	rc, _ := wire.RegistryAccess(cfg, wire.GuessRuntime(cfg), filepath.Join(os.TempDir(), "imagepinctl"))
 	rc.Platform, rc.LogEndpoints = p, true
 	resolver := registry.New(rc, keyring.Lookup)
@@ -395,7 +396,7 @@ func expandReleaseSets(ctx context.Context, resolver *registry.Client, labels ma
 		}
 		r := &status.Release{Image: s.ReleaseImage}
 		out[s.Name] = r
-		rel, err := release.Expand(ctx, release.DockerSource(resolver.SystemContext), s.ReleaseImage)
+		rel, err := release.Expand(ctx, resolver, s.ReleaseImage)
 		var images []string
 		if err == nil {
 			r.Version = rel.Version
