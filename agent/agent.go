@@ -21,13 +21,13 @@ import (
 	"github.com/imagepin/imagepin/status"
 )
 
-// Runtime is the subset of CRI the agent needs.
-type Runtime interface {
-	Version(ctx context.Context) (cri.Version, error)
-	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
-	PullImage(ctx context.Context, ref string, auth *pullcreds.Auth) (string, error)
-	// ImageNames is one ListImages: every name the runtime has an image under, to its ID.
-	ImageNames(ctx context.Context) (map[string]string, error)
+// Runtime is the part of CRI the agent needs (declared once, in cri).
+type Runtime = cri.ImageService
+
+// DiskChecker decides which sets fit on the node before anything is pulled
+// (diskcheck.Checker), checking them in the order given (name order).
+type DiskChecker interface {
+	Check(ctx context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error)
 }
 
 // Observer receives the events metrics count. Results: pulls "success", "transient",
@@ -94,7 +94,7 @@ type Deps struct {
 	// "containerd"). With one, it is used from the start (the config named the runtime);
 	// with several, the runtime's CRI Version picks.
 	Pinners map[string]pin.Pinner
-	Disk    diskcheck.Checker
+	Disk    DiskChecker
 	State   *state.Store
 	// Publish receives every status change (status file, sd_notify, reports).
 	Publish func(status.Node)

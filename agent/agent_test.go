@@ -51,7 +51,7 @@ type harness struct {
 	// reloader replaces the fake runtime's own reload (a slow one, say).
 	reloader reloader
 	// disk replaces the admit-everything disk check.
-	disk diskcheck.Checker
+	disk DiskChecker
 	// alive is Deps.Alive (the watchdog).
 	alive func()
 	// clock, when set, drives the agent's time: the test steps it instead of sleeping.

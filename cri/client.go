@@ -158,3 +158,16 @@ func convert(op string, err error) error {
 	}
 	return &PullError{Op: op, Code: st.Code(), Message: st.Message()}
 }
+
+// ImageService is the part of CRI's image service imagepind uses: what the agent pins,
+// pulls and watches through, and what the runtime port's conformance suite
+// (pin/pintest) drives on real and fake runtimes alike. *Client is the real one.
+type ImageService interface {
+	Version(ctx context.Context) (Version, error)
+	ImageStatus(ctx context.Context, ref string) (Image, error)
+	PullImage(ctx context.Context, ref string, auth *pullcreds.Auth) (string, error)
+	// ImageNames is one ListImages: every name the runtime has an image under, to its ID.
+	ImageNames(ctx context.Context) (map[string]string, error)
+}
+
+var _ ImageService = (*Client)(nil)

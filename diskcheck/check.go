@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/imagepin/imagepin/internal/bytesize"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
 )
@@ -33,20 +34,21 @@ type Config struct {
 // ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
 type ImageFS func(ctx context.Context) (string, error)
 
-// Registry is the real Checker.
-type Registry struct {
+// Checker is the disk check: it sizes the missing images through the registries (as
+// the runtime reaches them) and admits sets while their need fits the image filesystem.
+type Checker struct {
 	cfg      Config
 	resolver *registry.Client
 	imageFS  ImageFS
 	statfs   func(string) (Space, error)
 }
 
-// New returns the registry-backed check.
-func New(cfg Config, resolver *registry.Client, imageFS ImageFS) *Registry {
+// New returns the disk check, sizing through resolver.
+func New(cfg Config, resolver *registry.Client, imageFS ImageFS) *Checker {
 	if cfg.Multiplier <= 0 {
 		cfg.Multiplier = 2
 	}
-	return &Registry{cfg: cfg, resolver: resolver, imageFS: imageFS, statfs: Statfs}
+	return &Checker{cfg: cfg, resolver: resolver, imageFS: imageFS, statfs: Statfs}
 }
 
 type resolved struct {
@@ -56,7 +58,7 @@ type resolved struct {
 
 // Check sizes every missing image (in parallel, cached), then admits sets in order
 // while their cumulative need fits under both the free space and the GC threshold.
-func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error) {
+func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) {
 	// The registries and the runtime's image filesystem are asked at once: neither
 	// waits for the other (ImageFsInfo can be slow on a busy runtime).
 	foundCh := make(chan map[string]resolved, 1)
@@ -144,26 +146,26 @@ func (r *Registry) Check(ctx context.Context, sets []SetRequest) (Result, error)
 }
 
 // waitsFor says what a later check of an image not sized yet waits for.
-func (r *Registry) waitsFor() string {
+func (r *Checker) waitsFor() string {
 	if !r.cfg.ThroughMirror {
 		return ""
 	}
 	return " (right after its pin is written, through the node-local mirror: the node's store and its peers; the error below is its registry's)"
 }
 
-func (r *Registry) describe(set string, images int, layers, uncompressed, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
-	how := fmt.Sprintf("%g × %s of layers", r.cfg.Multiplier, Human(layers))
+func (r *Checker) describe(set string, images int, layers, uncompressed, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
+	how := fmt.Sprintf("%g × %s of layers", r.cfg.Multiplier, bytesize.Human(layers))
 	if uncompressed > 0 {
-		how += fmt.Sprintf(", or %s uncompressed + compressed where larger", Human(uncompressed))
+		how += fmt.Sprintf(", or %s uncompressed + compressed where larger", bytesize.Human(uncompressed))
 	}
 	if r.cfg.KeepsCompressed {
-		how += fmt.Sprintf(", + %s compressed for the node-local mirror's store", Human(layers))
+		how += fmt.Sprintf(", + %s compressed for the node-local mirror's store", bytesize.Human(layers))
 	}
-	msg := fmt.Sprintf("node %s: %d images need %s (%s) on %s", r.cfg.NodeName, images, Human(need), how, path)
+	msg := fmt.Sprintf("node %s: %d images need %s (%s) on %s", r.cfg.NodeName, images, bytesize.Human(need), how, path)
 	if before > 0 {
-		msg += fmt.Sprintf(", after %s for the sets admitted before it", Human(before))
+		msg += fmt.Sprintf(", after %s for the sets admitted before it", bytesize.Human(before))
 	}
-	msg += fmt.Sprintf("; %s free of %s; image GC starts at %d%%", Human(space.Available), Human(space.Capacity), threshold)
+	msg += fmt.Sprintf("; %s free of %s; image GC starts at %d%%", bytesize.Human(space.Available), bytesize.Human(space.Capacity), threshold)
 	if terr != nil {
 		msg += fmt.Sprintf(" (%v)", terr)
 	} else if from != "the kubelet's default" && from != "gc_high_threshold_percent" {
@@ -174,7 +176,7 @@ func (r *Registry) describe(set string, images int, layers, uncompressed, need, 
 
 // resolveAll sizes every distinct missing image once, in parallel (the resolver bounds
 // the requests in flight).
-func (r *Registry) resolveAll(ctx context.Context, sets []SetRequest) map[string]resolved {
+func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest) map[string]resolved {
 	out := map[string]resolved{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup

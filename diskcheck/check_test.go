@@ -11,6 +11,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/imagepin/imagepin/internal/bytesize"
 	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
@@ -157,8 +158,8 @@ func TestGCHighThreshold(t *testing.T) {
 
 func TestHuman(t *testing.T) {
 	for b, want := range map[uint64]string{512: "512 B", 1536: "1.5 KiB", 14_2 * (1 << 30) / 10: "14.2 GiB", 120 << 30: "120.0 GiB"} {
-		if got := Human(b); got != want {
-			t.Errorf("Human(%d) = %q, want %q", b, got, want)
+		if got := bytesize.Human(b); got != want {
+			t.Errorf("bytesize.Human(%d) = %q, want %q", b, got, want)
 		}
 	}
 }
@@ -221,8 +222,8 @@ func TestKeepsCompressedAddsTheCompressedBytes(t *testing.T) {
 		size, _ := l.Size()
 		n += max(2*uint64(size), layerBytes(t, l)+uncompressedSize(t, l))
 	}
-	if !strings.Contains(without, "need "+Human(n)+" (") || !strings.Contains(with, "need "+Human(n+compressed)+" (") ||
-		!strings.Contains(with, "+ "+Human(compressed)+" compressed for the node-local mirror's store") {
+	if !strings.Contains(without, "need "+bytesize.Human(n)+" (") || !strings.Contains(with, "need "+bytesize.Human(n+compressed)+" (") ||
+		!strings.Contains(with, "+ "+bytesize.Human(compressed)+" compressed for the node-local mirror's store") {
 		t.Fatalf("need without the store %q, with it %q; compressed layers %d", without, with, compressed)
 	}
 }

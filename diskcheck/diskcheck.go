@@ -42,11 +42,6 @@ type Result struct {
 	RoundTrip time.Duration
 }
 
-// Checker checks sets in the order given (name order).
-type Checker interface {
-	Check(ctx context.Context, sets []SetRequest) (Result, error)
-}
-
 // AdmitAll admits every set with DiskChecked Unknown/NotImplemented: for tests that are
 // not about disk space.
 type AdmitAll struct{}

@@ -58,17 +58,3 @@ func GCHighThreshold(configured int, kubeletConfig, kubeletConfigDir string) (in
 	}
 	return v, from, nil
 }
-
-// Human formats bytes in binary units with one decimal: "14.2 GiB".
-func Human(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit && exp < 4; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTP"[exp])
-}

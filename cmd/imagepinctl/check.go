@@ -19,6 +19,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/bytesize"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pinset"
@@ -328,13 +329,13 @@ type imagePlan struct {
 
 func printPlan(w io.Writer, r checkReport) {
 	fmt.Fprintf(w, "node %s (%s), image filesystem %s: %s free of %s\n", r.Node, r.Platform, r.Filesystem.Path,
-		diskcheck.Human(r.Filesystem.FreeBytes), diskcheck.Human(r.Filesystem.CapacityBytes))
+		bytesize.Human(r.Filesystem.FreeBytes), bytesize.Human(r.Filesystem.CapacityBytes))
 	for _, s := range r.Sets {
 		unreachable := ""
 		if s.Unreachable > 0 {
 			unreachable = fmt.Sprintf("; %d of them cannot be reached", s.Unreachable)
 		}
-		fmt.Fprintf(w, "\nset %s: %s — %d of %d images missing, %s compressed%s\n", s.Set, s.headline(), s.Missing, s.Images, diskcheck.Human(s.Bytes), unreachable)
+		fmt.Fprintf(w, "\nset %s: %s — %d of %d images missing, %s compressed%s\n", s.Set, s.headline(), s.Missing, s.Images, bytesize.Human(s.Bytes), unreachable)
 		if s.Release != nil && s.Release.Error == "" {
 			fmt.Fprintf(w, "  release %s (%s): %d images for this node\n", s.Release.Version, s.Release.Image, s.Release.Images)
 		}
@@ -356,7 +357,7 @@ func printPlan(w io.Writer, r checkReport) {
 				if from == "" {
 					from = "?"
 				}
-				fmt.Fprintf(w, "  ✓ %s  %s  from %s\n", ip.Image, diskcheck.Human(ip.Bytes), from)
+				fmt.Fprintf(w, "  ✓ %s  %s  from %s\n", ip.Image, bytesize.Human(ip.Bytes), from)
 			}
 		}
 	}

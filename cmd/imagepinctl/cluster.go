@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/imagepin/imagepin/api/readv1"
-	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/bytesize"
 )
 
 // clusterView is what status --aggregator shows: every set, and every node's problems.
@@ -186,12 +186,12 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 		if s.BytesFromRegistry > 0 {
 			// [peers]: what the cluster's nodes fetched from registries for the set.
 			fmt.Fprintf(w, "  %s: %s fetched from registries by its nodes (the set's layers: %s a node)\n", s.Name,
-				diskcheck.Human(uint64(s.BytesFromRegistry)), diskcheck.Human(perNode(s)))
+				bytesize.Human(uint64(s.BytesFromRegistry)), bytesize.Human(perNode(s)))
 		}
 		for _, n := range s.Nodes {
 			if wide {
 				fmt.Fprintf(w, "  %s on %s: %s %d/%d images %s/%s %s: %s\n", s.Name, n.Node, n.Phase, n.ImagesReady, n.ImagesTotal,
-					diskcheck.Human(n.BytesReady), diskcheck.Human(n.BytesTotal), n.Reason, oneLine(n.Message, 300))
+					bytesize.Human(n.BytesReady), bytesize.Human(n.BytesTotal), n.Reason, oneLine(n.Message, 300))
 			} else if n.Phase == "Failed" || n.Phase == readv1.PhaseUnknown {
 				fmt.Fprintf(w, "  %s on %s: %s %s: %s\n", s.Name, n.Node, n.Phase, n.Reason, oneLine(n.Message, 160))
 			}

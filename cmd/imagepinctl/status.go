@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepin/imagepin/conf"
-	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/bytesize"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -123,7 +123,7 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 		n.Node.Runtime.Name, n.Node.Runtime.Version, n.Updated.Local().Format(time.DateTime))
 	if p := n.Node.Peers; p != nil {
 		fmt.Fprintf(w, "blobs: %s from registries, %s from peers, %s served to peers; %s stored\n",
-			diskcheck.Human(uint64(p.FromRegistry)), diskcheck.Human(uint64(p.FromPeers)), diskcheck.Human(uint64(p.ToPeers)), diskcheck.Human(uint64(p.Stored)))
+			bytesize.Human(uint64(p.FromRegistry)), bytesize.Human(uint64(p.FromPeers)), bytesize.Human(uint64(p.ToPeers)), bytesize.Human(uint64(p.Stored)))
 	}
 	if len(n.Sets) == 0 {
 		fmt.Fprintln(w, "no sets apply to this node")
@@ -141,7 +141,7 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 			}
 			if wide {
 				fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s/%s\t%s\t%s\t%s\t%s\n", s.Name, s.Phase, s.ImagesReady, s.ImagesTotal,
-					diskcheck.Human(s.BytesReady), diskcheck.Human(s.BytesTotal), s.File, s.UID, reason, oneLine(msg, 300))
+					bytesize.Human(s.BytesReady), bytesize.Human(s.BytesTotal), s.File, s.UID, reason, oneLine(msg, 300))
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\n", s.Name, s.Phase, s.ImagesReady, s.ImagesTotal, reason, oneLine(msg, 100))
@@ -149,7 +149,7 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 		tw.Flush()
 		for _, s := range n.Sets {
 			if s.BytesFromRegistry > 0 {
-				fmt.Fprintf(w, "  %s: %s fetched from registries by this node (for itself or its peers)\n", s.Name, diskcheck.Human(uint64(s.BytesFromRegistry)))
+				fmt.Fprintf(w, "  %s: %s fetched from registries by this node (for itself or its peers)\n", s.Name, bytesize.Human(uint64(s.BytesFromRegistry)))
 			}
 			for _, f := range s.FailedImages {
 				fmt.Fprintf(w, "  %s: %s %s: %s\n", s.Name, f.Reason, f.Image, oneLine(f.Error, 200))

@@ -13,16 +13,10 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/failure"
 	"github.com/imagepin/imagepin/pin"
-	"github.com/imagepin/imagepin/pullcreds"
 )
 
-// Runtime is the CRI surface imagepind uses.
-type Runtime interface {
-	Version(ctx context.Context) (cri.Version, error)
-	ImageStatus(ctx context.Context, ref string) (cri.Image, error)
-	PullImage(ctx context.Context, ref string, auth *pullcreds.Auth) (string, error)
-	ImageNames(ctx context.Context) (map[string]string, error)
-}
+// Runtime is the CRI surface imagepind uses (cri.ImageService).
+type Runtime = cri.ImageService
 
 // Subject is one runtime (real or fake) to check, with images to use.
 type Subject struct {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/bytesize"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/test/env"
 )
@@ -311,9 +312,9 @@ func (b *bench) diskAccuracy(ctx context.Context) error {
 		client.Close()
 		c.Cleanup()
 		grew := after.Used() - before.Used()
-		fmt.Printf("| %s | %s | %s (%.1f:1) | %s | %.2f | %s | %.2f | %d of %d | %d |\n", kind, diskcheck.Human(compressed), diskcheck.Human(grew),
-			float64(grew)/float64(compressed), diskcheck.Human(2*compressed), float64(2*compressed)/float64(grew),
-			diskcheck.Human(need), float64(need)/float64(grew), sized, layers, resolver.RangeRequests())
+		fmt.Printf("| %s | %s | %s (%.1f:1) | %s | %.2f | %s | %.2f | %d of %d | %d |\n", kind, bytesize.Human(compressed), bytesize.Human(grew),
+			float64(grew)/float64(compressed), bytesize.Human(2*compressed), float64(2*compressed)/float64(grew),
+			bytesize.Human(need), float64(need)/float64(grew), sized, layers, resolver.RangeRequests())
 	}
 	fmt.Println()
 	return nil

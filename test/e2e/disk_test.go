@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/diskcheck"
+	"github.com/imagepin/imagepin/internal/bytesize"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
 )
@@ -95,7 +96,7 @@ func TestDiskCheckOnASmallImageFilesystem(t *testing.T) {
 	after, _ := diskcheck.Statfs(w.crio.Root())
 	est := n.Set("aa-first").BytesTotal * 2
 	grew := after.Used() - before.Used()
-	t.Logf("accuracy: estimated need %s, storage grew by %s: estimate / growth = %.2f", diskcheck.Human(est), diskcheck.Human(grew), float64(est)/float64(grew))
+	t.Logf("accuracy: estimated need %s, storage grew by %s: estimate / growth = %.2f", bytesize.Human(est), bytesize.Human(grew), float64(est)/float64(grew))
 
 	// The second stays refused now that the first has landed (its real use counts).
 	time.Sleep(3 * time.Second)

@@ -299,7 +299,7 @@ func RegistryOn(cfg conf.Config, p registry.Platform) *registry.Client {
 }
 
 // DiskCheck is the registry-backed disk check of [disk].
-func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client, client *cri.Client, nodeName string) *diskcheck.Registry {
+func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client, client *cri.Client, nodeName string) *diskcheck.Checker {
 	return diskcheck.New(diskcheck.Config{
 		NodeName:               nodeName,
 		Multiplier:             cfg.Disk.LayerSizeMultiplier,
