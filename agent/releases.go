@@ -64,13 +64,7 @@ func (a *Agent) expandReleases(desired []pinset.Set) []pinset.Set {
 			failed = true
 		}
 		a.rel.releases[s.Name] = st
-		images := slices.Clone(s.Images)
-		for _, img := range st.images {
-			if !slices.Contains(images, img) {
-				images = append(images, img)
-			}
-		}
-		desired[i].Images = images
+		desired[i].Images = release.Merge(s.Images, st.images)
 	}
 	if failed {
 		if a.rel.retry.due(now) {
@@ -124,7 +118,7 @@ func (a *Agent) expand(ctx context.Context, s pinset.Set, labels map[string]stri
 		return st
 	}
 	st.version = rel.Version
-	images, err := rel.Images(release.IsControlPlane(labels), s.OSImageStream)
+	images, err := rel.ForNode(labels, s.OSImageStream)
 	if err != nil {
 		st.err, st.permanent = err, true
 		return st

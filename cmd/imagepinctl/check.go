@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -401,20 +400,14 @@ func expandReleaseSets(ctx context.Context, resolver *registry.Client, labels ma
 		var images []string
 		if err == nil {
 			r.Version = rel.Version
-			images, err = rel.Images(release.IsControlPlane(labels), s.OSImageStream)
+			images, err = rel.ForNode(labels, s.OSImageStream)
 		}
 		if err != nil {
 			r.Error = err.Error()
 			continue
 		}
 		r.Images = len(images)
-		merged := slices.Clone(s.Images)
-		for _, img := range images {
-			if !slices.Contains(merged, img) {
-				merged = append(merged, img)
-			}
-		}
-		sets[i].Images = merged
+		sets[i].Images = release.Merge(s.Images, images)
 	}
 	return out
 }
