@@ -40,6 +40,10 @@ func sameKeys(a, b map[string]bool) bool {
 	return len(a) == len(b)
 }
 
+// settleAfterFill is how long after the last blob filled the store is pruned of what
+// the runtime's own content store holds (the runtime has pulled it by then).
+var settleAfterFill = 5 * time.Second
+
 // Run prunes the store until ctx ends: the blobs no pinned reference needs go after
 // each change of the pins (an image stays pinned for unpin_delay after its set goes:
 // so do its blobs). With the runtime's own content store (Runtime.Content), what it
@@ -57,7 +61,7 @@ func (n *Node) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-n.filled:
-			settled = time.After(5 * time.Second)
+			settled = time.After(settleAfterFill)
 			continue
 		case <-settled:
 			settled = nil
