@@ -2,6 +2,7 @@ package peers
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 
@@ -14,6 +15,9 @@ import (
 // loopback only connections owned by root (the runtime) or by this process are
 // answered.
 func (n *Node) Serve(ctx context.Context) error {
+	if n.local == nil {
+		return errors.New("peers: the node-local mirror served before Bind")
+	}
 	l, err := net.Listen("tcp", n.cfg.MirrorAddress)
 	if err != nil {
 		return err
