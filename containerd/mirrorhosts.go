@@ -2,7 +2,6 @@ package containerd
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,12 +27,11 @@ const (
 	blockEnd   = "# <<< imagepin"
 )
 
-// MirrorPinner is the containerd pinner with the node-local mirror (issue 24): each
-// pin write also puts the mirror first in the hosts.toml of every registry a pinned
-// image comes from (digest-only: the mirror answers 404 for anything not pinned, and
-// containerd goes on to the next host).
-type MirrorPinner struct {
-	*Pinner
+// MirrorHosts are the node-local mirror's blocks in containerd's hosts.toml files
+// (issue 24): rendered after each pin write (peers.Node.Pinner), they put the mirror
+// first in the hosts.toml of every registry a pinned image comes from (digest-only: the
+// mirror answers 404 for anything not pinned, and containerd goes on to the next host).
+type MirrorHosts struct {
 	// Local is the mirror's host:port; ConfigPath containerd's hosts directory.
 	Local      string
 	ConfigPath string
@@ -41,25 +39,16 @@ type MirrorPinner struct {
 	Record string
 	// Path is how a source registry appears in the mirror's paths (mirror.PathFor).
 	Path func(repo string) string
-	// OnPins takes the pinned patterns after each write.
-	OnPins func([]string)
 }
 
-var _ pin.Pinner = (*MirrorPinner)(nil)
-
-// Write writes the pins, then the hosts blocks.
-func (m *MirrorPinner) Write(ctx context.Context, patterns []string, images func(string) (bool, bool)) (pin.Written, error) {
-	w, err := m.Pinner.Write(ctx, patterns, images)
-	if err != nil {
-		return w, err
-	}
-	if m.OnPins != nil {
-		m.OnPins(patterns)
-	}
+// Render gives the registries of patterns, the pins just written, the mirror's block
+// and takes it out of the others (SyncHosts). containerd reads hosts.toml at each pull:
+// nothing is to be reloaded, changed is always false.
+func (m *MirrorHosts) Render(patterns []string) (changed bool, err error) {
 	if err := m.SyncHosts(registriesOf(patterns)); err != nil {
-		w.Faults = append(w.Faults, "node-local mirror's hosts.toml: "+err.Error())
+		return false, fmt.Errorf("node-local mirror's hosts.toml: %w", err)
 	}
-	return w, nil
+	return false, nil
 }
 
 // registriesOf are the registry hosts of the references among patterns, sorted.
@@ -77,7 +66,7 @@ func registriesOf(patterns []string) []string {
 // SyncHosts gives each of registries the mirror's block (once, first), and takes it
 // out of the registries it was given before and are not among them now (nil: every
 // one, [peers] off). A file it created holding nothing else is removed.
-func (m *MirrorPinner) SyncHosts(registries []string) error {
+func (m *MirrorHosts) SyncHosts(registries []string) error {
 	var had map[string]given // by registry
 	if b, err := fsutil.ReadRegular(m.Record, maxHostsFile); err == nil {
 		_ = json.Unmarshal(b, &had)
@@ -212,7 +201,7 @@ func writeHosts(file string, data []byte, p perms) error {
 // it returns the file. The file is the one containerd reads for registry: its host
 // directory's hosts.toml; where there is none, one imagepind makes (madeBy) holding what
 // containerd used without it, so that adding the mirror changes nothing else.
-func (m *MirrorPinner) give(registry string) (given, error) {
+func (m *MirrorHosts) give(registry string) (given, error) {
 	if m.ConfigPath == "" {
 		return given{}, errNoConfigPath
 	}
@@ -286,7 +275,7 @@ func (m *MirrorPinner) give(registry string) (given, error) {
 //     the same name, else the key in the .cert) for the default server, and no longer
 //     once a hosts.toml is there (loadHostDir). The made file names them at its top
 //     level, without a server: containerd's default server gets them, as before.
-func (m *MirrorPinner) madeText(made, dir string) ([]byte, perms, error) {
+func (m *MirrorHosts) madeText(made, dir string) ([]byte, perms, error) {
 	head := made + "\n"
 	src := dir
 	if made == madeFromDefault {
@@ -439,7 +428,7 @@ func mapPaths(v any, dir string, relative *bool) any {
 
 // take removes the mirror's block from a file, and a file imagepind made (madeBy)
 // altogether, with the directory it made.
-func (m *MirrorPinner) take(g given) error {
+func (m *MirrorHosts) take(g given) error {
 	base, fi, err := readHosts(g.File)
 	if err != nil || base == nil {
 		return err

@@ -30,7 +30,7 @@ func TestMirrorHostsFirstAndRemovedAgain(t *testing.T) {
 		os.MkdirAll(filepath.Join(conf, d), 0o755)
 		os.WriteFile(filepath.Join(conf, d, "hosts.toml"), []byte(text), 0o644)
 	}
-	m := &MirrorPinner{Local: "127.0.0.1:7443", ConfigPath: conf, Record: filepath.Join(dir, "record.json"), Path: pathFor}
+	m := &MirrorHosts{Local: "127.0.0.1:7443", ConfigPath: conf, Record: filepath.Join(dir, "record.json"), Path: pathFor}
 	if err := m.SyncHosts([]string{"registry.example:5000", "quay.io"}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestMirrorHostsLeaveABrokenFile(t *testing.T) {
 	os.MkdirAll(filepath.Join(conf, "quay.io"), 0o755)
 	broken := "server = \"https://quay.io\n"
 	os.WriteFile(filepath.Join(conf, "quay.io", "hosts.toml"), []byte(broken), 0o644)
-	m := &MirrorPinner{Local: "127.0.0.1:7443", ConfigPath: conf, Record: filepath.Join(dir, "record.json"), Path: pathFor}
+	m := &MirrorHosts{Local: "127.0.0.1:7443", ConfigPath: conf, Record: filepath.Join(dir, "record.json"), Path: pathFor}
 	err := m.SyncHosts([]string{"quay.io"})
 	if err == nil || !strings.Contains(err.Error(), "does not parse") {
 		t.Fatalf("error %v", err)
@@ -105,15 +105,15 @@ func TestMirrorHostsLeaveABrokenFile(t *testing.T) {
 	}
 }
 
-// newMirror is a MirrorPinner over a fresh hosts directory.
-func newMirror(t *testing.T) (*MirrorPinner, string) {
+// newMirror is a MirrorHosts over a fresh hosts directory.
+func newMirror(t *testing.T) (*MirrorHosts, string) {
 	t.Helper()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "certs.d")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return &MirrorPinner{Local: "127.0.0.1:7443", ConfigPath: conf, Record: filepath.Join(dir, "record.json"), Path: pathFor}, conf
+	return &MirrorHosts{Local: "127.0.0.1:7443", ConfigPath: conf, Record: filepath.Join(dir, "record.json"), Path: pathFor}, conf
 }
 
 func put(t *testing.T, file, text string, mode os.FileMode) {
@@ -285,7 +285,7 @@ func TestMirrorHostsMadeFilesRemovedByTheirMark(t *testing.T) {
 		t.Fatalf("the made file does not follow _default:\n%s", b)
 	}
 	put(t, def, "[host.\"https://three.example\"]\n", 0o644)
-	off := &MirrorPinner{Record: m.Record} // as [peers] off builds it
+	off := &MirrorHosts{Record: m.Record} // as [peers] off builds it
 	if err := off.SyncHosts(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -411,5 +411,28 @@ ca = "ca.crt"
 	b, _ := os.ReadFile(filepath.Join(conf, "quay.io", "hosts.toml"))
 	if !strings.Contains(string(stripBlock(b)), abs) {
 		t.Fatalf("the copy is not _default's text:\n%s", b)
+	}
+}
+
+// Render takes the registries of the pinned references (not wildcard patterns), asks for
+// no reload, and names the hosts.toml files in its error.
+func TestMirrorHostsRenderThePinnedRegistries(t *testing.T) {
+	m, conf := newMirror(t)
+	ref := "quay.io/ns/app@sha256:" + strings.Repeat("1", 64)
+	if changed, err := m.Render([]string{ref, "ghcr.io/ns/*"}); err != nil || changed {
+		t.Fatalf("render: %v %v", changed, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(conf, "quay.io", "hosts.toml")); err != nil || !strings.Contains(string(b), blockBegin) {
+		t.Fatalf("quay.io's hosts.toml %v:\n%s", err, b)
+	}
+	if _, err := os.Stat(filepath.Join(conf, "ghcr.io")); !os.IsNotExist(err) {
+		t.Fatalf("a wildcard pattern's registry was given a block: %v", err)
+	}
+	put(t, filepath.Join(conf, "quay.io", "hosts.toml"), "[broken", 0o644)
+	if _, err := m.Render([]string{ref}); err == nil || !strings.HasPrefix(err.Error(), "node-local mirror's hosts.toml: ") {
+		t.Fatalf("a broken file: %v", err)
+	}
+	if changed, err := m.Render(nil); err != nil || changed {
+		t.Fatalf("render of no pins: %v %v", changed, err)
 	}
 }

@@ -1,16 +1,29 @@
-// Package peers shares pinned images between nodes (issue 24): one download from the
-// registry per blob for the whole cluster.
+// Package peers is the node-local mirror at run time and the sharing of pinned images
+// between nodes (issue 24): one download from the registry per blob for the whole
+// cluster.
 //
-// Each node's mirror (package mirror) fills what its store lacks through a Source that
-// asks, for every manifest and blob, the nodes in rendezvous order of the digest
-// (Order: the same order on every node, so they all ask the same node first): the
-// first of them is the one node that fetches it from the registry, the others read it
-// from that node while it arrives. This node's own turn in the order is the registry,
-// through the node's own access. A peer that fails, is slow or serves wrong bytes is
-// set aside for a while and the next in the order is asked, resuming with Range; what
-// reaches the runtime is checked against its digest (containers/image checks again).
+// Node owns the mirror's run-time on a node (package mirror serves, peers decides what
+// and from where): the pinned set, told by Node.Pinner after each successful pin write
+// (a pin.Pinner decorator that keeps the runtime's capabilities) before the runtime's
+// files point it at the mirror (Files: CRI-O's registries drop-in, containerd's
+// hosts.toml blocks, rendered by those packages); the peers (Config.Nodes and those the
+// aggregator hands out, FromAggregator); the pruning of the store after the pins change
+// and, on containerd, once the runtime holds what was filled (Run); the loopback
+// listener for the runtime, answering root and this process only (Serve), and the
+// HTTPS server for the peers (ServePeers); the byte counters and their stamp on the
+// node's status (Stamp). It takes a Config of its own; the composition root builds it
+// from [peers] and starts Run, Serve and ServePeers under its errgroup.
 //
-// Peers talk HTTPS with the nodes' certificates (Serve: a client must present a
-// node's client certificate of the cluster, CN system:node:<name>, O system:nodes), and
-// a node serves a bounded number of requests at once, at a bounded rate.
+// Each node's mirror fills what its store lacks through a Source that asks, for every
+// manifest and blob, the nodes in rendezvous order of the digest (Order: the same order
+// on every node, so they all ask the same node first): the first of them is the one
+// node that fetches it from the registry, the others read it from that node while it
+// arrives. This node's own turn in the order is the registry, through the node's own
+// access. A peer that fails, is slow or serves wrong bytes is set aside for a while and
+// the next in the order is asked, resuming with Range; what reaches the runtime is
+// checked against its digest (containers/image checks again).
+//
+// Peers talk HTTPS with the nodes' certificates (Server: a client must present a node's
+// client certificate of the cluster, CN system:node:<name>, O system:nodes), and a node
+// serves a bounded number of requests at once, at a bounded rate.
 package peers

@@ -181,7 +181,11 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if peers != nil {
 		m.MirrorBytes(peers.Served.FromStore.Load, peers.Served.Transferred.Load)
 		m.PeerBytes(peers.Bytes.FromRegistry.Load, peers.Bytes.FromPeers.Load, peers.Bytes.ToPeers.Load)
+		// The store's pruning, the runtime's mirror on loopback, the peers' server (its
+		// failing is logged and leaves the node-local mirror running).
+		g.Go(func() error { return peers.Run(ctx) })
 		g.Go(func() error { return peers.Serve(ctx) })
+		g.Go(func() error { return peers.ServePeers(ctx) })
 	}
 	if cfg.Metrics.Address != "" {
 		g.Go(func() error { return m.Serve(ctx, cfg.Metrics.Address) })

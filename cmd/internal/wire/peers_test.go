@@ -47,3 +47,28 @@ func TestPeersOffLeavesAStoreDirItDidNotMake(t *testing.T) {
 		t.Errorf("db deleted with the store: %v", err)
 	}
 }
+
+// [peers] as the node takes it: sharing only with an address, the client certificate
+// [report]'s unless given, the bandwidth in bytes.
+func TestPeersConfig(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Peers.Enabled = true
+	cfg.Peers.MirrorAddress = "127.0.0.1:7443"
+	cfg.Peers.Nodes = []string{"10.0.0.2:7444"}
+	cfg.Peers.Cert, cfg.Peers.CA, cfg.Peers.ClientCA = "serving.pem", "ca.crt", "client-ca.crt"
+	cfg.Report.Cert = "kubelet-client.pem"
+	cfg.Peers.MaxServing, cfg.Peers.ServeMiBPerSecond = 8, 50
+	if got := PeersConfig(cfg); got.Address != "" || got.MirrorAddress != "127.0.0.1:7443" || got.Nodes != nil || got.ClientCert != "" {
+		t.Fatalf("without an address the node shares nothing: %+v", got)
+	}
+	cfg.Peers.Address = "10.0.0.1:7444"
+	got := PeersConfig(cfg)
+	if got.Address != "10.0.0.1:7444" || len(got.Nodes) != 1 || got.ClientCert != "kubelet-client.pem" || got.Cert != "serving.pem" ||
+		got.CA != "ca.crt" || got.ClientCA != "client-ca.crt" || got.MaxServing != 8 || got.ServeBytesPerSecond != 50<<20 {
+		t.Fatalf("sharing: %+v", got)
+	}
+	cfg.Peers.ClientCert = "own.pem"
+	if got := PeersConfig(cfg); got.ClientCert != "own.pem" {
+		t.Fatalf("client_cert given: %+v", got)
+	}
+}

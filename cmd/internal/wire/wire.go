@@ -25,6 +25,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/kubelet"
+	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
@@ -36,9 +37,9 @@ import (
 
 // Options are what differs between imagepind and imagepinctl apply.
 type Options struct {
-	// Peers, when not nil, is the node-local mirror: the CRI-O pinner also points CRI-O
-	// at it and tells it what is pinned.
-	Peers   *Peers
+	// Peers, when not nil, is the node-local mirror (NewPeers): the pinner also tells it
+	// what is pinned and points the runtime at it (BindPeers).
+	Peers   *peers.Node
 	Version string
 	// SetsDir overrides cfg.SetsDir (apply uses a temporary directory).
 	SetsDir string
@@ -84,11 +85,10 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		return nil, nil, err
 	}
 	if opts.Peers != nil {
-		if err := opts.Peers.Bind(cfg, runtimeName); err != nil {
+		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), pinner, opts.Log); err != nil {
 			client.Close()
 			return nil, nil, err
 		}
-		pinner = opts.Peers.Pinner(cfg, pinner)
 	}
 	var registryBytes func(string) int64
 	if opts.Peers != nil {

@@ -2,7 +2,7 @@ package crio
 
 import (
 	"bytes"
-	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,20 +13,17 @@ import (
 	"github.com/imagepin/imagepin/pin"
 )
 
-// MirrorPinner is the CRI-O pinner with the node-local mirror (issue 24): each pin
-// write also writes the registries.conf.d drop-in that puts the mirror first for the
-// repositories of the pinned images (MirrorDropIn), and tells the mirror what it may
-// serve. A changed drop-in counts as a change, so the same reload (SIGHUP, on which
-// CRI-O re-reads registries.conf.d too) applies both.
-type MirrorPinner struct {
-	*Pinner
+// MirrorRegistries is the registries.conf.d drop-in of the node-local mirror (issue
+// 24): it puts the mirror first for the repositories of the pinned images
+// (MirrorDropIn). A changed drop-in asks for CRI-O's reload (SIGHUP, on which CRI-O
+// re-reads registries.conf.d too), so the same reload applies the pins and the drop-in.
+// It is rendered after each pin write (peers.Node.Pinner).
+type MirrorRegistries struct {
 	// Local is the mirror's host:port.
 	Local string
 	// Admin are CRI-O's registries files as the administrator wrote them; the drop-in
 	// goes into Admin.Dir.
 	Admin *AdminFiles
-	// OnPins receives the pinned references at each write.
-	OnPins func(refs []string)
 	// Path is how the mirror names a source repository in its paths.
 	Path func(repo string) string
 
@@ -36,27 +33,17 @@ type MirrorPinner struct {
 	last      []byte
 }
 
-var _ pin.Pinner = (*MirrorPinner)(nil)
-
-// Write writes the pins, then the mirror drop-in.
-func (m *MirrorPinner) Write(ctx context.Context, patterns []string, images func(string) (bool, bool)) (pin.Written, error) {
-	w, err := m.Pinner.Write(ctx, patterns, images)
+// Render writes the drop-in for patterns, the pins just written (removes it when they
+// name no repository); changed says CRI-O must reload.
+func (m *MirrorRegistries) Render(patterns []string) (changed bool, err error) {
+	changed, err = m.writeDropIn(patterns)
 	if err != nil {
-		return w, err
+		return false, fmt.Errorf("node-local mirror's registries drop-in: %w", err)
 	}
-	if m.OnPins != nil {
-		m.OnPins(patterns)
-	}
-	changed, err := m.writeDropIn(patterns)
-	if err != nil {
-		w.Faults = append(w.Faults, "node-local mirror's registries drop-in: "+err.Error())
-		return w, nil
-	}
-	w.Changed = w.Changed || changed
-	return w, nil
+	return changed, nil
 }
 
-func (m *MirrorPinner) writeDropIn(patterns []string) (bool, error) {
+func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	path := filepath.Join(m.Admin.Dir, MirrorDropInName)
 	repos := pin.Repositories(patterns)
 	old, _ := os.ReadFile(path)

@@ -1,0 +1,178 @@
+package peers
+
+import (
+	"context"
+	"crypto/tls"
+	"net/http"
+	"slices"
+	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/blobstore"
+	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/status"
+)
+
+// Config is the node-local mirror and its sharing with other nodes, as a node runs
+// them ([peers], turned into this by the composition root).
+type Config struct {
+	// MirrorAddress is the node-local mirror's host:port (loopback) the runtime pulls
+	// through.
+	MirrorAddress string
+	// Address is this node's address as its peers reach it; empty: this node shares
+	// nothing (its own mirror only).
+	Address string
+	// Nodes are the peers given in the config (the aggregator hands out more).
+	Nodes []string
+	// Cert is the serving certificate and key (one PEM), ClientCA what signs the peers'
+	// client certificates.
+	Cert, ClientCA string
+	// ClientCert is the certificate and key presented to peers (one PEM), CA what signs
+	// their serving certificates.
+	ClientCert, CA string
+	// MaxServing bounds the requests served to peers at once; ServeBytesPerSecond the
+	// bandwidth to them, all together (0: no limit).
+	MaxServing          int
+	ServeBytesPerSecond int64
+}
+
+// Node is a node's mirror at run time: what it may serve (the pinned references, told
+// by Pinner), its peers (Config.Nodes and FromAggregator), the pruning of its store
+// (Run), the loopback listener for the runtime and the HTTPS server for the peers
+// (Serve, ServePeers), and the bytes counted on the way (Served, Bytes, Stamp).
+type Node struct {
+	// Served are the bytes the local mirror served the runtime; Bytes those from the
+	// registry, from peers and to peers.
+	Served mirror.Stats
+	Bytes  Stats
+
+	cfg    Config
+	mirror *mirror.Mirror
+	store  *blobstore.Store
+	log    logrus.FieldLogger
+	// local serves the runtime; set by Bind.
+	local http.Handler
+	// server and serverTLS serve the peers (nil: this node shares nothing).
+	server    *Server
+	serverTLS *tls.Config
+	// aggregated are the peers the aggregator handed out last.
+	aggregated atomic.Pointer[[]string]
+	// pinned are the references the mirror may serve (keys: repo@digest).
+	pinned atomic.Pointer[map[string]bool]
+	// prune wakes the store's pruning after the pinned references changed; filled after
+	// a blob a fill committed, when the runtime keeps its own copy (Runtime.Content).
+	prune  chan struct{}
+	filled chan struct{}
+}
+
+// New builds the node's mirror over store, serving nothing until Pinner's writes tell
+// it what is pinned; Bind completes it once the runtime is known.
+func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
+	cfg.Nodes = slices.Clone(cfg.Nodes)
+	n := &Node{cfg: cfg, store: store, log: log, prune: make(chan struct{}, 1)}
+	empty := map[string]bool{}
+	n.pinned.Store(&empty)
+	n.mirror = mirror.New(store, n.isPinned, log.WithField("part", "mirror"))
+	return n
+}
+
+// Runtime is what the mirror needs of the node's runtime.
+type Runtime struct {
+	// Registry is the registries as the runtime reaches them, without the node-local
+	// mirror itself (it would ask itself).
+	Registry mirror.Source
+	// Content is the runtime's own content store (containerd), served from when the
+	// mirror's store lacks a blob; what it holds leaves the mirror's store. Nil on
+	// CRI-O, which keeps no compressed blobs.
+	Content mirror.Content
+}
+
+// Bind sets the mirror's sources: the runtime's content store, the peers (when
+// sharing: they are asked before the registry, and served, filling from the registry
+// only), the registry. Broken or missing certificates leave the node-local mirror
+// alone, logged. Call it once, before serving.
+func (n *Node) Bind(rt Runtime) {
+	if rt.Content != nil {
+		n.mirror.ReadAlso(rt.Content)
+		n.filled = make(chan struct{}, 1)
+		n.mirror.OnFilled(func() {
+			select {
+			case n.filled <- struct{}{}:
+			default:
+			}
+		})
+	}
+	reg := CountRegistry(rt.Registry, &n.Bytes)
+	n.local = n.mirror.Handler(reg, &n.Served)
+	if n.cfg.Address == "" {
+		return
+	}
+	if err := n.share(reg); err != nil {
+		// The certificates missing or broken: the node keeps its own mirror and
+		// pulls from the registry, as without peers.
+		n.log.WithError(err).Error("[peers] sharing with other nodes is off until imagepind restarts with this fixed; the node-local mirror works")
+	}
+}
+
+// share sets up the peers: the mirror fills from them before the registry, and serves
+// them (filling from the registry only).
+func (n *Node) share(reg mirror.Source) error {
+	client, err := Client(n.cfg.ClientCert, n.cfg.CA)
+	if err != nil {
+		return err
+	}
+	serverTLS, err := ServerTLS(n.cfg.Cert, n.cfg.ClientCA)
+	if err != nil {
+		return err
+	}
+	log := n.log.WithField("part", "peers")
+	src := NewSource(n.cfg.Address, n.nodes, reg, client, &n.Bytes, log)
+	n.local = n.mirror.Handler(src, &n.Served)
+	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: n.cfg.MaxServing,
+		BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
+	n.serverTLS = serverTLS
+	log.WithField("address", n.cfg.Address).WithField("peers", len(n.cfg.Nodes)).Info("[peers] sharing pinned images with other nodes")
+	return nil
+}
+
+// nodes are the peers now: the static list and the aggregator's.
+func (n *Node) nodes() []string {
+	out := n.cfg.Nodes
+	if a := n.aggregated.Load(); a != nil {
+		out = slices.Clone(out)
+		for _, x := range *a {
+			if !slices.Contains(out, x) {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}
+
+// FromAggregator takes the peers a report's answer carries (the nodes that pin the
+// same sets); a no-op on a nil Node and when this node shares nothing.
+func (n *Node) FromAggregator(nodes []string) {
+	if n == nil || n.server == nil {
+		return
+	}
+	old := n.aggregated.Swap(&nodes)
+	if old == nil || !slices.Equal(*old, nodes) {
+		n.log.WithField("peers", len(nodes)).Info("[peers] peers from the aggregator")
+	}
+}
+
+// Stamp adds the peers' byte counts and the store's size to each status before
+// publish takes it.
+func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
+	return func(s status.Node) {
+		stored, _ := n.store.Usage(context.Background())
+		var address string
+		if n.server != nil {
+			address = n.cfg.Address
+		}
+		s.Node.Peers = &status.PeerBytes{Address: address, FromRegistry: n.Bytes.FromRegistry.Load(), FromPeers: n.Bytes.FromPeers.Load(),
+			ToPeers: n.Bytes.ToPeers.Load(), Stored: stored}
+		publish(s)
+	}
+}

@@ -1,0 +1,87 @@
+package peers
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// isPinned is what the mirror may serve: a manifest of a pinned reference.
+func (n *Node) isPinned(repo string, d digest.Digest) bool {
+	return (*n.pinned.Load())[repo+"@"+d.String()]
+}
+
+// setPinned takes the pinned references (the pinner's patterns: those with a wildcard
+// name no manifest), waking the pruning when they changed.
+func (n *Node) setPinned(refs []string) {
+	m := map[string]bool{}
+	for _, r := range refs {
+		if !strings.Contains(r, "*") {
+			m[r] = true
+		}
+	}
+	old := n.pinned.Swap(&m)
+	if len(*old) != len(m) || !sameKeys(*old, m) {
+		select {
+		case n.prune <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func sameKeys(a, b map[string]bool) bool {
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}
+
+// settleAfterFill is how long after the last blob filled the store is pruned of what
+// the runtime's own content store holds (the runtime has pulled it by then).
+var settleAfterFill = 5 * time.Second
+
+// Run prunes the store until ctx ends: the blobs no pinned reference needs go after
+// each change of the pins (an image stays pinned for unpin_delay after its set goes:
+// so do its blobs). With the runtime's own content store (Runtime.Content), what it
+// holds goes too (no second copy at rest): looked at 5 s after the last blob filled,
+// and every minute.
+func (n *Node) Run(ctx context.Context) error {
+	var tick, settled <-chan time.Time
+	if n.filled != nil {
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.filled:
+			settled = time.After(settleAfterFill)
+			continue
+		case <-settled:
+			settled = nil
+		case <-n.prune:
+		case <-tick:
+		}
+		n.pruneOnce(ctx)
+	}
+}
+
+func (n *Node) pruneOnce(ctx context.Context) {
+	var refs []string
+	for r := range *n.pinned.Load() {
+		refs = append(refs, r)
+	}
+	count, freed, err := n.mirror.Prune(ctx, refs)
+	switch {
+	case err != nil:
+		n.log.WithError(err).Warn("mirror store: prune")
+	case count > 0:
+		n.log.WithField("blobs", count).WithField("bytes", freed).Info("mirror store: released the blobs of images no longer pinned, or held by the runtime's own content store")
+	}
+}
