@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -153,6 +154,234 @@ func TestContainerdHostsKeptAsTheAdministratorHadThem(t *testing.T) {
 		}
 	}
 	pullAll(t, w, others)
+	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// While imagepind is down, any local process may bind the node-local mirror's
+// (unprivileged) port. The mirror's host in hosts.toml has capabilities = ["pull"] only,
+// so containerd 2.2.9 never asks it what a tag means (a tag needs resolve,
+// core/remotes/docker/resolver.go Resolve): an impostor there cannot choose the image
+// behind a tag for any repository of a pinned registry. The impostor serves a whole
+// image B of its choosing, manifest and blobs; the tag names image A at the registry.
+//   - pull-only (imagepind's block, as written): the tag is A, and the impostor is
+//     asked for digests (A's, which it refuses with 404) but never for a tag;
+//   - the same block with "resolve" added, in a scratch copy under another registry
+//     name: the impostor is asked for the tag and B is what the tag becomes (the
+//     test can fail);
+//   - an impostor answering every request with B's manifest: still no tag request and
+//     never B, but the pull fails (containerd refuses the wrong bytes by digest and does
+//     not go on to the next host after a 200): it can deny, not choose.
+func TestContainerdHostsImpostorOnTheMirrorPortCannotChooseATag(t *testing.T) {
+	start := time.Now()
+	w := newContainerdWorld(t, nil)
+	ctx := t.Context()
+	reg := w.reg.Host
+	pinned := w.push("pinned", 1)
+	a, err := w.reg.PushRandom(ctx, "tagged", 1, 64<<10) // tagged:latest is A
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := w.reg.PushRandom(ctx, "tagged-every", 1, 64<<10) // tagged-every:latest is A2
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.reg.PushRandom(ctx, "impostor-b", 1, 64<<10) // the impostor's image
+	if err != nil {
+		t.Fatal(err)
+	}
+	mport, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := fmt.Sprintf("127.0.0.1:%d", mport)
+	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = %q\n", mirror)})
+	w.startDaemon()
+	w.writeSet("pinned.yaml", alphaSet("pinned", pinned...))
+	w.waitFor("pinned Ready with [peers] on", 90*time.Second, phaseIs("pinned", status.Ready))
+	file := filepath.Join(w.ctr.HostsDir, strings.Replace(reg, ":", "_", 1)+"_", "hosts.toml")
+	block, err := os.ReadFile(file)
+	if err != nil || !bytes.Contains(block, []byte("# >>> imagepin")) || !bytes.Contains(block, []byte(`[host."http://`+mirror+"/v2/")) ||
+		!bytes.Contains(block, []byte(`capabilities = ["pull"]`)) {
+		t.Fatalf("%s: %v\n%s", file, err, block)
+	}
+	t.Logf("%s with the block:\n%s", file, block)
+
+	// imagepind stopped: its block stays (only [peers] off takes it out), and its port is
+	// free for whoever binds it first.
+	w.stopDaemon()
+	if after, _ := os.ReadFile(file); !bytes.Equal(after, block) {
+		t.Fatalf("%s changed when imagepind stopped:\n%s", file, after)
+	}
+	im := startImpostor(t, mirror, b.Ref())
+	pull := func(ref string) error {
+		t.Helper()
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err := w.cri.PullImage(pctx, ref, nil)
+		return err
+	}
+
+	// 1. Pull-only, as imagepind wrote it: the tag is resolved at the registry.
+	tag := reg + "/tagged:latest"
+	if err := pull(tag); err != nil {
+		t.Fatalf("pull %s with the impostor on the mirror's port: %v\ncontainerd log:\n%s", tag, err, w.ctr.LogTail(30))
+	}
+	seen, reqs := im.counts()
+	got := recordTarget(t, w.ctr.Socket, tag)
+	t.Logf("pull-only: %s became %s (A is %s, the impostor's B %s); the impostor saw %+v:\n  %s",
+		tag, got, a.Digest, b.Digest, seen, strings.Join(reqs, "\n  "))
+	if got != a.Digest {
+		t.Fatalf("%s is %s, want A %s (the impostor's B is %s)", tag, got, a.Digest, b.Digest)
+	}
+	if seen.TagManifests != 0 {
+		t.Fatalf("the impostor was asked for a tag %d times: %v", seen.TagManifests, reqs)
+	}
+	// It was first in line for everything by digest (A's manifest, config and layer),
+	// refused each with a 404, and containerd went on to the registry: the block is live.
+	if seen.DigestManifests == 0 || seen.Blobs == 0 {
+		t.Fatalf("the impostor saw %+v: containerd never went to the mirror's host at all, so this test proves nothing", seen)
+	}
+
+	// 2. The same file with "resolve" added to the mirror's host, in a scratch copy that
+	// containerd reads for another name of the same registry: the impostor is asked for
+	// the tag, and its B is what the tag becomes.
+	const scratch = "resolve-variant.example.invalid"
+	withResolve := bytes.Replace(block, []byte("capabilities = [\"pull\"]\n  override_path"), []byte("capabilities = [\"pull\", \"resolve\"]\n  override_path"), 1)
+	if bytes.Equal(withResolve, block) {
+		t.Fatalf("no mirror host to add resolve to in:\n%s", block)
+	}
+	if err := w.ctr.WriteHosts(scratch, string(withResolve)); err != nil {
+		t.Fatal(err)
+	}
+	im.setSmart(true)
+	if err := pull(scratch + "/tagged:latest"); err != nil {
+		t.Fatalf("pull through the resolve variant: %v\ncontainerd log:\n%s", err, w.ctr.LogTail(30))
+	}
+	seen, reqs = im.counts()
+	got = recordTarget(t, w.ctr.Socket, scratch+"/tagged:latest")
+	t.Logf("with resolve: %s/tagged:latest became %s (B); the impostor saw %+v:\n  %s", scratch, got, seen, strings.Join(reqs, "\n  "))
+	if got != b.Digest || seen.TagManifests == 0 {
+		t.Fatalf("with resolve on the mirror's host the tag became %s (A %s, B %s) and the impostor saw %d tag requests: the variant should have let the impostor choose",
+			got, a.Digest, b.Digest, seen.TagManifests)
+	}
+	os.RemoveAll(filepath.Join(w.ctr.HostsDir, scratch))
+
+	// 3. An impostor answering every request, digests and blobs included, with B's
+	// manifest: containerd still never asks it for the tag (A2 comes from the registry's
+	// answer), and fetches A2's manifest by digest from it first. The bytes it gets are
+	// B's, and containerd's content store refuses them at commit ("unexpected commit
+	// digest"): containerd goes on to the next host only when a host fails to answer
+	// (an error or a 404), not when a 200's bytes are wrong, so the pull fails. An
+	// impostor can fail pulls from a pinned registry while imagepind is down; it cannot
+	// make a tag mean another image.
+	im.setSmart(false)
+	every := reg + "/tagged-every:latest"
+	err = pull(every)
+	seen, reqs = im.counts()
+	t.Logf("every request answered with B: pull %s: %v; the impostor saw %+v:\n  %s", every, err, seen, strings.Join(reqs, "\n  "))
+	if seen.TagManifests != 0 {
+		t.Fatalf("the impostor was asked for a tag %d times: %v", seen.TagManifests, reqs)
+	}
+	if got := recordTarget(t, w.ctr.Socket, every); got == b.Digest {
+		t.Fatalf("%s became the impostor's B", every)
+	}
+	if err == nil || !strings.Contains(err.Error(), "unexpected commit digest") || seen.DigestManifests == 0 {
+		t.Fatalf("pull %s with every request answered by B's manifest: %v (impostor saw %+v); want the digest refused at commit", every, err, seen)
+	}
+
+	// The refused bytes stay behind for a moment: containerd keeps the failed ingest
+	// (B's bytes under A2's manifest ref) until its garbage collection removes it once
+	// the pull's lease is gone, and a pull in between resumes that ingest, already
+	// complete, and fails the same way without asking any host. Seen here: gone 0.2 to
+	// 2 s after the failed pull. Wait for it, so that what follows is about the network
+	// alone.
+	im.close()
+	ingests := filepath.Join(w.ctr.Root(), "io.containerd.content.v1.content", "ingest", "*")
+	left, _ := filepath.Glob(ingests)
+	closed := time.Now()
+	waitUntil(t, "containerd to drop the refused ingest", 60*time.Second, func() bool {
+		m, _ := filepath.Glob(ingests)
+		return len(m) == 0
+	})
+	t.Logf("%d ingest(s) left by the refused pull, gone %s after", len(left), time.Since(closed).Round(time.Millisecond))
+
+	// The impostor gone and imagepind back: its mirror answers 404 for what is not
+	// pinned, and the same pull comes from the registry, A2.
+	os.Remove(w.status)
+	w.startDaemon()
+	w.waitFor("pinned Ready again", 60*time.Second, phaseIs("pinned", status.Ready))
+	if err := pull(every); err != nil {
+		t.Fatalf("pull %s with imagepind back: %v\ncontainerd log:\n%s", every, err, w.ctr.LogTail(30))
+	}
+	if got := recordTarget(t, w.ctr.Socket, every); got != a2.Digest {
+		t.Fatalf("%s is %s, want A2 %s", every, got, a2.Digest)
+	}
+	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// A registry whose hosts.toml is a symbolic link (to a file outside the hosts directory,
+// one several registries may share) is left as it is with [peers] on: the link and its
+// target unchanged, a fault naming the file, and the set Ready, its images pulled through
+// the administrator's file as containerd reads it through the link (the registry's name
+// does not resolve: only the linked file's server reaches it). A registry with a regular
+// hosts.toml beside it gets the block.
+func TestContainerdHostsLinkedFileLeftAlone(t *testing.T) {
+	start := time.Now()
+	w := newContainerdWorld(t, nil)
+	reg := w.reg.Host
+	const linked = "linked.example.invalid"
+	shared := filepath.Join(w.dir, "shared-hosts", "registries.toml")
+	content := fmt.Sprintf("# shared by the lab's registry names\nserver = \"http://%[1]s\"\n\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", reg)
+	os.MkdirAll(filepath.Dir(shared), 0o755)
+	if err := os.WriteFile(shared, []byte(content), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	linkDir := filepath.Join(w.ctr.HostsDir, linked)
+	os.MkdirAll(linkDir, 0o755)
+	link := filepath.Join(linkDir, "hosts.toml")
+	if err := os.Symlink(shared, link); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, linkDir) + snapshot(t, filepath.Dir(shared))
+
+	var linkedRefs []string
+	for _, r := range w.push("linked", 2) {
+		linkedRefs = append(linkedRefs, strings.Replace(r, reg, linked, 1))
+	}
+	own := w.push("own", 1)
+	mport, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\n", mport)})
+	w.startDaemon()
+	all := append(slices.Clone(linkedRefs), own...)
+	w.writeSet("linked.yaml", alphaSet("linked", all...))
+	want := linked + "/hosts.toml is a symbolic link (to " + shared + ")"
+	n := w.waitFor("linked Ready with a fault naming the link", 90*time.Second, func(n status.Node) bool {
+		return phaseIs("linked", status.Ready)(n) && strings.Contains(strings.Join(n.Faults, "\n"), want)
+	})
+	t.Logf("faults: %q", n.Faults)
+	for _, r := range all {
+		if img := w.image(r); !img.Present || !w.labelled(r) {
+			t.Fatalf("%s: present=%v labelled=%v", r, img.Present, w.labelled(r))
+		}
+	}
+	fi, err := os.Lstat(link)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("%s is no longer a link: %v %v", link, fi.Mode(), err)
+	}
+	if target, _ := os.Readlink(link); target != shared {
+		t.Fatalf("%s now links to %s, want %s", link, target, shared)
+	}
+	if after := snapshot(t, linkDir) + snapshot(t, filepath.Dir(shared)); after != before {
+		t.Fatalf("the linked registry's directory and the shared file:\n%s\nwant, as the administrator had them:\n%s", after, before)
+	}
+	// The registry's own (regular) hosts.toml got the block: [peers] was in effect.
+	ownFile := filepath.Join(w.ctr.HostsDir, strings.Replace(reg, ":", "_", 1)+"_", "hosts.toml")
+	if b, _ := os.ReadFile(ownFile); !bytes.Contains(b, []byte("# >>> imagepin")) {
+		t.Fatalf("%s has no block:\n%s", ownFile, b)
+	}
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
 }
 
