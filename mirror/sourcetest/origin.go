@@ -91,19 +91,24 @@ type Origin struct {
 	blobs     map[digest.Digest][]byte
 	// gone ends every transfer still under way (the test is over).
 	gone chan struct{}
+	// dir holds the subject's files (TempDir): removed once the origin is.
+	dir string
 }
 
 // newOrigin starts a registry holding a random image of three layers of about
 // layerSize bytes and an index naming it, sending as s.
 func newOrigin(t *testing.T, s Sending, layerSize int64) *Origin {
 	t.Helper()
+	// Made first, so removed last: after the origin's transfers ended (a subject's
+	// stores may be written until they do).
+	dir := t.TempDir()
 	img, err := random.Image(layerSize, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	idx := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: img})
 	o := &Origin{manifests: map[digest.Digest]Manifest{}, blobs: map[digest.Digest][]byte{}, gone: make(chan struct{}),
-		Missing: digest.FromString("a manifest the origin does not hold")}
+		Missing: digest.FromString("a manifest the origin does not hold"), dir: dir}
 	o.Index = o.addManifest(t, idx)
 	o.Image = o.addManifest(t, img)
 	cfg, err := img.RawConfigFile()
@@ -328,12 +333,24 @@ func (o *Origin) serveHTTP(w http.ResponseWriter, r *http.Request, reg http.Hand
 // node's registry access reads it.
 func (o *Origin) CertsDir(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
+	dir := o.TempDir(t)
 	if err := os.MkdirAll(filepath.Join(dir, o.Host), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: o.CA.Raw})
 	if err := os.WriteFile(filepath.Join(dir, o.Host, "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TempDir is a new directory for the subject's files (a blob store): removed at the
+// end of the test, after the origin's transfers ended (t.TempDir's may be removed
+// before, while a fill still writes).
+func (o *Origin) TempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(o.dir, "subject-")
+	if err != nil {
 		t.Fatal(err)
 	}
 	return dir
