@@ -133,9 +133,12 @@ func Run(t *testing.T, s Subject) {
 	// An origin sending another size than the descriptor's is refused or cut, with
 	// mirror.ErrSize, and no byte past the size is ever delivered: announcing more or
 	// less is refused by Blob; streaming on without announcing is cut at the size.
-	for _, how := range []Sending{AnnouncesMore, AnnouncesLess} {
-		t.Run("OriginThat"+camel(how), func(t *testing.T) {
-			o, src := stand(t, how)
+	for _, c := range []struct {
+		name string
+		how  Sending
+	}{{"OriginThatAnnouncesMore", AnnouncesMore}, {"OriginThatAnnouncesLess", AnnouncesLess}} {
+		t.Run(c.name, func(t *testing.T) {
+			o, src := stand(t, c.how)
 			b := o.Blobs[len(o.Blobs)-1]
 			refused(t, src, o, b.Digest, b.Size)
 		})
@@ -321,7 +324,7 @@ func read(ctx context.Context, src mirror.Source, o *Origin, d digest.Digest, si
 	defer rc.Close()
 	got, err := drain(rc, max(size, 0))
 	if err == nil && announced >= 0 && announced != size {
-		err = errors.New("Blob said another size than the descriptor's and its stream ended as a whole blob")
+		err = errors.New("the source said another size than the descriptor's, and its stream ended as a whole blob")
 	}
 	return got, err
 }
@@ -383,8 +386,4 @@ func within[T any](t *testing.T, what string, limit time.Duration, fn func() (T,
 	}
 	var zero T
 	return zero, nil
-}
-
-func camel(s Sending) string {
-	return map[Sending]string{AnnouncesMore: "AnnouncesMore", AnnouncesLess: "AnnouncesLess"}[s]
 }
