@@ -20,12 +20,12 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/diskcheck"
-	"github.com/imagepin/imagepin/internal/fakeruntime"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/fakeruntime"
 )
 
 func img(repo string, n int) string {

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/imagepin/imagepin/internal/fakeruntime"
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/fakeruntime"
 )
 
 func newContainerdHarness(t *testing.T) *harness {

@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 func writeHosts(t *testing.T, root, dir, content string) {

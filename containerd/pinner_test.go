@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/imagepin/imagepin/containerd"
-	"github.com/imagepin/imagepin/internal/fakeruntime"
+	"github.com/imagepin/imagepin/test/fakeruntime"
 )
 
 func ref(n int) string { return fmt.Sprintf("registry.example/app@sha256:%064x", n) }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // BenchmarkCheck500 is the disk check of 500 images (1000+ distinct layers) against an

@@ -12,9 +12,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/imagepin/imagepin/internal/bytesize"
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {

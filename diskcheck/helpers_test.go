@@ -1,8 +1,8 @@
 package diskcheck
 
 import (
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 var (

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // The need of a layer: the floor (multiplier × compressed) for an unknown uncompressed

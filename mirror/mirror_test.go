@@ -25,9 +25,9 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // fakeSource serves one image's manifest and blobs from memory, counting requests.

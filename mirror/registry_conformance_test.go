@@ -3,10 +3,10 @@ package mirror_test
 import (
 	"testing"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/mirror/sourcetest"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // The registry as a Source (mirror.FromRegistry) keeps the contract: through the

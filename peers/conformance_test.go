@@ -9,9 +9,9 @@ import (
 
 	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/crio"
-	"github.com/imagepin/imagepin/internal/fakeruntime"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pin/pintest"
+	"github.com/imagepin/imagepin/test/fakeruntime"
 )
 
 type noFiles struct{}

@@ -19,10 +19,10 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // steps records the effects of a pin write in the order they happen.

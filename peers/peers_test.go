@@ -25,8 +25,8 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 const repo = "registry.example/ocp/release"

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/imagepin/imagepin/internal/testcerts"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // A CA rotated on disk (a new CA added to the bundles) is taken at the next handshake

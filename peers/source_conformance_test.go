@@ -11,11 +11,11 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
-	"github.com/imagepin/imagepin/internal/registrytest"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/mirror/sourcetest"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/test/registrytest"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // The peers as a Source keep the contract: three in-process nodes over HTTPS with node

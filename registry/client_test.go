@@ -17,8 +17,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/pullcreds"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 var (

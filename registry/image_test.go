@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // OpenImage reads the platform's manifest of a list and streams its blobs.

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // A tag resolves to its manifest's digest (a list's for a list, with its platforms);

@@ -17,7 +17,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	ctypes "go.podman.io/image/v5/types"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // textTar is a tar of compressible text (about 5:1 with gzip).

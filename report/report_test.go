@@ -17,8 +17,8 @@ import (
 
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // A client certificate missing at start (a fresh node, its CSR not approved yet) does

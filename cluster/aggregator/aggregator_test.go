@@ -22,9 +22,9 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/report"
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 type cluster struct {

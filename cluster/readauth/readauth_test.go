@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/imagepin/imagepin/internal/testcerts"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 func quiet() logrus.FieldLogger {

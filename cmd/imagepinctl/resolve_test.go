@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 
-	"github.com/imagepin/imagepin/internal/registrytest"
 	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/test/registrytest"
 )
 
 // resolveWorld is a registry reached only through a registries.conf mirror of

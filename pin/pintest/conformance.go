@@ -1,5 +1,5 @@
 // Package pintest is the conformance suite of the runtime port (pin.Pinner) and of the
-// CRI calls imagepind makes: it runs against internal/fakeruntime (as CRI-O and as
+// CRI calls imagepind makes: it runs against test/fakeruntime (as CRI-O and as
 // containerd) in the unit tier and against real CRI-O and real containerd in the
 // end-to-end tier, so the fakes cannot drift from the real things unnoticed.
 package pintest

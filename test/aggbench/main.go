@@ -29,9 +29,9 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 var (

@@ -17,8 +17,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 var (

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/cluster/aggregator"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 type aggregatorProc struct {

@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 const nodeName = "e2e-node"

@@ -35,9 +35,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // With [peers] on, a real containerd 2.2.9 keeps reaching TLS registries as the

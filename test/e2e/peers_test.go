@@ -17,10 +17,10 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/imagepin/imagepin/blobstore"
-	"github.com/imagepin/imagepin/internal/testcerts"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // peerCluster is several nodes on this machine, each its own CRI-O and imagepind, sharing

@@ -16,7 +16,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/imagepin/imagepin/internal/testcerts"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // Kube is a real etcd and kube-apiserver (hack/kube-deps.sh builds them) on loopback,

@@ -9,8 +9,8 @@ import (
 
 	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/crio"
-	"github.com/imagepin/imagepin/internal/fakeruntime"
 	"github.com/imagepin/imagepin/pin/pintest"
+	"github.com/imagepin/imagepin/test/fakeruntime"
 )
 
 func img(n int) string { return fmt.Sprintf("registry.example/app@sha256:%064x", n) }
