@@ -273,6 +273,20 @@ func (r *Registry) PushContent(ctx context.Context, repo string, layers int, siz
 // PushRunnable pushes an image whose entrypoint is binary (a static executable, copied
 // in as /app): an image a pod can run.
 func (r *Registry) PushRunnable(ctx context.Context, repo, binary string) (Image, error) {
+	return r.PushRunnableWith(ctx, repo, binary)
+}
+
+// PID is the registry process's (0 when stopped): what `make demo` stops it by.
+func (r *Registry) PID() int {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return 0
+	}
+	return r.cmd.Process.Pid
+}
+
+// PushRunnableWith is PushRunnable with more layers after the executable's (random
+// ones, say): two runnable images of the same binary that share no layer but that one.
+func (r *Registry) PushRunnableWith(ctx context.Context, repo, binary string, extra ...v1.Layer) (Image, error) {
 	data, err := os.ReadFile(binary)
 	if err != nil {
 		return Image{}, err
@@ -292,7 +306,7 @@ func (r *Registry) PushRunnable(ctx context.Context, repo, binary string) (Image
 	if err != nil {
 		return Image{}, err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	img, err := mutate.AppendLayers(empty.Image, append([]v1.Layer{layer}, extra...)...)
 	if err != nil {
 		return Image{}, err
 	}
