@@ -168,12 +168,9 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 		imageFS = func(context.Context) (string, error) { return o.storage, nil }
 	}
 
-	nodeName := cfg.Node.Name
-	if nodeName == "" {
-		nodeName = hostname()
-	}
-	checker := diskcheck.New(diskcheck.Config{NodeName: nodeName, Multiplier: cfg.Disk.LayerSizeMultiplier,
-		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent, KubeletConfig: cfg.Disk.KubeletConfig, KubeletConfigDir: cfg.Kubelet.ConfigDir}, resolver, imageFS)
+	nodeName, _ := wire.NodeName(cfg)
+	// The policy imagepind admits by ([peers] on CRI-O also keeps each layer compressed).
+	checker := diskcheck.New(wire.DiskCheckConfig(cfg, wire.GuessRuntime(cfg), nodeName), resolver, imageFS)
 	res, err := checker.Check(ctx, reqs)
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepinctl check: %v\n", err)

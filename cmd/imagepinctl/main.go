@@ -161,8 +161,3 @@ func files(cmd *cobra.Command, args []string) error {
 func setFileArgs(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 	return []string{"yaml", "yml", "json"}, cobra.ShellCompDirectiveFilterFileExt
 }
-
-func hostname() string {
-	h, _ := os.Hostname()
-	return h
-}

@@ -300,7 +300,13 @@ func RegistryOn(cfg conf.Config, p registry.Platform) *registry.Client {
 
 // DiskCheck is the registry-backed disk check of [disk].
 func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client, client *cri.Client, nodeName string) *diskcheck.Checker {
-	return diskcheck.New(diskcheck.Config{
+	return diskcheck.New(DiskCheckConfig(cfg, runtimeName, nodeName), registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
+}
+
+// DiskCheckConfig is the disk check's policy from the config: what imagepind admits by,
+// and what `imagepinctl check` predicts with.
+func DiskCheckConfig(cfg conf.Config, runtimeName, nodeName string) diskcheck.Config {
+	return diskcheck.Config{
 		NodeName:               nodeName,
 		Multiplier:             cfg.Disk.LayerSizeMultiplier,
 		GCHighThresholdPercent: cfg.Disk.GCHighThresholdPercent,
@@ -310,7 +316,7 @@ func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client,
 		// containerd's content store already holds them.
 		KeepsCompressed: cfg.Peers.Enabled && runtimeName != conf.RuntimeContainerd,
 		ThroughMirror:   cfg.Peers.Enabled,
-	}, registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
+	}
 }
 
 // ImageFS finds the runtime's image filesystem with CRI ImageFsInfo.

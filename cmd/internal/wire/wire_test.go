@@ -48,3 +48,20 @@ func TestClusterSyncWithoutKubeconfigStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// imagepind and imagepinctl check size by one policy: with [peers] on, a CRI-O node
+// keeps each layer compressed once more (the mirror's store), a containerd node does not.
+func TestDiskCheckConfigIsTheDaemonsPolicy(t *testing.T) {
+	cfg := conf.Default()
+	cfg.Peers.Enabled = true
+	if c := DiskCheckConfig(cfg, conf.RuntimeCRIO, "n"); !c.KeepsCompressed || !c.ThroughMirror || c.NodeName != "n" {
+		t.Fatalf("CRI-O with [peers]: %+v", c)
+	}
+	if c := DiskCheckConfig(cfg, conf.RuntimeContainerd, "n"); c.KeepsCompressed || !c.ThroughMirror {
+		t.Fatalf("containerd with [peers]: %+v", c)
+	}
+	cfg.Peers.Enabled = false
+	if c := DiskCheckConfig(cfg, conf.RuntimeCRIO, "n"); c.KeepsCompressed || c.ThroughMirror {
+		t.Fatalf("CRI-O without [peers]: %+v", c)
+	}
+}
