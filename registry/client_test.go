@@ -28,6 +28,26 @@ var (
 	newFiles   = registrytest.NewFiles
 )
 
+// silentListener accepts connections and never answers them: a registry that hangs.
+func silentListener(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	return l
+}
+
 func resolver(f registrytest.Files, p Platform, creds Credentials) *Client {
 	if p.OS == "" {
 		p = Platform{OS: "linux", Architecture: "amd64"}
@@ -189,20 +209,7 @@ func TestResolverCachesByDigest(t *testing.T) {
 // A registry that accepts connections and never answers costs one image its sizing
 // (unsized, retried later), after the per-image timeout; the others are sized.
 func TestStalledRegistryLeavesOnlyItsImagesUnsized(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
+	l := silentListener(t)
 	reg := registrytest.New(t, nil)
 	f := newFiles(t, "")
 	reg.WriteCA(f.Certs)

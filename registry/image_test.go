@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -65,26 +64,13 @@ func TestOpenImage(t *testing.T) {
 // A registry that accepts connections and never answers fails OpenImage after the
 // Client's Timeout, saying so (a transient failure).
 func TestOpenImageTimesOut(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
+	l := silentListener(t)
 	f := newFiles(t, "")
 	r := New(Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs,
 		Platform: Platform{OS: "linux", Architecture: "amd64"}, Timeout: 200 * time.Millisecond}, nil)
 	stalled := l.Addr().String() + "/x/stalled"
 	start := time.Now()
-	_, err = r.OpenImage(context.Background(), stalled+"@sha256:"+strings.Repeat("5", 64))
+	_, err := r.OpenImage(context.Background(), stalled+"@sha256:"+strings.Repeat("5", 64))
 	if err == nil || !strings.Contains(err.Error(), "no answer from its registry within 200ms") || IsUnavailable(err) {
 		t.Fatalf("open: %v", err)
 	}

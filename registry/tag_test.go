@@ -2,7 +2,6 @@ package registry
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -51,24 +50,11 @@ func TestResolveTag(t *testing.T) {
 // A registry that accepts connections and never answers fails ResolveTag after the
 // Client's Timeout, saying so.
 func TestResolveTagTimesOut(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close() // held open, never answered
-		}
-	}()
+	l := silentListener(t)
 	f := newFiles(t, "")
 	r := New(Config{RegistriesConf: f.Conf, RegistriesConfDir: f.ConfDir, CertsDir: f.Certs,
 		Platform: Platform{OS: "linux", Architecture: "amd64"}, Timeout: 200 * time.Millisecond}, nil)
-	_, err = r.ResolveTag(context.Background(), l.Addr().String()+"/x/stalled:1")
+	_, err := r.ResolveTag(context.Background(), l.Addr().String()+"/x/stalled:1")
 	if err == nil || !strings.Contains(err.Error(), "no answer from its registry within 200ms") {
 		t.Fatalf("tag: %v", err)
 	}
