@@ -96,6 +96,9 @@ type Deps struct {
 	Pinners map[string]pin.Pinner
 	Disk    DiskChecker
 	State   *state.Store
+	// Secret is the pull secret file, shared with the daemon's registry access so it is
+	// read in one place (nil: one of the agent's own for Config.PullSecret).
+	Secret *pullcreds.SecretFile
 	// Publish receives every status change (status file, sd_notify, reports).
 	Publish func(status.Node)
 	// Clock drives every time the agent schedules (retries, unpins, the wake-up timer,
@@ -172,6 +175,9 @@ func New(cfg Config, deps Deps) *Agent {
 	if deps.Publish == nil {
 		deps.Publish = func(status.Node) {}
 	}
+	if deps.Secret == nil {
+		deps.Secret = &pullcreds.SecretFile{Path: cfg.PullSecret}
+	}
 	if cfg.PullConcurrency <= 0 {
 		cfg.PullConcurrency = pullwidth.DefaultWidest
 	}
@@ -200,7 +206,7 @@ func New(cfg Config, deps Deps) *Agent {
 		log:   deps.Log,
 		rand:  rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()))),
 		sched: sched,
-		in:    inputs{dirty: true, secret: &pullcreds.SecretFile{Path: cfg.PullSecret}, keyring: &pullcreds.Keyring{}},
+		in:    inputs{dirty: true, secret: deps.Secret, keyring: &pullcreds.Keyring{}},
 		rt:    runtimeConn{pinner: pinner, retry: retry{key: "runtime", sched: sched}},
 		pins:  pinState{retry: retry{key: "pins", sched: sched}},
 		pulls: pullState{

@@ -96,7 +96,7 @@ func hostsRecord(stateDir string) string {
 // CRI-O the administrator's registries files without its drop-in (copied into a
 // scratch directory, kept up to date at every pin write); on containerd the hosts.toml
 // files read without the mirror's host, and containerd's own content store.
-func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, pinner pin.Pinner, log logrus.FieldLogger) (pin.Pinner, error) {
+func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, secret *pullcreds.SecretFile, pinner pin.Pinner, log logrus.FieldLogger) (pin.Pinner, error) {
 	rc, _ := RegistryAccess(cfg, runtimeName, stateDir)
 	var rt peers.Runtime
 	var files peers.Files
@@ -118,8 +118,7 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 		rc.RegistriesConfDir = admin.Scratch
 		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Admin: admin, Path: mirror.PathFor}
 	}
-	keyring := &pullcreds.SecretFile{Path: cfg.CRI.PullSecret}
-	rt.Registry = mirror.FromRegistry(registry.New(rc, keyring.Lookup))
+	rt.Registry = mirror.FromRegistry(registry.New(rc, secret.Lookup))
 	node.Bind(rt)
 	return node.Pinner(pinner, files), nil
 }

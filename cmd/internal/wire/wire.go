@@ -74,7 +74,10 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	}
 	socket := cfg.CRISocket()
 	runtimeName := DetectRuntime(cfg, client, opts.DetectFor, opts.Log)
-	registries, registryProblems := RegistryFor(cfg, runtimeName, store.Dir())
+	// The pull secret is read by one SecretFile for the whole daemon: the agent's pulls,
+	// the disk check's and release expansion's registry access, the mirror's.
+	secret := &pullcreds.SecretFile{Path: cfg.CRI.PullSecret}
+	registries, registryProblems := RegistryFor(cfg, runtimeName, store.Dir(), secret)
 	// With [peers] on, the disk check and release expansion read registries as CRI-O
 	// does, through the node-local mirror first: a pinned image's manifest comes from
 	// the node's store or its peers when the registry is gone (a node joining late
@@ -85,7 +88,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		return nil, nil, err
 	}
 	if opts.Peers != nil {
-		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), pinner, opts.Log); err != nil {
+		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), secret, pinner, opts.Log); err != nil {
 			client.Close()
 			return nil, nil, err
 		}
@@ -112,6 +115,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Runtime:  client,
 		Pinners:  map[string]pin.Pinner{runtimeName: pinner},
 		Disk:     DiskCheck(cfg, runtimeName, registries, client, nodeName),
+		Secret:   secret,
 		Kubelet:  Kubelet(cfg),
 		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: registries},
 		State:    store,
@@ -198,11 +202,10 @@ func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogge
 }
 
 // RegistryFor is the registry client of the runtime (RegistryAccess), with the
-// credentials the kubelet would hand it, and a func listing its problems for the
-// node's faults.
-func RegistryFor(cfg conf.Config, runtimeName, stateDir string) (*registry.Client, func() []string) {
+// credentials the kubelet would hand it (from secret, the daemon's one reader of the
+// pull secret), and a func listing its problems for the node's faults.
+func RegistryFor(cfg conf.Config, runtimeName, stateDir string, secret *pullcreds.SecretFile) (*registry.Client, func() []string) {
 	rc, problems := RegistryAccess(cfg, runtimeName, stateDir)
-	secret := &pullcreds.SecretFile{Path: cfg.CRI.PullSecret}
 	return registry.New(rc, secret.Lookup), problems
 }
 
