@@ -189,9 +189,16 @@ func openBounded(ctx context.Context, src Source, repo string, chain []digest.Di
 	if err != nil {
 		return nil, err
 	}
+	return Bound(d, body, announced, size, "source")
+}
+
+// Bound is body, the blob d of size bytes that sender announced as announced (-1: not
+// announced), refused (closed, ErrSize) when the announced size is another, else read
+// through Bounded. Every Source keeps its Blob to this, and so does every fill.
+func Bound(d digest.Digest, body io.ReadCloser, announced, size int64, sender string) (io.ReadCloser, error) {
 	if announced >= 0 && announced != size {
 		body.Close()
-		return nil, fmt.Errorf("%s: the source announced %d bytes, the manifest gives %d: %w", d, announced, size, ErrSize)
+		return nil, fmt.Errorf("%s: the %s announced %d bytes, the manifest gives %d: %w", d, sender, announced, size, ErrSize)
 	}
 	return &Bounded{ReadCloser: body, Left: size}, nil
 }

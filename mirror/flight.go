@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"io"
 	"sync"
 	"time"
 
@@ -122,8 +121,4 @@ func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Diges
 		return manifest{data, mt}, err
 	})
 	return m.data, m.mediaType, err
-}
-
-func (s *shared) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
-	return s.Source.Blob(ctx, repo, chain, d, size)
 }

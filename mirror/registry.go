@@ -3,7 +3,6 @@ package mirror
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/opencontainers/go-digest"
@@ -29,9 +28,6 @@ func (s registrySource) Blob(ctx context.Context, repo string, chain []digest.Di
 	if err != nil {
 		return nil, 0, err
 	}
-	if announced >= 0 && announced != size {
-		body.Close()
-		return nil, 0, fmt.Errorf("%s: the registry announced %d bytes, the manifest gives %d: %w", d, announced, size, ErrSize)
-	}
-	return &Bounded{ReadCloser: body, Left: size}, announced, nil
+	bounded, err := Bound(d, body, announced, size, "registry")
+	return bounded, announced, err
 }

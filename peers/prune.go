@@ -2,6 +2,7 @@ package peers
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"time"
 
@@ -23,21 +24,12 @@ func (n *Node) setPinned(refs []string) {
 		}
 	}
 	old := n.pinned.Swap(&m)
-	if len(*old) != len(m) || !sameKeys(*old, m) {
+	if !maps.Equal(*old, m) {
 		select {
 		case n.prune <- struct{}{}:
 		default:
 		}
 	}
-}
-
-func sameKeys(a, b map[string]bool) bool {
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return len(a) == len(b)
 }
 
 // settleAfterFill is how long after the last blob filled the store is pruned of what

@@ -69,11 +69,8 @@ func (f *Fake) Blob(ctx context.Context, _ string, _ []digest.Digest, d digest.D
 	if err != nil {
 		return nil, 0, err
 	}
-	if announced >= 0 && announced != size {
-		body.Close()
-		return nil, 0, fmt.Errorf("%s: the sender announced %d bytes, the manifest gives %d: %w", d, announced, size, mirror.ErrSize)
-	}
-	return &mirror.Bounded{ReadCloser: ctxReader{ctx, body}, Left: size}, announced, nil
+	bounded, err := mirror.Bound(d, ctxReader{ctx, body}, announced, size, "sender")
+	return bounded, announced, err
 }
 
 // ctxReader ends with ctx's error once ctx ends.
