@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	imagesapi "github.com/containerd/containerd/api/services/images/v1"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -194,4 +195,32 @@ func recordTarget(t *testing.T, socket, name string) string {
 		t.Fatalf("image record %s: %v", name, err)
 	}
 	return resp.Image.Target.Digest
+}
+
+// abortIngests aborts every ingest containerd holds in the k8s.io namespace (as
+// "ctr -n k8s.io content active" lists them) and returns how many there were.
+func abortIngests(t *testing.T, socket string) int {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "containerd-namespace", "k8s.io"), 10*time.Second)
+	defer cancel()
+	cc := contentapi.NewContentClient(conn)
+	resp, err := cc.ListStatuses(ctx, &contentapi.ListStatusesRequest{})
+	if err != nil {
+		t.Fatalf("list containerd's ingests: %v", err)
+	}
+	n := len(resp.Statuses)
+	for _, st := range resp.Statuses {
+		if _, err := cc.Abort(ctx, &contentapi.AbortRequest{Ref: st.Ref}); err != nil && !strings.Contains(err.Error(), "not found") {
+			t.Fatalf("abort ingest %s: %v", st.Ref, err)
+		}
+	}
+	if resp, err = cc.ListStatuses(ctx, &contentapi.ListStatusesRequest{}); err != nil || len(resp.Statuses) != 0 {
+		t.Fatalf("ingests left after aborting them: %v %v", resp, err)
+	}
+	return n
 }
