@@ -126,18 +126,24 @@ func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror 
 // Handler serves the mirror to the node's runtime, filling what the store lacks from
 // src.
 func (m *Mirror) Handler(src Source, stats *Stats) http.Handler {
-	return &handler{m: m, src: src, manifests: src, stats: stats}
+	return &handler{m: m, src: src, manifests: src, hop: src, stats: stats}
 }
 
 // PeerHandler serves the mirror to other nodes: a request carries the manifests above
 // what it asks for (ChainHeader), so a peer can ask for a blob of a pinned image whose
-// manifest this node has not served yet. Blobs are filled from fill (the registry);
-// the manifests of a chain this node lacks come from manifests (the peers, then the
-// registry), except for a request a peer made for another peer (HopHeader): those
-// from fill.
-func (m *Mirror) PeerHandler(fill, manifests Source, stats *Stats) http.Handler {
-	return &handler{m: m, src: fill, manifests: manifests, chained: true, stats: stats}
+// manifest this node has not served yet. Blobs are filled from peers (package peers:
+// only the nodes above this one in the blob's order, then the registry, so requests
+// never go round between nodes), and so are the manifests of a chain this node lacks,
+// except for a request a peer made for another peer (HopHeader) or for what this node
+// holds only (StoredOnlyHeader): those from registry alone.
+func (m *Mirror) PeerHandler(registry, peers Source, stats *Stats) http.Handler {
+	return &handler{m: m, src: peers, manifests: peers, hop: registry, chained: true, stats: stats}
 }
+
+// StoredOnlyHeader marks a peer's request for what this node holds already (its store,
+// the runtime's content store): anything else is a 404 at once, without a fill. A node
+// asks so of nodes below it in a blob's order (package peers), which may wait on it.
+const StoredOnlyHeader = "Imagepin-Stored-Only"
 
 // HopHeader marks a peer's request made to answer another peer's.
 const HopHeader = "Imagepin-Hop"
@@ -170,6 +176,7 @@ type handler struct {
 	m         *Mirror
 	src       Source // fills blobs
 	manifests Source // loads manifests
+	hop       Source // loads manifests for a hop (the registry alone)
 	chained   bool
 	stats     *Stats
 }
@@ -226,8 +233,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) manifestSource(r *http.Request) Source {
-	if r.Header.Get(HopHeader) != "" {
-		return h.src
+	if r.Header.Get(HopHeader) != "" || r.Header.Get(StoredOnlyHeader) != "" {
+		return h.hop
 	}
 	return h.manifests
 }
@@ -555,8 +562,9 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 	switch {
 	case err == nil:
 		counter = &h.stats.FromStore
-	case r.Method == http.MethodHead:
-		// Pulls GET their blobs; a HEAD for one not stored yet is not worth a fetch.
+	case r.Method == http.MethodHead || (h.chained && r.Header.Get(StoredOnlyHeader) != ""):
+		// Pulls GET their blobs; a HEAD for one not stored yet is not worth a fetch. A
+		// peer asking for what is stored only may be waited on by this node's fill.
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	case c.size < 0:

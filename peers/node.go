@@ -35,6 +35,9 @@ type Config struct {
 	// bandwidth to them, all together (0: no limit).
 	MaxServing          int
 	ServeBytesPerSecond int64
+	// Fanout is how many children a node has in each blob's tree (Source.Fanout; 0:
+	// DefaultFanout).
+	Fanout int
 }
 
 // Node is a node's mirror at run time: what it may serve (the pinned references, told
@@ -89,8 +92,8 @@ type Runtime struct {
 }
 
 // Bind sets the mirror's sources: the runtime's content store, the peers (when
-// sharing: they are asked before the registry, and served, filling from the registry
-// only), the registry. Broken or missing certificates leave the node-local mirror
+// sharing: they are asked before the registry, and served, filling a blob from the
+// nodes above this one in its tree), the registry. Broken or missing certificates leave the node-local mirror
 // alone, logged. Call it once, before serving.
 func (n *Node) Bind(rt Runtime) {
 	if rt.Content != nil {
@@ -116,7 +119,7 @@ func (n *Node) Bind(rt Runtime) {
 }
 
 // share sets up the peers: the mirror fills from them before the registry, and serves
-// them (filling from the registry only).
+// them (filling a blob from the nodes above this one in its tree, then the registry).
 func (n *Node) share(reg mirror.Source) error {
 	client, err := Client(n.cfg.ClientCert, n.cfg.CA)
 	if err != nil {
@@ -128,6 +131,7 @@ func (n *Node) share(reg mirror.Source) error {
 	}
 	log := n.log.WithField("part", "peers")
 	src := NewSource(n.cfg.Address, n.nodes, reg, client, &n.Bytes, log)
+	src.Fanout = n.cfg.Fanout
 	n.local = n.mirror.Handler(src, &n.Served)
 	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: n.cfg.MaxServing,
 		BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}

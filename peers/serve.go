@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,9 +19,11 @@ import (
 )
 
 // Server serves the mirror to other nodes: only to clients presenting a node's
-// certificate, at most MaxServing requests at once (more get 503: the client asks the
-// next node; a request waits up to slotWait for its turn), at most BytesPerSecond in
-// all (0: no limit).
+// certificate, at most MaxServing blob requests at once, and as many manifest requests
+// (more get 503: the client asks the next node; a request waits up to slotWait for its
+// turn), at most BytesPerSecond in all (0: no limit). Manifests have slots of their
+// own: a blob request may wait on a manifest from a peer (the chain above the blob),
+// and that peer's blob slots may all be taken by requests waiting on this node.
 type Server struct {
 	Mirror         http.Handler // the mirror's handler for peers (chained, filling from the registry)
 	MaxServing     int
@@ -28,12 +31,14 @@ type Server struct {
 	Stats          *Stats
 	Log            logrus.FieldLogger
 
-	slots   chan struct{}
-	limiter *rate.Limiter
+	slots, manifestSlots chan struct{}
+	limiter              *rate.Limiter
 }
 
-// slotWait is how long a request waits for one of the MaxServing slots.
-var slotWait = 10 * time.Second
+// slotWait is how long a request waits for one of the MaxServing slots: short, as a
+// node asking for a blob goes on to the next node above it in the blob's tree at a 503
+// (Source.Blob), and one asking for a manifest asks again after pinPoll.
+var slotWait = time.Second
 
 // burst is how many bytes one write may send at once under the rate limit.
 const burst = 256 << 10
@@ -41,6 +46,7 @@ const burst = 256 << 10
 func (s *Server) init() {
 	if s.slots == nil {
 		s.slots = make(chan struct{}, max(s.MaxServing, 1))
+		s.manifestSlots = make(chan struct{}, max(s.MaxServing, 1))
 	}
 	if s.limiter == nil && s.BytesPerSecond > 0 {
 		s.limiter = rate.NewLimiter(rate.Limit(s.BytesPerSecond), burst)
@@ -58,11 +64,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A request waits its turn for a while (a pre-load asks for many blobs at once);
 	// then the client asks the next node.
+	slots := s.slots
+	if strings.Contains(r.URL.Path, "/manifests/") {
+		slots = s.manifestSlots
+	}
 	wait := time.NewTimer(slotWait)
 	defer wait.Stop()
 	select {
-	case s.slots <- struct{}{}:
-		defer func() { <-s.slots }()
+	case slots <- struct{}{}:
+		defer func() { <-slots }()
 	case <-wait.C:
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "serving as many peers as allowed", http.StatusServiceUnavailable)

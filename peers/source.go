@@ -58,8 +58,11 @@ var (
 	stallAfter = 15 * time.Second
 )
 
-// Source is the mirror's Source on a node with peers: each digest from the nodes in
-// its rendezvous order, this node's turn being the registry.
+// Source is the mirror's Source on a node with peers. A manifest comes from the nodes
+// in its digest's rendezvous order, this node's turn being the registry. A blob comes
+// down a tree laid over its digest's order (Fanout children a node): a node asks its
+// parent, climbing to the parent's parent when one fails, the head's turn being the
+// registry; see Blob.
 type Source struct {
 	// Self is this node's peer address ("": it serves no peers; the registry comes
 	// after every peer).
@@ -71,6 +74,10 @@ type Source struct {
 	Client   *http.Client
 	Stats    *Stats
 	Log      logrus.FieldLogger
+	// Fanout is how many children a node has in a blob's tree: the most copies of a
+	// blob it uploads while every node is up (0: DefaultFanout). A fanout of at least
+	// the number of nodes is a star: every node asks the head.
+	Fanout int
 
 	*health
 	// hop marks requests made for a peer's request (Forwarding): their receiver asks
@@ -101,9 +108,26 @@ func (s *Source) Forwarding() *Source {
 	return &f
 }
 
-// ask is get, asking again while the peer does not pin the image yet (root: the
-// pinned manifest the request leads to), up to pinWait once per peer and image.
-func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64) (*http.Response, error) {
+// asking is how a peer is asked.
+type asking int
+
+const (
+	// waiting asks again while the peer does not pin the image yet (up to pinWait once
+	// per peer and image) and while it is busy (up to busyWait): a manifest's order.
+	waiting asking = iota
+	// climbing asks again while the peer does not pin the image yet; a busy peer is
+	// left at once (the next ancestor is asked): a blob's tree.
+	climbing
+	// once asks once.
+	once
+	// storedOnly asks once for what the peer holds already (mirror.StoredOnlyHeader):
+	// it answers at once, from its store, and asks nobody.
+	storedOnly
+)
+
+// ask is get, asking again as how says (root: the pinned manifest the request leads
+// to).
+func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, how asking) (*http.Response, error) {
 	root := d
 	if len(chain) > 0 {
 		root = chain[len(chain)-1]
@@ -117,8 +141,14 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 	}
 	start := time.Now()
 	for {
-		resp, err := s.get(ctx, node, repo, kind, chain, d, from)
+		resp, err := s.get(ctx, node, repo, kind, chain, d, from, how == storedOnly)
+		if how >= once {
+			return resp, err
+		}
 		if errors.Is(err, errBusy) {
+			if how == climbing {
+				return nil, err
+			}
 			if time.Since(start) >= busyWait {
 				// Busy for a whole window: every digest it heads would cost each asker
 				// as much. Set aside, as a peer that fails.
@@ -204,12 +234,14 @@ var (
 	pinPoll       = 500 * time.Millisecond
 	pinWait       = 20 * time.Second
 	notPinningFor = 10 * time.Minute
-	// busyWait bounds how long a busy peer is asked again (it serves; the registry
-	// link is what peers spare); a peer busy that long is set aside for failedFor.
+	// busyWait bounds how long a busy peer is asked again for a manifest, and how long
+	// a blob's ancestors are asked again while every one of them is busy (they serve;
+	// the registry link is what peers spare); a peer busy that long is set aside for
+	// failedFor.
 	busyWait = time.Minute
 )
 
-func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64) (*http.Response, error) {
+func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, stored bool) (*http.Response, error) {
 	url := "https://" + node + "/v2/" + mirror.PathFor(repo) + "/" + kind + "/" + d.String()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -222,8 +254,12 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		}
 		req.Header.Set(mirror.ChainHeader, strings.Join(parts, ","))
 	}
-	if s.hop {
+	// A blob is asked for only up its tree (Blob): its requests need no hop mark.
+	if s.hop && kind == "manifests" || stored {
 		req.Header.Set(mirror.HopHeader, "1")
+	}
+	if stored {
+		req.Header.Set(mirror.StoredOnlyHeader, "1")
 	}
 	if from > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
@@ -282,7 +318,7 @@ const maxManifest = 4 << 20
 func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0)
+	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, waiting)
 	if err != nil {
 		if !errors.Is(err, errNotThere) && parent.Err() == nil {
 			s.setAside(node, failedFor, err)
@@ -332,16 +368,185 @@ func (s *stalling) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Blob reads d, of size bytes (its descriptor's), from the first node in its order
-// that has it (the first fetches it from the registry), going on to the next from
-// where it stopped when one fails. A peer announcing another size is refused before
-// anything is read, and one sending more than size bytes ends the read; both are set
-// aside as a peer sending wrong bytes is.
+// DefaultFanout is a Source's Fanout when none is set. Two: a blob streams down its
+// tree (each node serves its children while it arrives), so one blob reaches every
+// node in about the time of one copy at a node's upload rate divided by the fanout,
+// plus the tree's depth (log2 of the nodes) times a hop's latency; across the many
+// blobs of a set each node uploads about one copy of the set whatever the fanout.
+const DefaultFanout = 2
+
+func (s *Source) fanout() int {
+	if s.Fanout < 1 {
+		return DefaultFanout
+	}
+	return s.Fanout
+}
+
+// tree is key's rendezvous order of the nodes (this node among them) and this node's
+// position in it (the last when it serves no peers), the nodes set aside left out when
+// live.
+func (s *Source) tree(key digest.Digest, live bool) (order []string, pos int) {
+	var nodes []string
+	now := time.Now()
+	s.mu.Lock()
+	for _, n := range s.Nodes() {
+		if n != s.Self && (!live || !now.Before(s.bad[n])) && !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	s.mu.Unlock()
+	if s.Self != "" {
+		nodes = append(nodes, s.Self)
+	}
+	order = Order(key, nodes)
+	pos = len(order)
+	if s.Self != "" {
+		pos = slices.Index(order, s.Self)
+	}
+	return order, pos
+}
+
+// ancestors are this node's parent in key's tree, its parent's parent and so on to
+// the head, laid over the nodes not set aside: the node at position p of the order (0:
+// the head) has its parent at (p-1)/Fanout. Every one of them weighs more than this
+// node in key's order, whatever the peers each node knows: asking only them, and the
+// registry, no request ever comes back to a node that waits on it.
+func (s *Source) ancestors(key digest.Digest) []string {
+	order, p := s.tree(key, true)
+	k := s.fanout()
+	var out []string
+	for p > 0 {
+		p = (p - 1) / k
+		out = append(out, order[p])
+	}
+	return out
+}
+
+// turn is one node asked for a blob: a peer (self: the registry), asked how.
+type turn struct {
+	node string
+	how  asking
+}
+
+// plan is who to ask for a blob, one after another: this node's ancestors in the
+// blob's tree, nearest first (a busy one is left for the next at once; when all were
+// busy, all are asked again after pinPoll, for up to busyWait); then the registry;
+// then, when the registry fails too (gone), the other nodes once each: those weighing
+// more asked as ancestors are, the others only for what they hold (storedOnly), so
+// that a node joining with the registry gone gets a blob from whoever has it.
+type plan struct {
+	s *Source
+	d digest.Digest
+
+	asked     map[string]bool
+	chain     []string // the ancestors left to ask in this pass
+	busy      []string // the ancestors busy in this pass
+	busySince time.Time
+	climbed   bool   // the registry's turn came
+	rest      []turn // after the registry
+}
+
+// next is the next turn, false when none is left.
+func (p *plan) next(ctx context.Context) (turn, bool) {
+	for !p.climbed {
+		for len(p.chain) > 0 {
+			n := p.chain[0]
+			p.chain = p.chain[1:]
+			if !p.asked[n] {
+				p.asked[n] = true
+				return turn{n, climbing}, true
+			}
+		}
+		// Whom the tree gives now: an ancestor set aside in this pass leaves the tree,
+		// and the nodes below it move up (a dead head's first child heads).
+		for _, n := range p.s.ancestors(p.d) {
+			if !p.asked[n] {
+				p.chain = append(p.chain, n)
+			}
+		}
+		if len(p.chain) > 0 {
+			continue
+		}
+		if len(p.busy) > 0 {
+			busy := p.busy
+			p.busy = nil
+			if time.Since(p.busySince) < busyWait {
+				select {
+				case <-ctx.Done():
+					return turn{}, false
+				case <-time.After(pinPoll):
+				}
+			} else {
+				for _, n := range busy {
+					p.s.setAside(n, failedFor, fmt.Errorf("busy for %s: %w", busyWait, errBusy))
+				}
+			}
+			for _, n := range busy {
+				delete(p.asked, n)
+			}
+			continue
+		}
+		p.climbed = true
+		p.rest = p.others()
+		return turn{self, once}, true
+	}
+	for len(p.rest) > 0 {
+		t := p.rest[0]
+		p.rest = p.rest[1:]
+		if !p.asked[t.node] {
+			p.asked[t.node] = true
+			return t, true
+		}
+	}
+	return turn{}, false
+}
+
+// busyNow notes that node, an ancestor, was busy.
+func (p *plan) busyNow(node string) {
+	if len(p.busy) == 0 && p.busySince.IsZero() {
+		p.busySince = time.Now()
+	}
+	p.busy = append(p.busy, node)
+}
+
+// others are the nodes after the registry: in the blob's order, those set aside last;
+// a node weighing more is asked once, one weighing less for what it holds only.
+func (p *plan) others() []turn {
+	order, pos := p.s.tree(p.d, false)
+	now := time.Now()
+	var good, aside []turn
+	p.s.mu.Lock()
+	for i, n := range order {
+		if i == pos {
+			continue
+		}
+		t := turn{n, once}
+		if i > pos {
+			t.how = storedOnly
+		}
+		if now.Before(p.s.bad[n]) {
+			aside = append(aside, t)
+		} else {
+			good = append(good, t)
+		}
+	}
+	p.s.mu.Unlock()
+	return append(good, aside...)
+}
+
+// Blob reads d, of size bytes (its descriptor's), down d's tree: from this node's
+// parent, else its parent's parent and so on (the head's turn is the registry), each
+// of them filling d the same way while it sends it, so that a blob crosses the
+// registry link once and each node uploads it to at most Fanout children while all
+// are up. It goes on from where it stopped with the next when one fails (plan). A peer
+// announcing another size is refused before anything is read, and one sending more
+// than size bytes ends the read; both are set aside as a peer sending wrong bytes is.
 func (s *Source) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
 	if size < 0 {
 		return nil, 0, fmt.Errorf("%s: no size known: %w", d, mirror.ErrSize)
 	}
-	r := &resumer{s: s, ctx: ctx, repo: repo, chain: chain, d: d, todo: s.order(d), size: size, verifier: d.Verifier()}
+	r := &resumer{s: s, ctx: ctx, repo: repo, chain: chain, d: d, size: size, verifier: d.Verifier(),
+		plan: &plan{s: s, d: d, asked: map[string]bool{}}}
 	if err := r.next(); err != nil {
 		return nil, 0, err
 	}
@@ -356,8 +561,8 @@ type resumer struct {
 	chain []digest.Digest
 	d     digest.Digest
 
-	todo     []string // who is left to ask
-	node     string   // who is sending now
+	plan     *plan  // who is left to ask
+	node     string // who is sending now
 	cur      io.ReadCloser
 	cancel   context.CancelFunc
 	stall    *time.Timer
@@ -371,14 +576,21 @@ type resumer struct {
 // next opens the next node that answers, at r.off.
 func (r *resumer) next() error {
 	r.closeCur()
-	for len(r.todo) > 0 {
-		node := r.todo[0]
-		r.todo = r.todo[1:]
+	for {
+		t, ok := r.plan.next(r.ctx)
+		if !ok {
+			break
+		}
+		node := t.node
 		ctx, cancel := context.WithCancel(r.ctx)
-		body, err := r.open(ctx, node)
+		body, err := r.open(ctx, t)
 		if err != nil {
 			cancel()
 			switch {
+			case r.ctx.Err() != nil:
+				return r.ctx.Err()
+			case errors.Is(err, errBusy) && t.how == climbing:
+				r.plan.busyNow(node)
 			case node == self || errors.Is(err, errNotThere):
 			case errors.Is(err, mirror.ErrSize):
 				r.s.setAside(node, corruptFor, err)
@@ -393,12 +605,16 @@ func (r *resumer) next() error {
 		r.senders = append(r.senders, node)
 		return nil
 	}
+	if r.ctx.Err() != nil {
+		return r.ctx.Err()
+	}
 	return fmt.Errorf("no node could send %s: %w", r.d, errors.Join(r.errs...))
 }
 
-// open is node's stream of the blob from r.off, refused when it announces another
-// size than the descriptor's.
-func (r *resumer) open(ctx context.Context, node string) (io.ReadCloser, error) {
+// open is t's stream of the blob from r.off, refused when it announces another size
+// than the descriptor's.
+func (r *resumer) open(ctx context.Context, t turn) (io.ReadCloser, error) {
+	node := t.node
 	if node == self {
 		body, announced, err := r.s.Registry.Blob(ctx, r.repo, r.chain, r.d, r.size)
 		if err != nil {
@@ -417,7 +633,7 @@ func (r *resumer) open(ctx context.Context, node string) (io.ReadCloser, error) 
 		}
 		return body, nil
 	}
-	resp, err := r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, r.off)
+	resp, err := r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, r.off, t.how)
 	if err != nil {
 		return nil, err
 	}
@@ -486,10 +702,17 @@ func (r *resumer) Read(p []byte) (int, error) {
 		case err == io.EOF:
 			if !r.verifier.Verified() {
 				// Whoever sent bytes of this blob is suspect: set them aside, so the
-				// next request for it (the runtime's retry) goes elsewhere.
+				// next request for it (the runtime's retry) goes elsewhere. Of two or
+				// more, one may be innocent: a node relaying a blob that turns out
+				// wrong cuts it (it never sends a whole wrong blob), and this node
+				// resumed elsewhere after the cut. Those are set aside for failedFor.
 				err = fmt.Errorf("%d bytes that do not match %s", r.off, r.d)
+				aside := corruptFor
+				if len(r.senders) > 1 {
+					aside = failedFor
+				}
 				for _, s := range r.senders {
-					r.s.setAside(s, corruptFor, err)
+					r.s.setAside(s, aside, err)
 				}
 				return n, err
 			}
