@@ -18,8 +18,7 @@ func Order(key digest.Digest, nodes []string) []string {
 	}
 	s := make([]scored, 0, len(nodes))
 	for _, n := range nodes {
-		h := sha256.Sum256([]byte(key.String() + "\x00" + n))
-		s = append(s, scored{n, binary.BigEndian.Uint64(h[:8])})
+		s = append(s, scored{n, weight(key, n)})
 	}
 	slices.SortFunc(s, func(a, b scored) int {
 		switch {
@@ -35,4 +34,10 @@ func Order(key digest.Digest, nodes []string) []string {
 		out[i] = x.node
 	}
 	return out
+}
+
+// weight is node's weight for key: the higher, the earlier in key's order.
+func weight(key digest.Digest, node string) uint64 {
+	h := sha256.Sum256([]byte(key.String() + "\x00" + node))
+	return binary.BigEndian.Uint64(h[:8])
 }

@@ -134,6 +134,25 @@ func newCluster(t *testing.T, reg *fakeRegistry, n int) *cluster {
 // (nil: as is): a node misbehaving.
 func newClusterWith(t *testing.T, reg *fakeRegistry, n int, wrap func(i int, h http.Handler) http.Handler) *cluster {
 	t.Helper()
+	return newClusterOpts(t, reg, n, clusterOpts{wrap: wrap})
+}
+
+// clusterOpts are how a test cluster differs from the usual.
+type clusterOpts struct {
+	// wrap wraps what node i serves its peers (nil: as is).
+	wrap func(i int, h http.Handler) http.Handler
+	// fanout is each Source's (0: the default); maxServing each server's (0: 4).
+	fanout, maxServing int
+	// nodes are the peers node i knows (nil: all).
+	nodes func(i int, addrs []string) []string
+}
+
+func newClusterOpts(t *testing.T, reg *fakeRegistry, n int, o clusterOpts) *cluster {
+	t.Helper()
+	wrap := o.wrap
+	if o.maxServing == 0 {
+		o.maxServing = 4
+	}
 	dir := t.TempDir()
 	ca, err := testcerts.NewCA(dir, "nodes-ca")
 	if err != nil {
@@ -178,14 +197,19 @@ func newClusterWith(t *testing.T, reg *fakeRegistry, n int, wrap func(i int, h h
 		nd := &node{addr: addrs[i], store: store, stats: stats}
 		m := mirror.New(store, func(_ string, d digest.Digest) bool { return d == md && !nd.unpinned.Load() }, log)
 		reg := CountRegistry(reg, stats)
-		nd.src = NewSource(addrs[i], func() []string { return addrs }, reg, client, stats, log)
+		known := addrs
+		if o.nodes != nil {
+			known = o.nodes(i, addrs)
+		}
+		nd.src = NewSource(addrs[i], func() []string { return known }, reg, client, stats, log)
+		nd.src.Fanout = o.fanout
 		src := nd.src
 		nd.local = httptest.NewServer(m.Handler(src, &mirror.Stats{}))
 		var peerHandler http.Handler = m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{})
 		if wrap != nil {
 			peerHandler = wrap(i, peerHandler)
 		}
-		server := &Server{Mirror: peerHandler, MaxServing: 4, Stats: stats, Log: log}
+		server := &Server{Mirror: peerHandler, MaxServing: o.maxServing, Stats: stats, Log: log}
 		server.init()
 		nd.server = server
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}

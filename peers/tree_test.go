@@ -1,0 +1,352 @@
+package peers
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/imagepin/imagepin/internal/nodecert"
+	"github.com/imagepin/imagepin/mirror"
+)
+
+// request is one blob request a node served a peer.
+type request struct {
+	server, asker int
+	d             digest.Digest
+	stored        bool // for what it holds only
+}
+
+// requests records the blob requests each node serves its peers.
+type requests struct {
+	mu  sync.Mutex
+	got []request
+}
+
+func (q *requests) wrap(i int, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/blobs/") && r.TLS != nil {
+			name, err := nodecert.Name(r.TLS.VerifiedChains)
+			var asker int
+			if _, serr := fmt.Sscanf(name, "node-%d", &asker); err == nil && serr == nil {
+				q.mu.Lock()
+				q.got = append(q.got, request{server: i, asker: asker, d: digest.Digest(path.Base(r.URL.Path)), stored: r.Header.Get(mirror.StoredOnlyHeader) != ""})
+				q.mu.Unlock()
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (q *requests) all() []request {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.got)
+}
+
+// children are the nodes that asked server for d (whole requests: not for what it
+// holds only).
+func (q *requests) children(server int, d digest.Digest) []int {
+	var out []int
+	for _, r := range q.all() {
+		if r.server == server && r.d == d && !r.stored && !slices.Contains(out, r.asker) {
+			out = append(out, r.asker)
+		}
+	}
+	return out
+}
+
+func (c *cluster) addrs() []string {
+	var out []string
+	for _, nd := range c.nodes {
+		out = append(out, nd.addr)
+	}
+	return out
+}
+
+func (c *cluster) index(addr string) int {
+	return slices.IndexFunc(c.nodes, func(nd *node) bool { return nd.addr == addr })
+}
+
+// getBlob reads blob d through nd's local mirror (its manifest read before).
+func (c *cluster) getBlob(nd *node, d digest.Digest) error {
+	resp, err := http.Get(nd.local.URL + "/v2/" + repo + "/blobs/" + d.String())
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || digest.FromBytes(b) != d {
+		return fmt.Errorf("blob %s: status %d, %d bytes, %v", d, resp.StatusCode, len(b), err)
+	}
+	return nil
+}
+
+func (c *cluster) getManifest(nd *node) error {
+	md := digest.FromBytes(c.reg.manifest)
+	resp, err := http.Get(nd.local.URL + "/v2/" + repo + "/manifests/" + md.String())
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("manifest: %s", resp.Status)
+	}
+	return nil
+}
+
+// largest is the image's largest blob.
+func (c *cluster) largest() digest.Digest {
+	var out digest.Digest
+	for d, b := range c.reg.blobs {
+		if out == "" || len(b) > len(c.reg.blobs[out]) {
+			out = d
+		}
+	}
+	return out
+}
+
+// each runs fn for every node at once.
+func (c *cluster) each(nodes []*node, fn func(nd *node) error) {
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(nd); err != nil {
+				c.t.Errorf("%s: %v", nd.addr, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// upward fails the test for a whole request that went to a node weighing less for its
+// digest than the node asking: such requests could go round.
+func upward(t *testing.T, c *cluster, q *requests) {
+	t.Helper()
+	for _, r := range q.all() {
+		if r.stored {
+			continue
+		}
+		if weight(r.d, c.nodes[r.server].addr) <= weight(r.d, c.nodes[r.asker].addr) {
+			t.Errorf("node-%d asked node-%d, which weighs less for %s, for the whole blob", r.asker, r.server, r.d.Encoded()[:12])
+		}
+	}
+}
+
+// Nine nodes pulling one image at once, fanout 2: every node gets every byte, the
+// registry is asked once for each blob, every request goes up the blob's order, and
+// no node serves a blob to more than two nodes.
+func TestATreeOfNineNodes(t *testing.T) {
+	reg := newRegistry(t, 4, 512<<10)
+	reg.delay = 2 * time.Millisecond
+	q := &requests{}
+	c := newClusterOpts(t, reg, 9, clusterOpts{wrap: q.wrap, fanout: 2, maxServing: 64})
+	c.pullAll()
+	for d, n := range reg.calls {
+		if n != 1 {
+			t.Errorf("the registry was asked %d times for %s", n, d)
+		}
+	}
+	upward(t, c, q)
+	addrs := c.addrs()
+	for d := range reg.blobs {
+		order := Order(d, addrs)
+		for i := range c.nodes {
+			kids := q.children(i, d)
+			if len(kids) > 2 {
+				t.Errorf("node-%d served %s to %d nodes: %v", i, d.Encoded()[:12], len(kids), kids)
+			}
+			// Its children are the ones the tree gives.
+			p := slices.Index(order, c.nodes[i].addr)
+			for _, k := range kids {
+				if kp := slices.Index(order, c.nodes[k].addr); (kp-1)/2 != p {
+					t.Errorf("%s: node-%d at %d asked node-%d at %d, not its parent", d.Encoded()[:12], k, kp, i, p)
+				}
+			}
+		}
+	}
+	var most int64
+	for _, nd := range c.nodes {
+		most = max(most, nd.stats.ToPeers.Load())
+	}
+	t.Logf("image %d bytes; the node serving most served %d (%.2f×)", c.size(), most, float64(most)/float64(c.size()))
+}
+
+// A fanout as large as the cluster is the star: every node asks each blob's head, and
+// the registry is asked once for each blob.
+func TestAFanoutAsLargeAsTheClusterIsTheStar(t *testing.T) {
+	reg := newRegistry(t, 4, 128<<10)
+	q := &requests{}
+	c := newClusterOpts(t, reg, 9, clusterOpts{wrap: q.wrap, fanout: 9, maxServing: 64})
+	c.pullAll()
+	for d, n := range reg.calls {
+		if n != 1 {
+			t.Errorf("the registry was asked %d times for %s", n, d)
+		}
+	}
+	addrs := c.addrs()
+	for _, r := range q.all() {
+		if head := Order(r.d, addrs)[0]; c.nodes[r.server].addr != head || r.stored {
+			t.Errorf("node-%d asked node-%d for %s, not its head", r.asker, r.server, r.d.Encoded()[:12])
+		}
+	}
+	for d := range reg.blobs {
+		head := c.index(Order(d, addrs)[0])
+		if kids := q.children(head, d); len(kids) != 8 {
+			t.Errorf("the head of %s served %d nodes, want 8", d.Encoded()[:12], len(kids))
+		}
+	}
+}
+
+// A node that dies: the nodes below it in a blob's tree go to its parent (here the
+// head), and the blob still crosses the registry link once.
+func TestADeadParentsChildrenGoToTheGrandparent(t *testing.T) {
+	reg := newRegistry(t, 2, 512<<10)
+	q := &requests{}
+	c := newClusterOpts(t, reg, 9, clusterOpts{wrap: q.wrap, fanout: 2, maxServing: 64})
+	c.each(c.nodes, c.getManifest)
+	d := c.largest()
+	order := Order(d, c.addrs())
+	at := func(p int) int { return c.index(order[p]) }
+	dead := c.nodes[at(1)]
+	dead.peer.Close()
+	var live []*node
+	for _, nd := range c.nodes {
+		if nd != dead {
+			live = append(live, nd)
+		}
+	}
+	c.each(live, func(nd *node) error { return c.getBlob(nd, d) })
+	if n := reg.calls[d]; n != 1 {
+		t.Errorf("the registry was asked %d times for the blob", n)
+	}
+	upward(t, c, q)
+	kids := q.children(at(0), d)
+	for _, p := range []int{3, 4} {
+		if !slices.Contains(kids, at(p)) {
+			t.Errorf("the dead node's child at %d (node-%d) did not ask the head; the head served %v", p, at(p), kids)
+		}
+		if !c.nodes[at(p)].src.isAside(dead.addr) {
+			t.Errorf("node-%d did not set its dead parent aside", at(p))
+		}
+	}
+	t.Logf("the head (node-%d) served %v; the dead node was node-%d", at(0), kids, at(1))
+}
+
+// A busy parent (every blob slot taken) costs its child a short wait: it reads from
+// the node above, and the registry is still asked once.
+func TestABusyParentsChildClimbs(t *testing.T) {
+	old := slotWait
+	slotWait = 200 * time.Millisecond
+	t.Cleanup(func() { slotWait = old })
+	reg := newRegistry(t, 2, 256<<10)
+	q := &requests{}
+	// Fanout 1: a chain, so that the node at 2 has a parent (at 1) and a grandparent.
+	c := newClusterOpts(t, reg, 3, clusterOpts{wrap: q.wrap, fanout: 1})
+	c.each(c.nodes, c.getManifest)
+	d := c.largest()
+	order := Order(d, c.addrs())
+	head, parent, child := c.nodes[c.index(order[0])], c.nodes[c.index(order[1])], c.nodes[c.index(order[2])]
+	if err := c.getBlob(head, d); err != nil {
+		t.Fatal(err)
+	}
+	for range cap(parent.server.slots) {
+		parent.server.slots <- struct{}{}
+	}
+	start := time.Now()
+	if err := c.getBlob(child, d); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if took > 3*time.Second {
+		t.Errorf("the child took %s behind its busy parent", took)
+	}
+	if kids := q.children(c.index(head.addr), d); !slices.Contains(kids, c.index(child.addr)) {
+		t.Errorf("the child did not read from its grandparent (the head served %v)", kids)
+	}
+	if n := reg.calls[d]; n != 1 {
+		t.Errorf("the registry was asked %d times for the blob", n)
+	}
+	if child.src.isAside(parent.addr) {
+		t.Error("a busy parent was set aside")
+	}
+	t.Logf("behind a busy parent the child had the blob in %s", took.Round(time.Millisecond))
+}
+
+// Nodes that know different peers (each a few of the others) compute different trees,
+// yet no whole request goes down a blob's order, so none waits on a node waiting on it:
+// every node gets the image promptly.
+func TestNoRequestGoesDownWhateverPeersEachKnows(t *testing.T) {
+	for _, fanout := range []int{1, 2} {
+		t.Run(fmt.Sprintf("fanout%d", fanout), func(t *testing.T) {
+			reg := newRegistry(t, 4, 128<<10)
+			q := &requests{}
+			rng := rand.New(rand.NewPCG(uint64(fanout), 7))
+			c := newClusterOpts(t, reg, 9, clusterOpts{wrap: q.wrap, fanout: fanout, maxServing: 64,
+				nodes: func(i int, addrs []string) []string {
+					known := []string{addrs[i]}
+					for _, j := range rng.Perm(len(addrs))[:5] {
+						if j != i {
+							known = append(known, addrs[j])
+						}
+					}
+					return known
+				}})
+			start := time.Now()
+			c.pullAll()
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("the pulls took %s: nodes waited on each other", took)
+			}
+			upward(t, c, q)
+			var calls int
+			for d := range reg.blobs {
+				calls += reg.calls[d]
+			}
+			t.Logf("%d whole blob requests between nodes; the registry sent %d blobs for %d", len(q.all()), calls, len(reg.blobs))
+		})
+	}
+}
+
+// With the registry gone, a node heading a blob in its tree gets it from a node below
+// it that holds it (asked for what it holds only), and so do the nodes below it.
+func TestTheRegistryGoneAndTheHeadLacksTheBlob(t *testing.T) {
+	reg := newRegistry(t, 2, 256<<10)
+	q := &requests{}
+	c := newClusterOpts(t, reg, 5, clusterOpts{wrap: q.wrap, fanout: 2, maxServing: 64})
+	c.each(c.nodes, c.getManifest)
+	d := c.largest()
+	order := Order(d, c.addrs())
+	last := c.nodes[c.index(order[4])]
+	// The last node alone fetches the blob (its ancestors fill it for it, and keep it);
+	// then every store but its own loses it.
+	if err := c.getBlob(last, d); err != nil {
+		t.Fatal(err)
+	}
+	reg.down.Store(true)
+	for _, nd := range c.nodes {
+		if nd != last {
+			if err := nd.store.Delete(t.Context(), d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c.each(c.nodes, func(nd *node) error { return c.getBlob(nd, d) })
+	upward(t, c, q)
+	var stored bool
+	for _, r := range q.all() {
+		stored = stored || (r.stored && r.server == c.index(last.addr))
+	}
+	if !stored {
+		t.Error("no node asked the last one for what it holds")
+	}
+}
