@@ -11,7 +11,8 @@
 //
 // The same mirror serves the node's runtime (on loopback, filling from the peers, then
 // the registry) and, with a chain of manifests on each request, the other nodes (package
-// peers; filling from the registry only, so requests never go round between nodes).
+// peers: a blob filled from the nodes before this one in its order, then the registry,
+// so requests never go round between nodes).
 package mirror
 
 import (

@@ -14,14 +14,18 @@
 // node's status (Stamp). It takes a Config of its own; the composition root builds it
 // from [peers] and starts Run, Serve and ServePeers under its errgroup.
 //
-// Each node's mirror fills what its store lacks through a Source that asks, for every
-// manifest and blob, the nodes in rendezvous order of the digest (Order: the same order
-// on every node, so they all ask the same node first): the first of them is the one
-// node that fetches it from the registry, the others read it from that node while it
-// arrives. This node's own turn in the order is the registry, through the node's own
-// access. A peer that fails, is slow or serves wrong bytes is set aside for a while and
-// the next in the order is asked, resuming with Range; what reaches the runtime is
-// checked against its digest (containers/image checks again).
+// Each node's mirror fills what its store lacks through a Source. For every digest the
+// nodes have one rendezvous order (Order: the same on every node); its first node, the
+// head, is the one that fetches it from the registry, through the node's own access. A
+// manifest is asked of the nodes in that order (this node's own turn being the
+// registry). A blob comes down a tree laid over the order, Source.Fanout children a node
+// (DefaultFanout 2): a node asks its parent, each node serving a blob while it arrives,
+// so the tree is a pipeline and no node uploads a blob more than Fanout times while all
+// are up. A node answering a peer fills a blob the same way: whole blobs are asked only
+// of nodes before the asker in the blob's order, so requests never go round. A peer that
+// fails, is slow or serves wrong bytes is set aside for a while (and left out of the
+// trees) and the next node up the tree is asked, resuming with Range; what reaches the
+// runtime is checked against its digest (containers/image checks again).
 //
 // Peers talk HTTPS with the nodes' certificates (Server: a client must present a node's
 // client certificate of the cluster, CN system:node:<name>, O system:nodes), and a node

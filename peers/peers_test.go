@@ -42,7 +42,7 @@ type fakeRegistry struct {
 	calls map[digest.Digest]int
 }
 
-func newRegistry(t *testing.T, layers int, size int64) *fakeRegistry {
+func newRegistry(t testing.TB, layers int, size int64) *fakeRegistry {
 	t.Helper()
 	img, err := random.Image(size, int64(layers))
 	if err != nil {
@@ -117,7 +117,7 @@ type node struct {
 }
 
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	reg   *fakeRegistry
 	nodes []*node
 	ca    *testcerts.CA
@@ -143,11 +143,13 @@ type clusterOpts struct {
 	wrap func(i int, h http.Handler) http.Handler
 	// fanout is each Source's (0: the default); maxServing each server's (0: 4).
 	fanout, maxServing int
+	// bytesPerSecond bounds what each node serves its peers (0: no bound).
+	bytesPerSecond int64
 	// nodes are the peers node i knows (nil: all).
 	nodes func(i int, addrs []string) []string
 }
 
-func newClusterOpts(t *testing.T, reg *fakeRegistry, n int, o clusterOpts) *cluster {
+func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *cluster {
 	t.Helper()
 	wrap := o.wrap
 	if o.maxServing == 0 {
@@ -209,7 +211,7 @@ func newClusterOpts(t *testing.T, reg *fakeRegistry, n int, o clusterOpts) *clus
 		if wrap != nil {
 			peerHandler = wrap(i, peerHandler)
 		}
-		server := &Server{Mirror: peerHandler, MaxServing: o.maxServing, Stats: stats, Log: log}
+		server := &Server{Mirror: peerHandler, MaxServing: o.maxServing, BytesPerSecond: o.bytesPerSecond, Stats: stats, Log: log}
 		server.init()
 		nd.server = server
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
