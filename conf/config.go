@@ -67,6 +67,10 @@ type PeersConfig struct {
 	// bandwidth in all (0: no limit).
 	MaxServing        int `toml:"max_serving"`
 	ServeMiBPerSecond int `toml:"serve_mib_per_second"`
+	// Fanout is how many nodes each node passes a blob on to, in the tree laid over
+	// the blob's rendezvous order (a value as large as the cluster: every node reads it
+	// from the one node that fetched it).
+	Fanout int `toml:"fanout"`
 }
 
 // Sharing says whether this node shares blobs with peers.
@@ -212,7 +216,7 @@ func Default() Config {
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
 		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
-			MaxServing: 64, ServeMiBPerSecond: 50},
+			MaxServing: 64, ServeMiBPerSecond: 50, Fanout: 2},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",
@@ -343,6 +347,9 @@ func (c *Config) Validate() error {
 		}
 		if c.Peers.ServeMiBPerSecond < 0 {
 			bad("peers.serve_mib_per_second", "must be 0 (no limit) or more, got %d", c.Peers.ServeMiBPerSecond)
+		}
+		if c.Peers.Fanout < 1 || c.Peers.Fanout > 10000 {
+			bad("peers.fanout", "must be 1 to 10000, got %d", c.Peers.Fanout)
 		}
 	}
 	// Every path under config_path is joined to it: an empty one would make imagepind

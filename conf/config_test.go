@@ -65,6 +65,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"[peers]\nnodes = [\"10.0.0.3\"]\naddress = \"10.0.0.2:7444\"": `peers.nodes: "10.0.0.3" must be host:port`,
 		"[peers]\nnodes = [\"10.0.0.3:7444\"]":                         "peers.address: must be this node's host:port",
 		"[peers]\naddress = \"10.0.0.2:7444\"\nmax_serving = 0":        "peers.max_serving: must be 1 to 256",
+		"[peers]\naddress = \"10.0.0.2:7444\"\nfanout = 0":             "peers.fanout: must be 1 to 10000",
 	} {
 		_, err := ParseConfig(text)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -52,6 +52,7 @@ func PeersConfig(cfg conf.Config) peers.Config {
 	out.Address, out.Nodes = p.Address, p.Nodes
 	out.Cert, out.ClientCA, out.ClientCert, out.CA = p.Cert, p.ClientCA, clientCert, p.CA
 	out.MaxServing, out.ServeBytesPerSecond = p.MaxServing, int64(p.ServeMiBPerSecond)<<20
+	out.Fanout = p.Fanout
 	return out
 }
 
