@@ -48,6 +48,10 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 	m.mu.Lock()
 	f := m.fills[d]
 	skipStore := time.Since(m.storeFailed) < time.Minute
+	if m.closed {
+		m.mu.Unlock()
+		return nil, 0, errClosed
+	}
 	if f == nil && !skipStore {
 		sw, err := m.store.Writer(context.WithoutCancel(ctx), d, -1)
 		switch {
@@ -55,7 +59,11 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 			f = &fill{file: m.store.IngestFile(d), size: size}
 			f.cond = sync.NewCond(&f.mu)
 			m.fills[d] = f
-			go m.run(f, sw, repo, chain, d, src)
+			m.running.Add(1)
+			go func() {
+				defer m.running.Done()
+				m.run(f, sw, repo, chain, d, src)
+			}()
 		case errors.Is(err, blobstore.ErrExists):
 			// A fill ended between the caller's look into the store and now.
 			m.mu.Unlock()
@@ -92,6 +100,19 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 	return &blobReader{ctx: ctx, f: f, m: m, d: d, offset: off, off: off}, f.size, nil
 }
 
+// errClosed is a request to a closed mirror.
+var errClosed = errors.New("the mirror is closed")
+
+// Close ends every fill under way (each abandons what it wrote) and waits for them;
+// the mirror fills nothing after.
+func (m *Mirror) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.stop()
+	m.running.Wait()
+}
+
 // stored reads the stored blob d from off (from the store, else from the runtime's
 // content store), checked against d as it is read: a stored blob corrupted on disk
 // ends the reader with an error, not io.EOF, and leaves the store (the next request
@@ -125,7 +146,7 @@ func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64, head bo
 // run is the fill's one transfer: from src into the store, committed (checked against
 // d) at the end.
 func (m *Mirror) run(f *fill, sw *blobstore.Writer, repo string, chain []digest.Digest, d digest.Digest, src Source) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(m.ctx)
 	defer cancel()
 	err := m.transfer(ctx, cancel, f, sw, repo, chain, d, src)
 	if err != nil {

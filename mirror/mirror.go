@@ -81,6 +81,12 @@ type Mirror struct {
 	// storeFailed is when the store last failed a write (a full disk): for a minute
 	// after, blobs are streamed from the source without being stored.
 	storeFailed time.Time
+
+	// ctx ends the fills (Close); running are the fills under way.
+	ctx     context.Context
+	stop    context.CancelFunc
+	running sync.WaitGroup
+	closed  bool // under mu
 }
 
 // child is a digest a served manifest names.
@@ -120,7 +126,8 @@ func (m *Mirror) reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser
 
 // New builds a mirror over store, serving what pinned allows.
 func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror {
-	return &Mirror{store: store, pinned: pinned, log: log,
+	ctx, stop := context.WithCancel(context.Background())
+	return &Mirror{store: store, pinned: pinned, log: log, ctx: ctx, stop: stop,
 		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{}}
 }
 

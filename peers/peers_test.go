@@ -198,6 +198,7 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 		stats := &Stats{}
 		nd := &node{addr: addrs[i], store: store, stats: stats}
 		m := mirror.New(store, func(_ string, d digest.Digest) bool { return d == md && !nd.unpinned.Load() }, log)
+		t.Cleanup(m.Close)
 		reg := CountRegistry(reg, stats)
 		known := addrs
 		if o.nodes != nil {

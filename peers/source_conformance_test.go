@@ -92,6 +92,9 @@ func conformanceCluster(t *testing.T, o *sourcetest.Origin, n int, among bool) *
 		reg, client, stats := each(name)
 		src := NewSource(addrs[i], nodes, reg, client, stats, log.WithField("node", name))
 		m := mirror.New(store, o.Pinned, log.WithField("node", name))
+		// Last: the fills under way end before their stores go (a node's fill may read
+		// from another node).
+		t.Cleanup(m.Close)
 		server := &Server{Mirror: m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
 		server.init()
 		peer := &http.Server{Handler: server, TLSConfig: srvTLS}
