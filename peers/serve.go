@@ -31,6 +31,7 @@ type Server struct {
 	Stats          *Stats
 	Log            logrus.FieldLogger
 
+	once                 sync.Once
 	slots, manifestSlots chan struct{}
 	limiter              *rate.Limiter
 }
@@ -43,17 +44,20 @@ var slotWait = time.Second
 // burst is how many bytes one write may send at once under the rate limit.
 const burst = 256 << 10
 
+// init makes the slots and the limiter, once: at Serve, or at the first request when
+// the Server is used as a handler of another http.Server.
 func (s *Server) init() {
-	if s.slots == nil {
+	s.once.Do(func() {
 		s.slots = make(chan struct{}, max(s.MaxServing, 1))
 		s.manifestSlots = make(chan struct{}, max(s.MaxServing, 1))
-	}
-	if s.limiter == nil && s.BytesPerSecond > 0 {
-		s.limiter = rate.NewLimiter(rate.Limit(s.BytesPerSecond), burst)
-	}
+		if s.BytesPerSecond > 0 {
+			s.limiter = rate.NewLimiter(rate.Limit(s.BytesPerSecond), burst)
+		}
+	})
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.init()
 	if r.TLS == nil {
 		http.Error(w, "peers talk HTTPS", http.StatusForbidden)
 		return
