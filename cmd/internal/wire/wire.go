@@ -314,7 +314,7 @@ func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client,
 // the same blob waits for the lock (content.OpenWriter retries while the ref is
 // locked) and then finds the blob committed.
 func OrderByLayers(cfg conf.Config, runtimeName string) bool {
-	return runtimeName != conf.RuntimeContainerd
+	return runtimeName != conf.RuntimeContainerd && !cfg.Peers.Enabled
 }
 
 // DiskCheckConfig is the disk check's policy from the config: what imagepind admits by,
