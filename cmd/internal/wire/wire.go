@@ -312,7 +312,11 @@ func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client,
 // once for each pull that needs it at the same time. containerd does not need it: its
 // content store locks an ingest by its ref (the layer's digest), and a second pull of
 // the same blob waits for the lock (content.OpenWriter retries while the ref is
-// locked) and then finds the blob committed.
+// locked) and then finds the blob committed. Nor does a node with [peers] on: CRI-O
+// pulls through the node-local mirror, which fetches each blob from the registry once
+// however many pulls ask for it; the order would only make the images on a shared layer
+// wait for the first (release-shaped set, 40 images on two shared base layers behind
+// 100 ms / 1 MB/s: 21.1 s ordered, 18.6 s not, the same bytes over the link).
 func OrderByLayers(cfg conf.Config, runtimeName string) bool {
 	return runtimeName != conf.RuntimeContainerd && !cfg.Peers.Enabled
 }
