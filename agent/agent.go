@@ -68,7 +68,12 @@ type Config struct {
 	// PullConcurrency is the most pulls at once; how many run is found as they go
 	// (package pullwidth).
 	PullConcurrency int
-	PullTimeout     time.Duration
+	// OrderByLayers: no pull starts while another one fetches a layer it needs that the
+	// runtime does not hold yet; it starts when that pull ends (layers.go). For a
+	// runtime that fetches a shared layer once for each pull needing it at the same time
+	// (CRI-O, straight from the registry); the composition root decides.
+	OrderByLayers bool
+	PullTimeout   time.Duration
 	// RuntimeSocket is the CRI socket's path: a new socket (inode) means the runtime
 	// restarted, and may have wiped its storage, so every image is checked again.
 	RuntimeSocket string

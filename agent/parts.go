@@ -70,12 +70,17 @@ type pullState struct {
 	inflight  int
 	// dispatchFrom is where the scan for images to pull resumes between full passes.
 	dispatchFrom int
-	jobs         chan pullJob
-	results      chan pullResult
-	noSpaceAt    time.Time
-	noSpaceTry   retry
-	recheck      retry // present but not yet reported pinned
-	verifying    bool  // a presence verification is in flight
+	// The order of pulls by layer (Config.OrderByLayers, layers.go): fetching names the
+	// pull fetching each layer the runtime does not hold yet, which no other pull may
+	// start; held counts, for each layer, the wanted images pulled here that hold it.
+	fetching   map[string]*layerPull
+	held       map[string]int
+	jobs       chan pullJob
+	results    chan pullResult
+	noSpaceAt  time.Time
+	noSpaceTry retry
+	recheck    retry // present but not yet reported pinned
+	verifying  bool  // a presence verification is in flight
 }
 
 // diskState is the disk check: each set's verdict and the check in flight.

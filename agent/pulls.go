@@ -24,6 +24,12 @@ type imageState struct {
 	retry    retry
 	lastErr  error
 	failure  failure.Class
+	// layers are the image's layers as the verdict that let it be pulled named them;
+	// claimed those its pull in flight fetches (pullState.fetching); holds says that
+	// they are counted in pullState.held (pulled here, present since).
+	layers  []string
+	claimed []string
+	holds   bool
 }
 
 type pullJob struct {
@@ -62,6 +68,7 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []pinset.Set) {
 	}
 	for ref, img := range a.pulls.images {
 		if !img.wanted && !img.inflight {
+			a.pulls.unhold(img)
 			delete(a.pulls.images, ref)
 			a.sched.clear(pullKey(ref))
 		}
@@ -100,6 +107,10 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []pinset.Set) {
 		}
 		if img.present && !st.Present {
 			a.log.WithField("image", ref).Warn("image is gone from the runtime's storage; pulling it again")
+		}
+		if !st.Present {
+			// Its layers may be gone with it (a wiped storage): fetched again, in order.
+			a.pulls.unhold(img)
 		}
 		img.checked, img.present, img.pinned = true, st.Present, st.Pinned
 		if a.staleUnpinned(ref, st.Image) {
@@ -174,7 +185,9 @@ func (a *Agent) scheduleRecheck() {
 }
 
 // dispatchPulls hands missing images of the admitted sets, in set name order, to the
-// workers, as long as workers are free and each image's backoff has passed.
+// workers, as long as workers are free and each image's backoff has passed; with
+// Config.OrderByLayers, an image waits while another pull fetches one of its layers
+// (layers.go).
 func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 	now := a.deps.Clock.Now()
 	if now.Before(a.pulls.noSpaceAt) {
@@ -211,6 +224,16 @@ func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 			if _, unsized := v.Unsized[ref]; unsized {
 				// Not counted in the need yet: pull once a later check has sized it.
 				continue
+			}
+			if a.cfg.OrderByLayers {
+				layers := v.Layers[ref]
+				if p := a.pulls.blockedBy(layers); p != nil {
+					// Another pull fetches one of its layers: start it when that pull
+					// ends (the scan comes back here then).
+					p.wait(pos - 1)
+					continue
+				}
+				a.pulls.claim(img, ref, layers)
 			}
 			img.inflight = true
 			a.pulls.inflight++
@@ -254,6 +277,7 @@ func (a *Agent) handleResult(r pullResult) {
 		return
 	}
 	img.inflight = false
+	a.pulls.release(img, r.err == nil)
 	log := a.log.WithField("image", r.image).WithField("took", r.took.Round(time.Millisecond).String())
 	now := a.deps.Clock.Now()
 	defer a.observeWidth()

@@ -83,7 +83,7 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	var cumulative uint64        // their need so far
 	limit := uint64(float64(space.Capacity) * float64(threshold) / 100)
 	for _, s := range sets {
-		v := Verdict{Bytes: map[string]uint64{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
+		v := Verdict{Bytes: map[string]uint64{}, Layers: map[string][]string{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
 		var layers, need, uncompressed uint64 // compressed bytes, need, of which sized uncompressed
 		var transient []error
 		sized := 0
@@ -101,6 +101,11 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 			}
 			sized++
 			v.Bytes[image] = f.img.Bytes()
+			digests := make([]string, 0, len(f.img.Layers))
+			for _, l := range f.img.Layers {
+				digests = append(digests, l.Digest)
+			}
+			v.Layers[image] = digests
 			for _, l := range f.img.Layers {
 				if counted[l.Digest] || newLayers[l.Digest] || l.Size <= 0 {
 					continue

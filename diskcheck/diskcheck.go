@@ -22,6 +22,10 @@ type Verdict struct {
 	Condition status.Condition
 	// Bytes maps each sized image to its compressed layer bytes.
 	Bytes map[string]uint64
+	// Layers maps each sized image to its layers' compressed digests, in the manifest's
+	// order: what the agent orders pulls by, so that no layer is fetched by two pulls
+	// at once.
+	Layers map[string][]string
 	// Unavailable maps images no endpoint can serve to why, naming every endpoint tried.
 	Unavailable map[string]string
 	// Unsized maps images that could not be sized for a reason that may pass (network,

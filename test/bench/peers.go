@@ -22,10 +22,11 @@ import (
 )
 
 var (
-	peerImages = flag.Int("peer-images", 12, "images of the set for the peers section (the first of the 40)")
-	peerNodes  = flag.String("peer-nodes", "1,3,5", "node counts for the peers section")
-	peerLinks  = flag.String("peer-links", "25ms:4000:3,100ms:1000:1", "shared links for the peers section: latency:KB/s:repetitions")
-	peerSet    = flag.String("peer-set", "bench", "the peers section's set: bench (the first -peer-images of the 40-image set) or release (shaped like a release payload: -peer-images images on two large shared base layers, one small layer each)")
+	peerImages  = flag.Int("peer-images", 12, "images of the set for the peers section (the first of the 40)")
+	peerNodes   = flag.String("peer-nodes", "1,3,5", "node counts for the peers section")
+	peerLinks   = flag.String("peer-links", "25ms:4000:3,100ms:1000:1", "shared links for the peers section: latency:KB/s:repetitions")
+	peerRuntime = flag.String("peer-runtime", "cri-o", "the peers section's runtime: cri-o or containerd")
+	peerSet     = flag.String("peer-set", "bench", "the peers section's set: bench (the first -peer-images of the 40-image set) or release (shaped like a release payload: -peer-images images on two large shared base layers, one small layer each)")
 )
 
 // releaseShaped pushes n images shaped like a release payload's: every image on the
@@ -145,7 +146,7 @@ func (b *bench) peers(ctx context.Context) error {
 		}
 		fmt.Printf("## P5 (%s set): %d nodes pre-load %d images behind one shared link (+%s latency a request, %d KB/s for all nodes together)\n\n",
 			*peerSet, counts[len(counts)-1], len(refs), sl.latency, sl.kbps)
-		fmt.Printf("One copy of the set (its distinct blobs and manifests, compressed): %.2f MiB. %d repetitions; medians. Every run: fresh CRI-O nodes with empty storage.\n\n", float64(one)/(1<<20), sl.reps)
+		fmt.Printf("One copy of the set (its distinct blobs and manifests, compressed): %.2f MiB. %d repetitions; medians. Every run: fresh %s nodes with empty storage.\n\n", float64(one)/(1<<20), sl.reps, *peerRuntime)
 		fmt.Println("| method | nodes | until every node has the set | runs (s) | ÷ one node alone | bytes over the link ÷ one copy |")
 		fmt.Println("|---|---|---|---|---|---|")
 		for _, m := range modes {
@@ -199,14 +200,13 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 	for i := range n {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.%d:%d", 2+i, port))
 	}
-	var nodes []*env.CRIO
+	var nodes []*node
 	defer func() {
 		for _, c := range nodes {
 			if *keep {
-				c.Stop()
+				c.stop()
 			} else {
-				c.Cleanup()
-				os.RemoveAll(c.Dir)
+				c.cleanup()
 			}
 		}
 	}()
@@ -217,11 +217,8 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 		}
 	}()
 	for i := range n {
-		c, err := env.NewCRIO(filepath.Join(b.dir, name, fmt.Sprint(i)), env.CRIOOptions{Insecure: []string{link.Addr}})
+		c, err := peerNode(ctx, filepath.Join(b.dir, name, fmt.Sprint(i)), link.Addr)
 		if err != nil {
-			return 0, err
-		}
-		if err := c.Start(ctx); err != nil {
 			return 0, err
 		}
 		nodes = append(nodes, c)
@@ -247,7 +244,7 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 			extra = fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\naddress = %q\nnodes = [\"%s\"]\ncert = %q\nca = %q\nclient_cert = %q\nclient_ca = %q\nserve_mib_per_second = 0\n",
 				mport, addrs[i], strings.Join(addrs, `", "`), serving, ca.File, client, ca.File)
 		}
-		d, err := b.startDaemon(&node{runtime: "cri-o", socket: c.Socket, crio: c}, filepath.Join(name, fmt.Sprint(i), "d"), 0, "2m", extra)
+		d, err := b.startDaemon(c, filepath.Join(name, fmt.Sprint(i), "d"), 0, "2m", extra)
 		if err != nil {
 			return 0, err
 		}
@@ -261,7 +258,7 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 		go func() {
 			defer wg.Done()
 			if mode == 0 {
-				_, errs[i] = criParallel(ctx, nodes[i].Socket, refs, 8)
+				_, errs[i] = criParallel(ctx, nodes[i].socket, refs, 8)
 				return
 			}
 			daemons[i].writeSet("bench", refs)
@@ -283,6 +280,33 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 		}
 	}
 	return took, nil
+}
+
+// peerNode is a fresh node of -peer-runtime with empty storage, reaching registry over
+// plain HTTP.
+func peerNode(ctx context.Context, dir, registry string) (*node, error) {
+	switch *peerRuntime {
+	case "cri-o":
+		c, err := env.NewCRIO(dir, env.CRIOOptions{Insecure: []string{registry}})
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Start(ctx); err != nil {
+			return nil, err
+		}
+		return &node{runtime: "cri-o", socket: c.Socket, crio: c}, nil
+	case "containerd":
+		c, err := env.NewContainerd(dir, env.ContainerdOptions{Insecure: []string{registry}})
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Start(ctx); err != nil {
+			c.Cleanup()
+			return nil, err
+		}
+		return &node{runtime: "containerd", socket: c.Socket, ctr: c}, nil
+	}
+	return nil, fmt.Errorf("-peer-runtime %q: cri-o or containerd", *peerRuntime)
 }
 
 // peerRSS are imagepind's resident KiB with peers on, settled after each round.

@@ -65,3 +65,19 @@ func TestDiskCheckConfigIsTheDaemonsPolicy(t *testing.T) {
 		t.Fatalf("CRI-O without [peers]: %+v", c)
 	}
 }
+
+// Pulls are ordered by layer on CRI-O straight from the registry only: containerd and
+// the node-local mirror fetch each blob once already.
+func TestOrderByLayers(t *testing.T) {
+	cfg := conf.Default()
+	for _, c := range []struct {
+		runtime string
+		peers   bool
+		want    bool
+	}{{conf.RuntimeCRIO, false, true}, {conf.RuntimeCRIO, true, false}, {conf.RuntimeContainerd, false, false}, {conf.RuntimeContainerd, true, false}} {
+		cfg.Peers.Enabled = c.peers
+		if got := OrderByLayers(cfg, c.runtime); got != c.want {
+			t.Errorf("%s, [peers] %v: ordered %v, want %v", c.runtime, c.peers, got, c.want)
+		}
+	}
+}
