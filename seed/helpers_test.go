@@ -249,3 +249,7 @@ func contains(ds []digest.Digest, d digest.Digest) bool {
 type stepClock struct{ t time.Time }
 
 func (c *stepClock) now() time.Time { c.t = c.t.Add(time.Second); return c.t }
+
+func readFile(p string) (string, error) { b, err := os.ReadFile(p); return string(b), err }
+
+func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o644) }

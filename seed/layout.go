@@ -61,6 +61,9 @@ type Names struct {
 
 // readLayout finds the medium's format and its images.
 func readLayout(m *media, names Names) (*layout, error) {
+	if m.refused != nil && !isDockerArchive(m) {
+		return nil, m.refused
+	}
 	switch {
 	case m.has(ociLayoutFile) || m.has(ociIndexFile):
 		return readOCI(m, names)
@@ -68,12 +71,18 @@ func readLayout(m *media, names Names) (*layout, error) {
 		return readDistribution(m, distRoot, names)
 	case m.hasDir("repositories/") && m.hasDir("blobs/"):
 		return readDistribution(m, "", names)
-	case m.has("manifest.json"):
+	case isDockerArchive(m):
 		return nil, badf("%s is a docker-archive (docker save): it holds layers as the daemon keeps them, not the registry's blobs, "+
 			"so its digests are not the ones pins name. Seed from the registry's own bytes instead: skopeo copy docker://REGISTRY/REPO@DIGEST oci-archive:FILE.tar:REGISTRY/REPO:TAG "+
 			"(or, keeping this archive's digests, skopeo copy docker-archive:%s oci-archive:FILE.tar:REGISTRY/REPO:TAG)", m.path, m.path)
 	}
 	return nil, badf("%s: no oci-layout and index.json, no docker/registry/v2/repositories: not a medium to seed from", m.path)
+}
+
+// isDockerArchive: docker save's manifest.json, and no OCI layout beside it (Docker 25
+// on writes both: then it is read as the layout).
+func isDockerArchive(m *media) bool {
+	return m.has("manifest.json") && !m.has(ociLayoutFile)
 }
 
 func readOCI(m *media, names Names) (*layout, error) {

@@ -32,6 +32,10 @@ type media struct {
 	kind    string
 	tars    []*os.File
 	entries map[string]entry
+	// refused is the first entry of a tar refused (a link, a path out of the medium, a
+	// device): the medium is refused, after its format is known (a docker-archive,
+	// which skopeo writes with symlinks, is refused for what it is).
+	refused error
 }
 
 // entry is a regular file of a medium.
@@ -293,14 +297,18 @@ func (m *media) addTar(p string) error {
 		last = hdr.Name
 		name, err := cleanName(hdr.Name)
 		if err != nil {
-			return badf("%s: entry %q: %v", p, hdr.Name, err)
+			m.refuse(badf("%s: entry %q: %v", p, hdr.Name, err))
+			continue
 		}
 		switch hdr.Typeflag {
 		case tar.TypeReg, '\x00':
+			sparse := false
 			for k := range hdr.PAXRecords {
-				if strings.HasPrefix(k, "GNU.sparse.") {
-					return badf("%s: entry %q: a sparse file", p, hdr.Name)
-				}
+				sparse = sparse || strings.HasPrefix(k, "GNU.sparse.")
+			}
+			if sparse {
+				m.refuse(badf("%s: entry %q: a sparse file", p, hdr.Name))
+				continue
 			}
 			if hdr.Size < 0 || cr.pos+hdr.Size > fi.Size() {
 				return badf("%s: entry %q: its %d bytes go past the end of the file (a truncated tar)", p, hdr.Name, hdr.Size)
@@ -316,14 +324,20 @@ func (m *media) addTar(p string) error {
 			m.entries[name] = entry{size: hdr.Size, tar: idx, off: cr.pos}
 		case tar.TypeDir, tar.TypeXGlobalHeader:
 		case tar.TypeSymlink:
-			return badf("%s: entry %q: a symlink (to %q): links are refused", p, hdr.Name, hdr.Linkname)
+			m.refuse(badf("%s: entry %q: a symlink (to %q): links are refused", p, hdr.Name, hdr.Linkname))
 		case tar.TypeLink:
-			return badf("%s: entry %q: a hard link (to %q): links are refused", p, hdr.Name, hdr.Linkname)
+			m.refuse(badf("%s: entry %q: a hard link (to %q): links are refused", p, hdr.Name, hdr.Linkname))
 		default:
-			return badf("%s: entry %q: of type %q, not a file or a directory", p, hdr.Name, string(hdr.Typeflag))
+			m.refuse(badf("%s: entry %q: of type %q, not a file or a directory", p, hdr.Name, string(hdr.Typeflag)))
 		}
 	}
 	return nil
+}
+
+func (m *media) refuse(err error) {
+	if m.refused == nil {
+		m.refused = err
+	}
 }
 
 // cleanName is a tar entry's path inside the medium: relative, without "..".
