@@ -124,7 +124,7 @@ not ready, an image that cannot be reached), 2 a usage or operational error.`,
 		&cobra.Group{ID: "node", Title: "This node (and the cluster, with status --aggregator):"})
 	for _, c := range []*cobra.Command{
 		newValidate(g), newResolve(g), newRelease(g),
-		newStatus(g), newCheck(g), newApply(g),
+		newStatus(g), newCheck(g), newApply(g), newSeed(g),
 		newVersion(),
 	} {
 		root.AddCommand(c)
