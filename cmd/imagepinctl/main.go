@@ -1,6 +1,7 @@
 // Command imagepinctl is imagepin's command line: validate set files, resolve tags to
 // digests, show a node's or the cluster's status, check disk and reachability, run the
-// pin-and-pull flow once against a CRI socket, and expand an OpenShift release into sets.
+// pin-and-pull flow once against a CRI socket, expand an OpenShift release into sets,
+// and seed the node's blob store from offline media.
 package main
 
 import (
