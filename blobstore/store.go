@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/containerd/containerd/v2/core/content"
@@ -107,10 +108,57 @@ func (s *Store) Writer(ctx context.Context, d digest.Digest, size int64) (*Write
 		}
 	}
 	s.open[ref] = true
-	return &Writer{w: w, d: d, size: size, s: s}, nil
+	return &Writer{w: w, d: d, ref: ref, size: size, s: s}, nil
 }
 
-func ingestRef(d digest.Digest) string { return "blob-" + d.String() }
+// fillPrefix starts the ingest refs of Writer (imagepind's fills); ReleaseIngests
+// releases only those.
+const fillPrefix = "blob-"
+
+func ingestRef(d digest.Digest) string { return fillPrefix + d.String() }
+
+// ResumeWriter starts, or resumes, writing blob d of size bytes under the ingest ref
+// prefix+d: a writer of another process (imagepinctl seed, prefix "seed-") never shares
+// an ingest with imagepind's Writers, and ReleaseIngests leaves its ingests alone
+// (ReleaseIngestsOf(prefix) releases them). It returns the bytes an interrupted writer
+// of the same ref left (containerd's store re-reads them into the digest when it opens
+// the ingest); the caller writes what follows them. A blob the store holds already
+// gives ErrExists; one this process is writing under the same ref, ErrBusy. The caller
+// keeps two processes from using one prefix at once.
+func (s *Store) ResumeWriter(ctx context.Context, prefix string, d digest.Digest, size int64) (*Writer, int64, error) {
+	if prefix == "" || prefix == fillPrefix {
+		return nil, 0, fmt.Errorf("ingest prefix %q: not one of its own", prefix)
+	}
+	desc := ocispec.Descriptor{Digest: d, Size: size}
+	ref := prefix + d.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, err := s.cs.Writer(ctx, content.WithRef(ref), content.WithDescriptor(desc))
+	if errdefs.IsUnavailable(err) {
+		return nil, 0, ErrBusy
+	}
+	if errdefs.IsAlreadyExists(err) {
+		return nil, 0, ErrExists
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := w.Status()
+	if err != nil {
+		w.Close()
+		return nil, 0, err
+	}
+	offset := st.Offset
+	if offset < 0 || (size >= 0 && offset > size) {
+		if err := w.Truncate(0); err != nil {
+			w.Close()
+			return nil, 0, err
+		}
+		offset = 0
+	}
+	s.open[ref] = true
+	return &Writer{w: w, d: d, ref: ref, size: size, n: offset, s: s}, offset, nil
+}
 
 // IngestFile is the file a Writer of d writes, which readers may follow while it grows
 // (the bytes are unchecked until Commit; Commit moves the file into the store, an open
@@ -125,6 +173,7 @@ func (s *Store) IngestFile(d digest.Digest) string {
 type Writer struct {
 	w    content.Writer
 	d    digest.Digest
+	ref  string
 	size int64
 	n    int64
 	s    *Store
@@ -135,7 +184,7 @@ type Writer struct {
 func (w *Writer) done() {
 	w.once.Do(func() {
 		w.s.mu.Lock()
-		delete(w.s.open, ingestRef(w.d))
+		delete(w.s.open, w.ref)
 		w.s.mu.Unlock()
 	})
 }
@@ -160,10 +209,14 @@ func (w *Writer) Commit(ctx context.Context) error {
 	return err
 }
 
-// Abandon drops what was written (a failed or cut transfer).
+// Abandon drops what was written (a failed or cut transfer). s nil: the writer's own
+// store.
 func (w *Writer) Abandon(ctx context.Context, s *Store) {
+	if s == nil {
+		s = w.s
+	}
 	w.w.Close()
-	_ = s.cs.Abort(ctx, ingestRef(w.d))
+	_ = s.cs.Abort(ctx, w.ref)
 	w.done()
 }
 
@@ -174,9 +227,17 @@ func (w *Writer) Close() error {
 	return w.w.Close()
 }
 
-// ReleaseIngests drops every ingest no live Writer of this Store holds: what a killed
-// process (kill -9, a reboot) left half written. It says how many went and their bytes.
+// ReleaseIngests drops every ingest of imagepind's Writers that no live Writer of this
+// Store holds: what a killed process (kill -9, a reboot) left half written. It says how
+// many went and their bytes. The ingests of ResumeWriter's prefixes (another process's,
+// which may be writing them now) stay.
 func (s *Store) ReleaseIngests(ctx context.Context) (int, int64, error) {
+	return s.ReleaseIngestsOf(ctx, fillPrefix)
+}
+
+// ReleaseIngestsOf drops every ingest whose ref starts with prefix that no live Writer
+// of this Store holds, and says how many went and their bytes.
+func (s *Store) ReleaseIngestsOf(ctx context.Context, prefix string) (int, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	statuses, err := s.cs.ListStatuses(ctx)
@@ -186,7 +247,7 @@ func (s *Store) ReleaseIngests(ctx context.Context) (int, int64, error) {
 	var n int
 	var bytes int64
 	for _, st := range statuses {
-		if s.open[st.Ref] {
+		if s.open[st.Ref] || !strings.HasPrefix(st.Ref, prefix) {
 			continue
 		}
 		if err := s.cs.Abort(ctx, st.Ref); err != nil && !errdefs.IsNotFound(err) {

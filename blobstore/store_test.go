@@ -225,3 +225,45 @@ func TestReleaseIngestsLeftByAKill(t *testing.T) {
 		t.Fatalf("a second release: %d, %v", n, err)
 	}
 }
+
+// Another process's ingests (ResumeWriter's prefix) outlive imagepind's ReleaseIngests,
+// and a new ResumeWriter of the same ref goes on from where the killed one stopped.
+func TestResumeWriterAfterAKill(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	killed, _ := Open(dir)
+	b, d := blob(t, 64<<10)
+	w, off, err := killed.ResumeWriter(ctx, "seed-", d, int64(len(b)))
+	if err != nil || off != 0 {
+		t.Fatalf("first writer: offset %d, %v", off, err)
+	}
+	w.Write(b[:1000]) // "kill -9"
+	daemon, _ := Open(dir)
+	if n, _, err := daemon.ReleaseIngests(ctx); err != nil || n != 0 {
+		t.Fatalf("imagepind released %d ingests of another prefix (%v)", n, err)
+	}
+	s, _ := Open(dir)
+	w2, off, err := s.ResumeWriter(ctx, "seed-", d, int64(len(b)))
+	if err != nil || off != 1000 {
+		t.Fatalf("resumed writer: offset %d, %v; want 1000", off, err)
+	}
+	w2.Write(b[off:])
+	if err := w2.Commit(ctx); err != nil {
+		t.Fatalf("commit of a resumed ingest: %v", err)
+	}
+	w2.Close()
+	if _, _, err := s.ResumeWriter(ctx, "seed-", d, int64(len(b))); !errors.Is(err, ErrExists) {
+		t.Fatalf("a committed blob: %v, want ErrExists", err)
+	}
+	if _, _, err := s.ResumeWriter(ctx, "blob-", d, int64(len(b))); err == nil {
+		t.Fatal("ResumeWriter took imagepind's own prefix")
+	}
+	// A left ingest of the prefix goes with ReleaseIngestsOf.
+	c, cd := blob(t, 4096)
+	w3, _, _ := s.ResumeWriter(ctx, "seed-", cd, int64(len(c)))
+	w3.Write(c[:10])
+	w3.Close()
+	if n, bytes, err := s.ReleaseIngestsOf(ctx, "seed-"); err != nil || n != 1 || bytes != 10 {
+		t.Fatalf("ReleaseIngestsOf: %d ingests, %d bytes, %v", n, bytes, err)
+	}
+}

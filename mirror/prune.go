@@ -15,6 +15,17 @@ import (
 // reboot left half written) go too. It returns how many blobs (and ingests) and bytes
 // went.
 func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error) {
+	return m.PruneKeeping(ctx, pinned, nil)
+}
+
+// PruneKeeping is Prune keeping also the blobs named in seeded (the manifests and blobs
+// of seeds, package seed), even those the runtime's own content store holds: a seed is
+// kept until it is removed.
+func (m *Mirror) PruneKeeping(ctx context.Context, pinned []string, seeded []digest.Digest) (int, int64, error) {
+	keepSeeded := make(map[digest.Digest]bool, len(seeded))
+	for _, d := range seeded {
+		keepSeeded[d] = true
+	}
 	keep := map[digest.Digest]bool{}
 	var visit func(d digest.Digest)
 	visit = func(d digest.Digest) {
@@ -55,6 +66,9 @@ func (m *Mirror) Prune(ctx context.Context, pinned []string) (int, int64, error)
 	var gone []digest.Digest
 	var freed int64
 	if err := m.store.Walk(ctx, func(d digest.Digest, size int64) error {
+		if keepSeeded[d] {
+			return nil
+		}
 		// Not needed, or held by the runtime's own content store (no second copy).
 		if !keep[d] || (m.also != nil && m.also.Has(ctx, d)) {
 			gone = append(gone, d)

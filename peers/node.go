@@ -38,6 +38,9 @@ type Config struct {
 	// Fanout is how many children a node has in each blob's tree (Source.Fanout; 0:
 	// DefaultFanout).
 	Fanout int
+	// SeedsDir holds the records of seeds (package seed): the store's prune keeps what
+	// they name. "": no seeds.
+	SeedsDir string
 }
 
 // Node is a node's mirror at run time: what it may serve (the pinned references, told

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/imagepin/imagepin/seed"
 )
 
 // isPinned is what the mirror may serve: a manifest of a pinned reference.
@@ -69,7 +71,17 @@ func (n *Node) pruneOnce(ctx context.Context) {
 	for r := range *n.pinned.Load() {
 		refs = append(refs, r)
 	}
-	count, freed, err := n.mirror.Prune(ctx, refs)
+	// What seeds put in the store stays until the seed is removed (imagepinctl seed
+	// --remove); records that cannot be read keep everything: no prune.
+	var seeded []digest.Digest
+	if n.cfg.SeedsDir != "" {
+		var err error
+		if seeded, err = seed.Digests(n.cfg.SeedsDir); err != nil {
+			n.log.WithError(err).Warn("mirror store: not pruned: the seed records cannot be read")
+			return
+		}
+	}
+	count, freed, err := n.mirror.PruneKeeping(ctx, refs, seeded)
 	switch {
 	case err != nil:
 		n.log.WithError(err).Warn("mirror store: prune")

@@ -16,16 +16,14 @@ import (
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/seed"
 )
 
 // NewPeers opens the blob store and builds the node-local mirror of [peers]
 // (peers.Node); nil when [peers] is off, after removing what an earlier run left
 // (peersOff). BindPeers completes it once the runtime is known.
 func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*peers.Node, error) {
-	dir := cfg.Peers.StoreDir
-	if dir == "" {
-		dir = filepath.Join(stateDir, "blobs")
-	}
+	dir := StoreDir(cfg, stateDir)
 	if !cfg.Peers.Enabled {
 		peersOff(cfg, stateDir, dir, log)
 		return nil, nil
@@ -34,7 +32,17 @@ func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*peers.
 	if err != nil {
 		return nil, err
 	}
-	return peers.New(PeersConfig(cfg), store, log), nil
+	pc := PeersConfig(cfg)
+	pc.SeedsDir = seed.Dir(stateDir)
+	return peers.New(pc, store, log), nil
+}
+
+// StoreDir is the blob store's directory: [peers] store_dir, else <state_dir>/blobs.
+func StoreDir(cfg conf.Config, stateDir string) string {
+	if cfg.Peers.StoreDir != "" {
+		return cfg.Peers.StoreDir
+	}
+	return filepath.Join(stateDir, "blobs")
 }
 
 // PeersConfig is [peers] as peers.Node takes it: sharing only with an address
