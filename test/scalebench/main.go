@@ -17,6 +17,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/peers"
+	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/test/env"
 	"github.com/imagepin/imagepin/test/testcerts"
 )
@@ -40,17 +43,17 @@ var (
 	modesFlag  = flag.String("modes", "star,tree", "star (every node reads a blob from the first in its order) and/or tree (a k-ary tree over the order: -fanout)")
 	fanout     = flag.Int("fanout", 4, "the tree's fanout")
 	bases      = flag.Int("bases", 1, "shared base layers (each image is on one of them)")
-	baseMiB    = flag.Int64("base-mib", 64, "size of each base layer, MiB (a 1 GiB OS layer scaled by 1/16)")
+	baseMiB    = flag.Int64("base-mib", 16, "size of each base layer, MiB (a 1 GiB OS layer scaled by 1/64)")
 	images     = flag.Int("images", 30, "images in the set")
 	layers     = flag.Int("layers", 1, "layers of its own per image")
-	layerKiB   = flag.Int64("layer-kib", 256, "size of each image's own layers, KiB")
+	layerKiB   = flag.Int64("layer-kib", 64, "size of each image's own layers, KiB (4 MiB scaled by 1/64)")
 	linkLat    = flag.Duration("link-latency", 50*time.Millisecond, "latency the shared registry link adds to each request")
-	linkKBps   = flag.Int64("link-kbps", 7800, "the shared registry link, KB/s for all nodes together (0: none; 1 Gbit/s scaled by 1/16)")
-	upKBps     = flag.Int64("up-kbps", 78000, "each node's upload, KB/s (0: none; 10 Gbit/s scaled by 1/16)")
-	downKBps   = flag.Int64("down-kbps", 78000, "each node's download, KB/s (0: none)")
+	linkKBps   = flag.Int64("link-kbps", 1950, "the shared registry link, KB/s for all nodes together (0: none; 1 Gbit/s scaled by 1/64)")
+	upKBps     = flag.Int64("up-kbps", 19500, "each node's upload, KB/s (0: none; 10 Gbit/s scaled by 1/64)")
+	downKBps   = flag.Int64("down-kbps", 19500, "each node's download, KB/s (0: none; 10 Gbit/s scaled by 1/64)")
 	maxServing = flag.Int("max-serving", 64, "[peers] max_serving of each node")
 	serveMiB   = flag.Int64("serve-mib", 0, "[peers] serve_mib_per_second of each node (0: none; the node's upload bounds it anyway)")
-	pullWidth  = flag.Int("pull-width", 8, "images each node pulls at once")
+	pullWidth  = flag.Int("pull-width", pullwidth.DefaultWidest, "images each node pulls at once (imagepind's widest: it starts there behind a far registry)")
 	stagger    = flag.Duration("stagger", 0, "nodes join spread over this long (node i at i/N of it; 0: all at once)")
 	timeout    = flag.Duration("timeout", 20*time.Minute, "bound on one run")
 	dirFlag    = flag.String("dir", os.TempDir(), "where the nodes' blob stores go (removed at the end)")
@@ -69,6 +72,10 @@ var p5Flags = map[string]string{
 
 func main() {
 	flag.Parse()
+	// The peer servers' own log (http.Server.ErrorLog: a TLS handshake cut short, as
+	// the probe of a node's listener makes) is noise here; the nodes' warnings are
+	// counted (-v prints them).
+	log.SetOutput(io.Discard)
 	if *p5 {
 		given := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -93,6 +100,7 @@ type result struct {
 	retries  int
 	setAside int64
 	cpu      float64 // the bench's CPU time ÷ (wall × cores)
+	load     string  // the machine's load average at the end (other work on it)
 	rssKiB   int64
 }
 
@@ -198,9 +206,9 @@ func run() error {
 				}
 				peakRSS = max(peakRSS, res.rssKiB)
 				results[m][n] = append(results[m][n], res)
-				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB\n",
+				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB, load %s\n",
 					m, n, rep, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
-					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.rssKiB>>10)
+					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.rssKiB>>10, res.load)
 			}
 		}
 	}
@@ -283,7 +291,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	wg.Wait()
 	took := time.Since(start)
 	res := result{took: took, finishes: finishes, egress: link.Down.Load() - egress0, setAside: warn.setAside.Load(),
-		cpu: (cpuTime() - cpu0).Seconds() / (took.Seconds() * float64(runtime.NumCPU())), rssKiB: rssKiB()}
+		cpu: (cpuTime() - cpu0).Seconds() / (took.Seconds() * float64(runtime.NumCPU())), rssKiB: rssKiB(), load: loadavg()}
 	for i, nd := range nodes {
 		res.maxUp = max(res.maxUp, nd.stats.ToPeers.Load())
 		res.retries += retries[i]
@@ -310,8 +318,8 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 	if treeNote != "" {
 		fmt.Printf("%s\n\n", treeNote)
 	}
-	fmt.Println("| mode | N | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | N | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
 		alone := median(tooks(results[m][1]))
 		for _, n := range counts {
@@ -325,6 +333,7 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			var retries, aside []float64
 			var cpu []float64
 			var rss int64
+			var loads []string
 			for _, r := range rs {
 				runs = append(runs, fmt.Sprintf("%.2f", r.took.Seconds()))
 				egress = append(egress, float64(r.egress)/float64(s.bytes))
@@ -335,10 +344,11 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 				aside = append(aside, float64(r.setAside))
 				cpu = append(cpu, r.cpu)
 				rss = max(rss, r.rssKiB)
+				loads = append(loads, r.load)
 			}
-			fmt.Printf("| %s | %d | %.2f s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB |\n",
+			fmt.Printf("| %s | %d | %.2f s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s |\n",
 				m, n, med.Seconds(), strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
-				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10)
+				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10, strings.Join(loads, ", "))
 		}
 	}
 	fmt.Printf("\nBench resident memory: at most %d MiB (measured at the end of each run, before its nodes stop).\n\n", peakRSS>>10)
@@ -379,6 +389,15 @@ func fmedian(xs []float64) float64 {
 		return 0
 	}
 	return s[(len(s)-1)/2]
+}
+
+// loadavg is the machine's one-minute load average.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(data))[0]
 }
 
 func cpuTime() time.Duration {
