@@ -102,6 +102,9 @@ type result struct {
 	cpu      float64 // the bench's CPU time ÷ (wall × cores)
 	load     string  // the machine's load average at the end (other work on it)
 	rssKiB   int64
+	// done are the nodes holding the set when the run ended (-timeout: all of them, or
+	// the run was cut there).
+	done int
 }
 
 func run() error {
@@ -206,8 +209,8 @@ func run() error {
 				}
 				peakRSS = max(peakRSS, res.rssKiB)
 				results[m][n] = append(results[m][n], res)
-				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB, load %s\n",
-					m, n, rep, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
+				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB, load %s\n",
+					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
 					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.rssKiB>>10, res.load)
 			}
 		}
@@ -292,9 +295,17 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	took := time.Since(start)
 	res := result{took: took, finishes: finishes, egress: link.Down.Load() - egress0, setAside: warn.setAside.Load(),
 		cpu: (cpuTime() - cpu0).Seconds() / (took.Seconds() * float64(runtime.NumCPU())), rssKiB: rssKiB(), load: loadavg()}
+	res.finishes = nil
 	for i, nd := range nodes {
 		res.maxUp = max(res.maxUp, nd.stats.ToPeers.Load())
 		res.retries += retries[i]
+		if errs[i] == nil {
+			res.done++
+			res.finishes = append(res.finishes, finishes[i])
+		} else if errors.Is(errs[i], context.DeadlineExceeded) {
+			// Cut by -timeout: reported as a node not holding the set.
+			errs[i] = nil
+		}
 	}
 	cancel()
 	err = errors.Join(errs...)
@@ -318,8 +329,8 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 	if treeNote != "" {
 		fmt.Printf("%s\n\n", treeNote)
 	}
-	fmt.Println("| mode | N | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
 		alone := median(tooks(results[m][1]))
 		for _, n := range counts {
@@ -334,6 +345,7 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			var cpu []float64
 			var rss int64
 			var loads []string
+			done := n
 			for _, r := range rs {
 				runs = append(runs, fmt.Sprintf("%.2f", r.took.Seconds()))
 				egress = append(egress, float64(r.egress)/float64(s.bytes))
@@ -345,9 +357,14 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 				cpu = append(cpu, r.cpu)
 				rss = max(rss, r.rssKiB)
 				loads = append(loads, r.load)
+				done = min(done, r.done)
 			}
-			fmt.Printf("| %s | %d | %.2f s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s |\n",
-				m, n, med.Seconds(), strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
+			until := fmt.Sprintf("%.2f s", med.Seconds())
+			if done < n {
+				until = fmt.Sprintf("not within %s", *timeout)
+			}
+			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s |\n",
+				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
 				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10, strings.Join(loads, ", "))
 		}
 	}
