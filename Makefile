@@ -15,7 +15,7 @@ FUZZ_PARSE ?= 100000x
 FUZZ_RENDER ?= 100000x
 FUZZ_RESOLVE ?= 30000x
 
-.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench bench-aggregator bench-cluster proto rpm rpm-test machineconfig manifests clean
+.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench bench-aggregator bench-cluster bench-scale proto rpm rpm-test machineconfig manifests clean
 
 all: build
 
@@ -64,6 +64,14 @@ BENCH_FLAGS ?=
 bench: build
 	hack/bench-deps.sh >/dev/null
 	$(GO) run ./test/bench -bin $(BIN) $(BENCH_FLAGS) | tee $(BENCH_OUT)
+
+# Sharing between nodes at scale: N = 5, 50, 200 in-process nodes (the daemon's mirror and
+# peers code over HTTPS, no runtime) behind one shared registry link (SCALEBENCH_FLAGS to
+# vary; -p5 mimics the peers section of make bench). Not part of make bench: N = 200 runs
+# until every node holds the set or -timeout (20 min a run).
+SCALEBENCH_FLAGS ?=
+bench-scale:
+	$(GO) run ./test/scalebench $(SCALEBENCH_FLAGS)
 
 # RUNTIME=containerd runs the same demo against a real containerd 2.2.9. The demo builds
 # only what it runs (CRI-O and crictl, or containerd): the kube builds belong to make test.

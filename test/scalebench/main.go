@@ -1,0 +1,439 @@
+// Command scalebench is `make bench-scale`: sharing pinned blobs between N nodes, N up
+// to hundreds, on one machine. Each node runs the daemon's own node-local mirror
+// (package mirror, over a blob store on disk) with its peers.Source and the peers'
+// HTTPS server (node certificates, one listener each on its own loopback address), as
+// peers.Node builds them; no container runtime: each node reads every manifest and
+// blob of its pinned images through its node-local mirror, as the runtime would, and
+// checks each against its digest. Each node has its own upload and download bound
+// (token buckets); all nodes reach the registry (go-containerregistry's, in process)
+// through one shared link (one token bucket for all, latency added to each request,
+// test/env.StartLink). It prints, per N and mode, the time until every node holds the
+// set ÷ one node alone, the registry's egress and the most any node uploaded ÷ one
+// copy of the set, and the nodes' median and p90 finish times.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/imagepin/imagepin/peers"
+	"github.com/imagepin/imagepin/pullwidth"
+	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
+)
+
+var (
+	nodesFlag  = flag.String("nodes", "5,50,200", "node counts (N = 1, one node alone, is always run first)")
+	reps       = flag.Int("reps", 3, "repetitions of each N (medians)")
+	onceFrom   = flag.Int("once-from", 200, "N at or above this is run once")
+	modesFlag  = flag.String("modes", "star,tree", "star (every node reads a blob from the first in its order) and/or tree (a k-ary tree over the order: -fanout)")
+	fanout     = flag.Int("fanout", peers.DefaultFanout, "the tree's fanout")
+	bases      = flag.Int("bases", 1, "shared base layers (each image is on one of them)")
+	baseMiB    = flag.Int64("base-mib", 16, "size of each base layer, MiB (a 1 GiB OS layer scaled by 1/64)")
+	images     = flag.Int("images", 30, "images in the set")
+	layers     = flag.Int("layers", 1, "layers of its own per image")
+	layerKiB   = flag.Int64("layer-kib", 64, "size of each image's own layers, KiB (4 MiB scaled by 1/64)")
+	linkLat    = flag.Duration("link-latency", 50*time.Millisecond, "latency the shared registry link adds to each request")
+	linkKBps   = flag.Int64("link-kbps", 1950, "the shared registry link, KB/s for all nodes together (0: none; 1 Gbit/s scaled by 1/64)")
+	upKBps     = flag.Int64("up-kbps", 19500, "each node's upload, KB/s (0: none; 10 Gbit/s scaled by 1/64)")
+	downKBps   = flag.Int64("down-kbps", 19500, "each node's download, KB/s (0: none; 10 Gbit/s scaled by 1/64)")
+	maxServing = flag.Int("max-serving", 64, "[peers] max_serving of each node")
+	serveMiB   = flag.Int64("serve-mib", 0, "[peers] serve_mib_per_second of each node (0: none; the node's upload bounds it anyway)")
+	pullWidth  = flag.Int("pull-width", pullwidth.DefaultWidest, "images each node pulls at once (imagepind's widest: it starts there behind a far registry)")
+	stagger    = flag.Duration("stagger", 0, "nodes join spread over this long (node i at i/N of it; 0: all at once)")
+	timeout    = flag.Duration("timeout", 20*time.Minute, "bound on one run")
+	dirFlag    = flag.String("dir", os.TempDir(), "where the nodes' blob stores go (removed at the end)")
+	verbose    = flag.Bool("v", false, "print the first warnings the nodes logged in each run")
+	p5         = flag.Bool("p5", false, "mimic docs/numbers.md P5 (test/bench -peer-links 100ms:1000:1, its 12-image set, no per-node bounds): sets the flags not given")
+)
+
+// p5Flags are test/bench's P5 peers section: the first 12 images of its 40-image set
+// (3 base layers of 1 MiB, two 512 KiB layers of their own each), behind 100 ms and
+// 1 MB/s for all nodes together, nodes on loopback (no bounds of their own),
+// serve_mib_per_second = 0, imagepind's pull width.
+var p5Flags = map[string]string{
+	"nodes": "5", "reps": "1", "modes": "star", "bases": "3", "base-mib": "1", "images": "12", "layers": "2", "layer-kib": "512",
+	"link-latency": "100ms", "link-kbps": "1000", "up-kbps": "0", "down-kbps": "0", "serve-mib": "0",
+}
+
+func main() {
+	flag.Parse()
+	// The peer servers' own log (http.Server.ErrorLog: a TLS handshake cut short, as
+	// the probe of a node's listener makes) is noise here; the nodes' warnings are
+	// counted (-v prints them).
+	log.SetOutput(io.Discard)
+	if *p5 {
+		given := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		for k, v := range p5Flags {
+			if !given[k] {
+				flag.Set(k, v)
+			}
+		}
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "scalebench:", err)
+		os.Exit(1)
+	}
+}
+
+// result is one run.
+type result struct {
+	took     time.Duration   // until every node held the set
+	finishes []time.Duration // each node's, from its join
+	egress   int64           // bytes the registry link carried
+	maxUp    int64           // the most any node sent its peers
+	retries  int
+	setAside int64
+	cpu      float64 // the bench's CPU time ÷ (wall × cores)
+	load     string  // the machine's load average at the end (other work on it)
+	rssKiB   int64
+	// done are the nodes holding the set when the run ended (-timeout: all of them, or
+	// the run was cut there).
+	done int
+}
+
+func run() error {
+	var counts []int
+	for _, s := range strings.Split(*nodesFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return fmt.Errorf("-nodes %q", *nodesFlag)
+		}
+		if n > 1 && !slices.Contains(counts, n) {
+			counts = append(counts, n)
+		}
+	}
+	counts = append([]int{1}, counts...)
+	modes := strings.Split(*modesFlag, ",")
+	treeNote := ""
+	if slices.Contains(modes, "tree") && !setFanout(&peers.Source{}, *fanout) {
+		modes = slices.DeleteFunc(modes, func(m string) bool { return m == "tree" })
+		treeNote = "peers.Source has no Fanout yet: every node reads a blob from the first in its order (the star); the tree rows are left out (setFanout in test/scalebench/node.go)."
+	}
+	if len(modes) == 0 {
+		return fmt.Errorf("-modes %q: nothing to run", *modesFlag)
+	}
+
+	dir, err := os.MkdirTemp(*dirFlag, "imagepin-scalebench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	reg, err := startRegistry(filepath.Join(dir, "registry"))
+	if err != nil {
+		return err
+	}
+	defer reg.close()
+	s, err := reg.makeSet(*bases, *baseMiB<<20, *images, *layers, *layerKiB<<10)
+	if err != nil {
+		return err
+	}
+	link, err := env.StartLink(reg.host, *linkKBps*1000, *linkLat)
+	if err != nil {
+		return err
+	}
+	defer link.Close()
+	// The images as the nodes pin them: by the link's address.
+	pinned := map[string]bool{}
+	for i := range s.images {
+		s.images[i].repo = link.Addr + "/" + s.images[i].repo
+		pinned[s.images[i].repo+"@"+s.images[i].manifest.String()] = true
+	}
+	confDir := filepath.Join(dir, "conf")
+	os.MkdirAll(filepath.Join(confDir, "empty"), 0o755)
+	regConf := filepath.Join(confDir, "registries.conf")
+	if err := os.WriteFile(regConf, fmt.Appendf(nil, "[[registry]]\nlocation = %q\ninsecure = true\n", link.Addr), 0o644); err != nil {
+		return err
+	}
+	ca, err := testcerts.NewCA(confDir, "nodes-ca")
+	if err != nil {
+		return err
+	}
+	var certs []creds
+
+	fmt.Fprintf(os.Stderr, "scalebench: set of %d images, %.2f MiB; link %s + %d KB/s; nodes up %d KB/s, down %d KB/s\n",
+		len(s.images), float64(s.bytes)/(1<<20), *linkLat, *linkKBps, *upKBps, *downKBps)
+	results := map[string]map[int][]result{}
+	for _, m := range modes {
+		results[m] = map[int][]result{}
+	}
+	var peakRSS int64
+	for _, n := range counts {
+		for len(certs) < n {
+			i := len(certs)
+			ip := fmt.Sprintf("127.10.%d.%d", i/250, 1+i%250)
+			name := fmt.Sprintf("node-%d", i)
+			serving, err := ca.NodeServing(confDir, name, net.ParseIP(ip))
+			if err != nil {
+				return err
+			}
+			client, err := ca.Node(confDir, name)
+			if err != nil {
+				return err
+			}
+			certs = append(certs, creds{ip: ip, serving: serving, client: client})
+		}
+		r := *reps
+		if n >= *onceFrom {
+			r = 1
+		}
+		for rep := range r {
+			for mi, m := range modes {
+				if n == 1 && mi > 0 {
+					// One node alone is the same in every mode.
+					results[m][1] = append(results[m][1], results[modes[0]][1][rep])
+					continue
+				}
+				k := n // the star: every node reads from the first
+				if m == "tree" {
+					k = *fanout
+				}
+				res, err := runOnce(filepath.Join(dir, fmt.Sprintf("run-%s-%d-%d", m, n, rep)), n, k, s, link, certs, ca.File, regConf, filepath.Join(confDir, "empty"), pinned)
+				if err != nil {
+					return fmt.Errorf("%s, N=%d: %w", m, n, err)
+				}
+				peakRSS = max(peakRSS, res.rssKiB)
+				results[m][n] = append(results[m][n], res)
+				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB, load %s\n",
+					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
+					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.rssKiB>>10, res.load)
+			}
+		}
+	}
+	report(modes, counts, results, s, peakRSS, treeNote)
+	return nil
+}
+
+// runOnce starts n fresh nodes with empty stores and has each pull the set.
+func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile, regConf, emptyDir string, pinned map[string]bool) (result, error) {
+	defer os.RemoveAll(dir)
+	port, err := env.FreePort()
+	if err != nil {
+		return result{}, err
+	}
+	addrs := make([]string, n)
+	for i := range n {
+		addrs[i] = net.JoinHostPort(certs[i].ip, strconv.Itoa(port))
+	}
+	warn := &warnCounter{}
+	o := nodeOptions{addrs: addrs, ca: caFile, registryConf: regConf, emptyDir: emptyDir, pinned: pinned, maxServing: *maxServing,
+		serveBPS: *serveMiB << 20, upBPS: *upKBps * 1000, downBPS: *downKBps * 1000, fanout: k, warnings: warn}
+	nodes := make([]*node, n)
+	joined := make([]bool, n)
+	defer func() {
+		for i, nd := range nodes {
+			if nd != nil {
+				nd.stop(joined[i])
+			}
+		}
+	}()
+	for i := range n {
+		if nodes[i], err = newNode(dir, i, certs[i], o); err != nil {
+			return result{}, err
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if *stagger == 0 {
+		// All at once: every peer server listens before the first pull.
+		for i, nd := range nodes {
+			joined[i] = true
+			if err := nd.join(ctx); err != nil {
+				return result{}, err
+			}
+		}
+	}
+	egress0 := link.Down.Load()
+	cpu0 := cpuTime()
+	start := time.Now()
+	finishes := make([]time.Duration, n)
+	retries := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		at := time.Duration(0)
+		if *stagger > 0 {
+			at = *stagger * time.Duration(i) / time.Duration(n)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			joinedAt := start
+			if *stagger > 0 {
+				select {
+				case <-time.After(at - time.Since(start)):
+				case <-ctx.Done():
+					errs[i] = ctx.Err()
+					return
+				}
+				joinedAt = time.Now()
+				joined[i] = true
+				if errs[i] = nd.join(ctx); errs[i] != nil {
+					return
+				}
+			}
+			retries[i], errs[i] = nd.pull(ctx, s, *pullWidth)
+			finishes[i] = time.Since(joinedAt)
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	res := result{took: took, finishes: finishes, egress: link.Down.Load() - egress0, setAside: warn.setAside.Load(),
+		cpu: (cpuTime() - cpu0).Seconds() / (took.Seconds() * float64(runtime.NumCPU())), rssKiB: rssKiB(), load: loadavg()}
+	res.finishes = nil
+	for i, nd := range nodes {
+		res.maxUp = max(res.maxUp, nd.stats.ToPeers.Load())
+		res.retries += retries[i]
+		if errs[i] == nil {
+			res.done++
+			res.finishes = append(res.finishes, finishes[i])
+		} else if errors.Is(errs[i], context.DeadlineExceeded) {
+			// Cut by -timeout: reported as a node not holding the set.
+			errs[i] = nil
+		}
+	}
+	cancel()
+	err = errors.Join(errs...)
+	if err != nil || *verbose {
+		for _, w := range warn.samples {
+			fmt.Fprintln(os.Stderr, "   ", w)
+		}
+	}
+	return res, err
+}
+
+func report(modes []string, counts []int, results map[string]map[int][]result, s set, peakRSS int64, treeNote string) {
+	fmt.Printf("## Sharing at scale (test/scalebench): N in-process nodes behind one shared registry link\n\n")
+	fmt.Printf("`go run ./test/scalebench %s`, %s, %d cores.\n\n", strings.Join(os.Args[1:], " "), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU())
+	fmt.Printf("The set: %d images, %d shared base layer(s) of %d MiB, %d layer(s) of %d KiB of their own each: one copy %.2f MiB (distinct blobs and manifests). "+
+		"Registry link: +%s a request, %d KB/s for all nodes together. Each node: upload %s, download %s; max_serving %d. Medians over %d repetitions (N ≥ %d: one).\n\n",
+		len(s.images), *bases, *baseMiB, *layers, *layerKiB, float64(s.bytes)/(1<<20), *linkLat, *linkKBps, kbps(*upKBps), kbps(*downKBps), *maxServing, *reps, *onceFrom)
+	if *stagger > 0 {
+		fmt.Printf("Nodes join spread over %s; a node's finish time is from its own join.\n\n", *stagger)
+	}
+	if treeNote != "" {
+		fmt.Printf("%s\n\n", treeNote)
+	}
+	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, m := range modes {
+		alone := median(tooks(results[m][1]))
+		for _, n := range counts {
+			rs := results[m][n]
+			if len(rs) == 0 {
+				continue
+			}
+			med := median(tooks(rs))
+			var runs []string
+			var egress, up, p50, p90 []float64
+			var retries, aside []float64
+			var cpu []float64
+			var rss int64
+			var loads []string
+			done := n
+			for _, r := range rs {
+				runs = append(runs, fmt.Sprintf("%.2f", r.took.Seconds()))
+				egress = append(egress, float64(r.egress)/float64(s.bytes))
+				up = append(up, float64(r.maxUp)/float64(s.bytes))
+				p50 = append(p50, pct(r.finishes, 50).Seconds())
+				p90 = append(p90, pct(r.finishes, 90).Seconds())
+				retries = append(retries, float64(r.retries))
+				aside = append(aside, float64(r.setAside))
+				cpu = append(cpu, r.cpu)
+				rss = max(rss, r.rssKiB)
+				loads = append(loads, r.load)
+				done = min(done, r.done)
+			}
+			until := fmt.Sprintf("%.2f s", med.Seconds())
+			if done < n {
+				until = fmt.Sprintf("not within %s", *timeout)
+			}
+			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s |\n",
+				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
+				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10, strings.Join(loads, ", "))
+		}
+	}
+	fmt.Printf("\nBench resident memory: at most %d MiB (measured at the end of each run, before its nodes stop).\n\n", peakRSS>>10)
+}
+
+func kbps(v int64) string {
+	if v == 0 {
+		return "unbounded"
+	}
+	return fmt.Sprintf("%d KB/s", v)
+}
+
+func tooks(rs []result) []time.Duration {
+	var out []time.Duration
+	for _, r := range rs {
+		out = append(out, r.took)
+	}
+	return out
+}
+
+func median(ds []time.Duration) time.Duration { return pct(ds, 50) }
+
+// pct is the p-th percentile (nearest rank) of ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func fmedian(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[(len(s)-1)/2]
+}
+
+// loadavg is the machine's one-minute load average.
+func loadavg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(data))[0]
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rssKiB is this process's resident memory (VmRSS).
+func rssKiB() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return n
+		}
+	}
+	return 0
+}

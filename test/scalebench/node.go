@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
+
+	"github.com/imagepin/imagepin/blobstore"
+	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/peers"
+	imgregistry "github.com/imagepin/imagepin/registry"
+)
+
+// setFanout gives a node's peers.Source the fanout of the k-ary tree a blob spreads
+// along over the rendezvous order (k ≥ N: every node reads from the first, a star). It
+// says whether the Source has the knob (it does; the "star" mode is the baseline).
+//
+// It must be called before s.Forwarding() (which copies the Source).
+func setFanout(s *peers.Source, k int) bool {
+	s.Fanout = k
+	return true
+}
+
+// creds are one node's certificates (node name, serving and client PEM files).
+type creds struct {
+	ip              string
+	serving, client string
+}
+
+// node is one simulated node: the daemon's node-local mirror (mirror.Mirror with a
+// peers.Source over its blob store, and the peers' HTTPS server), built as
+// peers.Node.share builds them, with this node's links: an upload bound on what its
+// peer server sends, a download bound on what it reads from peers and the registry.
+type node struct {
+	name  string
+	addr  string // peer address (host:port)
+	stats *peers.Stats
+	src   *peers.Source
+
+	local     *http.Server
+	localAddr string
+	server    *peers.Server
+	serverTLS *tls.Config
+	client    *http.Client
+	peerHTTP  *http.Client
+
+	serveDone chan struct{}
+	warnings  *warnCounter
+}
+
+// nodeOptions are what every node of a run shares.
+type nodeOptions struct {
+	addrs        []string
+	ca           string
+	registryConf string // registries.conf naming the link as an insecure registry
+	emptyDir     string
+	pinned       map[string]bool // repo@digest
+	maxServing   int
+	serveBPS     int64 // the daemon's serve_mib_per_second (0: none)
+	upBPS        int64 // the node's upload (0: none)
+	downBPS      int64 // the node's download (0: none)
+	fanout       int
+	warnings     *warnCounter
+}
+
+func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
+	name := fmt.Sprintf("node-%d", i)
+	store, err := blobstore.Open(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	log.SetLevel(logrus.WarnLevel)
+	log.AddHook(o.warnings)
+	entry := log.WithField("node", name)
+
+	n := &node{name: name, addr: o.addrs[i], stats: &peers.Stats{}, warnings: o.warnings, serveDone: make(chan struct{})}
+	var down *rate.Limiter
+	if o.downBPS > 0 {
+		down = rate.NewLimiter(rate.Limit(o.downBPS), paceBurst)
+	}
+	pinned := o.pinned
+	m := mirror.New(store, func(repo string, d digest.Digest) bool { return pinned[repo+"@"+d.String()] }, entry.WithField("part", "mirror"))
+
+	// The node's own way to the registry, as wire.BindPeers builds it (registries.conf
+	// naming the link as an insecure registry), read through the node's download.
+	rc := imgregistry.New(imgregistry.Config{RegistriesConf: o.registryConf, RegistriesConfDir: o.emptyDir, CertsDir: o.emptyDir,
+		NoUncompressedSizes: true, Platform: imgregistry.Platform{OS: "linux", Architecture: "amd64"}}, nil)
+	reg := peers.CountRegistry(pacedSource{mirror.FromRegistry(rc), down}, n.stats)
+
+	// As peers.Node.share.
+	client, err := peers.Client(c.client, o.ca)
+	if err != nil {
+		return nil, err
+	}
+	paceClient(client, down)
+	serverTLS, err := peers.ServerTLS(c.serving, o.ca)
+	if err != nil {
+		return nil, err
+	}
+	addrs := o.addrs
+	n.src = peers.NewSource(n.addr, func() []string { return addrs }, reg, client, n.stats, entry.WithField("part", "peers"))
+	setFanout(n.src, o.fanout)
+	bps := o.serveBPS
+	if o.upBPS > 0 && (bps == 0 || o.upBPS < bps) {
+		bps = o.upBPS
+	}
+	n.server = &peers.Server{Mirror: m.PeerHandler(reg, n.src.Forwarding(), &mirror.Stats{}), MaxServing: o.maxServing,
+		BytesPerSecond: bps, Stats: n.stats, Log: entry.WithField("part", "peers")}
+	n.serverTLS = serverTLS
+	n.peerHTTP = client
+
+	// The node-local mirror the runtime pulls through (loopback, plain HTTP).
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	n.localAddr = l.Addr().String()
+	n.local = &http.Server{Handler: m.Handler(n.src, &mirror.Stats{}), ReadHeaderTimeout: 10 * time.Second}
+	go n.local.Serve(l)
+	n.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+	return n, nil
+}
+
+// join starts serving the peers (a node that has not joined refuses connections) and
+// returns once its listener accepts.
+func (n *node) join(ctx context.Context) error {
+	go func() {
+		defer close(n.serveDone)
+		if err := n.server.Serve(ctx, n.addr, n.serverTLS); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: serving peers: %v\n", n.name, err)
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := net.DialTimeout("tcp", n.addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s: its peer server does not listen: %w", n.name, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop ends the node (ctx of join already cancelled).
+func (n *node) stop(joined bool) {
+	n.local.Close()
+	if joined {
+		<-n.serveDone
+	}
+	n.client.CloseIdleConnections()
+	n.peerHTTP.CloseIdleConnections()
+}
+
+// pull reads every image of the set through the node's local mirror as a runtime
+// does: each image's manifest, then its config and layers at once, each checked
+// against its digest; width images at a time. A blob whose copy is cut is asked
+// again a second later (the pull's retry). It returns how many retries it took.
+func (n *node) pull(ctx context.Context, s set, width int) (int, error) {
+	var retries atomic.Int64
+	sem := make(chan struct{}, width)
+	var wg sync.WaitGroup
+	errs := make(chan error, len(s.images))
+	for _, img := range s.images {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := n.pullImage(ctx, img, &retries); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return int(retries.Load()), <-errs
+}
+
+func (n *node) pullImage(ctx context.Context, img image, retries *atomic.Int64) error {
+	repo := mirror.PathFor(img.repo)
+	data, err := n.get(ctx, repo, "manifests", img.manifest, retries)
+	if err != nil {
+		return err
+	}
+	var man struct {
+		Config descriptor   `json:"config"`
+		Layers []descriptor `json:"layers"`
+	}
+	if err := json.Unmarshal(data, &man); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(man.Layers)+1)
+	for i, d := range append([]descriptor{man.Config}, man.Layers...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = n.get(ctx, repo, "blobs", d.Digest, retries)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// get reads repo's manifest or blob d whole from the local mirror and checks it,
+// asking again while it fails (until ctx ends); a manifest's bytes are returned.
+func (n *node) get(ctx context.Context, repo, kind string, d digest.Digest, retries *atomic.Int64) ([]byte, error) {
+	for {
+		data, err := n.getOnce(ctx, repo, kind, d)
+		if err == nil {
+			return data, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: %s %s: %w (last: %v)", n.name, kind, d, ctx.Err(), err)
+		}
+		retries.Add(1)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (n *node) getOnce(ctx context.Context, repo, kind string, d digest.Digest) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.localAddr+"/v2/"+repo+"/"+kind+"/"+d.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, resp.Body)
+		return nil, fmt.Errorf("status %s", resp.Status)
+	}
+	h := sha256.New()
+	var keep strings.Builder
+	w := io.Writer(h)
+	if kind == "manifests" {
+		w = io.MultiWriter(h, &keep)
+	}
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return nil, err
+	}
+	if got := digest.NewDigest(digest.SHA256, h); got != d {
+		return nil, fmt.Errorf("got %s", got)
+	}
+	return []byte(keep.String()), nil
+}
+
+// paceBurst is the most bytes a paced read or write moves at once.
+const paceBurst = 64 << 10
+
+// pacedSource is the registry read through the node's download.
+type pacedSource struct {
+	mirror.Source
+	down *rate.Limiter
+}
+
+func (p pacedSource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+	rc, announced, err := p.Source.Blob(ctx, repo, chain, d, size)
+	if err != nil || p.down == nil {
+		return rc, announced, err
+	}
+	return pacedReader{rc, p.down}, announced, nil
+}
+
+type pacedReader struct {
+	io.ReadCloser
+	lim *rate.Limiter
+}
+
+func (p pacedReader) Read(b []byte) (int, error) {
+	n, err := p.ReadCloser.Read(b[:min(len(b), paceBurst)])
+	if n > 0 {
+		p.lim.WaitN(context.Background(), n)
+	}
+	return n, err
+}
+
+// paceClient makes every connection the peers' client opens read through down (the
+// TLS connections peers.Client dials; HTTP/1.1 either way).
+func paceClient(c *http.Client, down *rate.Limiter) {
+	if down == nil {
+		return
+	}
+	tr := c.Transport.(*http.Transport)
+	dial := tr.DialTLSContext
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &pacedConn{Conn: conn, lim: down}, nil
+	}
+}
+
+type pacedConn struct {
+	net.Conn
+	lim *rate.Limiter
+}
+
+func (p *pacedConn) Read(b []byte) (int, error) {
+	n, err := p.Conn.Read(b[:min(len(b), paceBurst)])
+	if n > 0 {
+		p.lim.WaitN(context.Background(), n)
+	}
+	return n, err
+}
+
+// warnCounter counts what the nodes log at warning level and above, by kind.
+type warnCounter struct {
+	setAside, cut, other atomic.Int64
+	mu                   sync.Mutex
+	samples              []string
+}
+
+func (w *warnCounter) Levels() []logrus.Level {
+	return []logrus.Level{logrus.PanicLevel, logrus.FatalLevel, logrus.ErrorLevel, logrus.WarnLevel}
+}
+
+func (w *warnCounter) Fire(e *logrus.Entry) error {
+	switch {
+	case strings.Contains(e.Message, "setting a peer aside"):
+		w.setAside.Add(1)
+	case strings.Contains(e.Message, "not served whole"):
+		w.cut.Add(1)
+	default:
+		w.other.Add(1)
+	}
+	w.mu.Lock()
+	if len(w.samples) < 5 {
+		msg := e.Message
+		if err, ok := e.Data[logrus.ErrorKey]; ok {
+			msg += fmt.Sprintf(": %v", err)
+		}
+		w.samples = append(w.samples, fmt.Sprintf("%v %s", e.Data["node"], msg))
+	}
+	w.mu.Unlock()
+	return nil
+}
