@@ -62,7 +62,7 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	// The registries and the runtime's image filesystem are asked at once: neither
 	// waits for the other (ImageFsInfo can be slow on a busy runtime).
 	foundCh := make(chan map[string]resolved, 1)
-	go func() { foundCh <- r.resolveAll(ctx, sets) }()
+	go func() { foundCh <- r.resolveAll(ctx, sets, r.resolver.Layers) }()
 	path, err := r.imageFS(ctx)
 	if err != nil {
 		<-foundCh
@@ -74,14 +74,93 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 		return Result{}, err
 	}
 	threshold, thresholdFrom, terr := GCHighThreshold(r.cfg.GCHighThresholdPercent, r.cfg.KubeletConfig, r.cfg.KubeletConfigDir)
-	res := Result{Verdicts: map[string]Verdict{}, Filesystem: Filesystem{Path: path, CapacityBytes: space.Capacity, FreeBytes: space.Available}}
+	res := Result{Filesystem: Filesystem{Path: path, CapacityBytes: space.Capacity, FreeBytes: space.Available}}
 
 	found := <-foundCh
+	limit := uint64(float64(space.Capacity) * float64(threshold) / 100)
+	ad := admission{path: path, space: space, limit: limit, threshold: threshold, thresholdFrom: thresholdFrom, terr: terr}
+	// The manifests alone decide when the uncompressed sizes not asked yet cannot change
+	// the verdict: the same sets are admitted with each such layer at the floor and at
+	// the most its Range request could report (see need.go). Otherwise those layers are
+	// asked (a Range request each, through the image's source opened again), and the
+	// check decides on them.
+	verdicts, needs := r.admit(sets, found, ad, false)
+	if open := unsettled(sets, found); len(open) > 0 {
+		upper, most := r.admit(sets, found, ad, true)
+		if sameAdmission(verdicts, upper) {
+			for name, v := range verdicts {
+				if most[name] > needs[name] {
+					v.Condition.Message += fmt.Sprintf(" (uncompressed sizes not asked: at the most its layers' formats can hold, %s, the verdict is the same)", bytesize.Human(most[name]))
+					verdicts[name] = v
+				}
+			}
+		} else {
+			for image, f := range r.resolveAll(ctx, []SetRequest{{Missing: open}}, r.resolver.Resolve) {
+				found[image] = f
+			}
+			verdicts, _ = r.admit(sets, found, ad, false)
+		}
+	}
+	res.Verdicts = verdicts
 	res.RoundTrip = r.resolver.RoundTrip()
+	return res, nil
+}
 
+// admission is what a check admits sets against.
+type admission struct {
+	path          string
+	space         Space
+	limit         uint64 // the used bytes past which the kubelet's image GC starts
+	threshold     int
+	thresholdFrom string
+	terr          error
+}
+
+// unsettled is one image per layer whose uncompressed size a Range request could still
+// learn (sized once by digest, from the first image holding it).
+func unsettled(sets []SetRequest, found map[string]resolved) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range sets {
+		for _, image := range s.Missing {
+			f := found[image]
+			if f.err != nil || seen[image] {
+				continue
+			}
+			want := false
+			for _, l := range f.img.Layers {
+				if l.MaxUncompressed > 0 && !seen["layer "+l.Digest] {
+					seen["layer "+l.Digest] = true
+					want = true
+				}
+			}
+			if want {
+				seen[image] = true
+				out = append(out, image)
+			}
+		}
+	}
+	return out
+}
+
+func sameAdmission(a, b map[string]Verdict) bool {
+	for name, v := range a {
+		if b[name].Admitted != v.Admitted {
+			return false
+		}
+	}
+	return true
+}
+
+// admit admits sets in order while their cumulative need fits under both the free
+// space and the GC threshold. upper counts each layer not sized yet at the most its
+// Range request could report (Layer.MaxUncompressed), not at the floor. It returns the
+// verdicts and each set's need.
+func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admission, upper bool) (map[string]Verdict, map[string]uint64) {
+	verdicts, needs := map[string]Verdict{}, map[string]uint64{}
+	space, limit := ad.space, ad.limit
 	counted := map[string]bool{} // layer digests of admitted (or undecided) sets
 	var cumulative uint64        // their need so far
-	limit := uint64(float64(space.Capacity) * float64(threshold) / 100)
 	for _, s := range sets {
 		v := Verdict{Bytes: map[string]uint64{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
 		var layers, need, uncompressed uint64 // compressed bytes, need, of which sized uncompressed
@@ -106,12 +185,15 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 					continue
 				}
 				newLayers[l.Digest] = true
+				if upper && l.MaxUncompressed > 0 {
+					l.Uncompressed = l.MaxUncompressed
+				}
 				layers = registry.AddSat(layers, uint64(l.Size))
 				need = registry.AddSat(need, Need(l, r.cfg.Multiplier))
 				if r.cfg.KeepsCompressed {
 					need = registry.AddSat(need, uint64(l.Size))
 				}
-				if l.Uncompressed > 0 {
+				if l.Uncompressed > 0 && !(upper && l.MaxUncompressed > 0) {
 					uncompressed = registry.AddSat(uncompressed, uint64(l.Uncompressed))
 				}
 			}
@@ -121,7 +203,7 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
 		// refusal would let its pins go just as the kubelet's image GC starts deleting.
 		fits := need == 0 || (total <= space.Available && registry.AddSat(space.Used(), total) <= limit)
-		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, path, space, threshold, thresholdFrom, terr)
+		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, ad.path, space, ad.threshold, ad.thresholdFrom, ad.terr)
 		switch {
 		case !fits:
 			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.False, Reason: status.ReasonInsufficientDiskSpace, Message: msg}
@@ -140,9 +222,10 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 			}
 			cumulative = total
 		}
-		res.Verdicts[s.Name] = v
+		verdicts[s.Name] = v
+		needs[s.Name] = need
 	}
-	return res, nil
+	return verdicts, needs
 }
 
 // waitsFor says what a later check of an image not sized yet waits for.
@@ -174,9 +257,9 @@ func (r *Checker) describe(set string, images int, layers, uncompressed, need, b
 	return msg
 }
 
-// resolveAll sizes every distinct missing image once, in parallel (the resolver bounds
+// resolveAll asks resolve for every distinct missing image once, in parallel (the resolver bounds
 // the requests in flight).
-func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest) map[string]resolved {
+func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest, resolve func(context.Context, string) (registry.Image, error)) map[string]resolved {
 	out := map[string]resolved{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -194,7 +277,7 @@ func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest) map[string]
 			wg.Add(1)
 			go func(image string) {
 				defer wg.Done()
-				img, err := r.resolver.Resolve(ctx, image)
+				img, err := resolve(ctx, image)
 				mu.Lock()
 				out[image] = resolved{img: img, err: err}
 				mu.Unlock()

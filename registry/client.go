@@ -55,6 +55,11 @@ type Layer struct {
 	// From says how it was learned (FromGzipTrailer, FromZstdHeader, FromTar).
 	Uncompressed int64
 	From         string
+	// MaxUncompressed, from Client.Layers, is the most the Range request not made yet
+	// can report for the layer (what its format can decompress to at most, and what a
+	// gzip trailer can say); 0 when the size is settled (asked already, or nothing to
+	// ask: the multiplier decides).
+	MaxUncompressed int64
 }
 
 // MaxLayerSize is the most bytes a layer is believed to have, compressed or not (1 TiB):
@@ -314,13 +319,46 @@ func (r *Client) SystemContext(image string) *types.SystemContext {
 	return sys
 }
 
-// Resolve returns the image's layers for the platform. Errors are *UnavailableError
-// when retrying cannot help; anything else is transient.
+// Resolve returns the image's layers for the platform, with their uncompressed sizes
+// (unless Config.NoUncompressedSizes). Errors are *UnavailableError when retrying cannot
+// help; anything else is transient.
 func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
+	return r.get(ctx, image, !r.cfg.NoUncompressedSizes)
+}
+
+// Layers is Resolve without the Range requests: the manifest alone (a connection, the
+// ping and the manifest). A layer whose uncompressed size is known already (asked for
+// another image, or a plain tar) has it; one a Range request could still size says the
+// most it could report (Layer.MaxUncompressed). Resolve sizes them, reading the manifest
+// again.
+func (r *Client) Layers(ctx context.Context, image string) (Image, error) {
+	return r.get(ctx, image, false)
+}
+
+// known fills in the uncompressed sizes asked already, on a copy of img. r.mu is held.
+func (r *Client) known(img Image) (Image, bool) {
+	out := Image{Layers: slices.Clone(img.Layers)}
+	settled := true
+	for i, l := range out.Layers {
+		if u, ok := r.usize[l.Digest]; ok {
+			out.Layers[i].Uncompressed, out.Layers[i].From, out.Layers[i].MaxUncompressed = u.size, u.from, 0
+		}
+		if out.Layers[i].MaxUncompressed > 0 {
+			settled = false
+		}
+	}
+	return out, settled
+}
+
+func (r *Client) get(ctx context.Context, image string, ranges bool) (Image, error) {
 	r.mu.Lock()
 	img, ok := r.cache[image]
-	r.mu.Unlock()
+	settled := false
 	if ok {
+		img, settled = r.known(img)
+	}
+	r.mu.Unlock()
+	if ok && (settled || !ranges) {
 		return img, nil
 	}
 	// A near registry (or one not measured yet) is asked nearWidth images at a time:
@@ -345,7 +383,7 @@ func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
 	}
 	defer func() { <-r.sem }()
 	err := r.bounded(ctx, image, func(ctx context.Context) (err error) {
-		img, err = r.resolve(ctx, image)
+		img, err = r.resolve(ctx, image, ranges)
 		return err
 	})
 	if err != nil {
@@ -353,11 +391,12 @@ func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
 	}
 	r.mu.Lock()
 	r.cache[image] = img
+	img, _ = r.known(img)
 	r.mu.Unlock()
 	return img, nil
 }
 
-func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
+func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image, error) {
 	ref, err := docker.ParseReference("//" + image)
 	if err != nil {
 		return Image{}, err
@@ -405,8 +444,20 @@ func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 			// sums, or make any set look too large to pin.
 			return Image{}, fmt.Errorf("manifest of %s: layer %s claims %d bytes, more than the 1 TiB a layer can plausibly have", image, l.Digest, l.Size)
 		}
-		img.Layers = append(img.Layers, Layer{Digest: l.Digest.String(), Size: l.Size})
+		layer := Layer{Digest: l.Digest.String(), Size: l.Size}
+		if !r.cfg.NoUncompressedSizes {
+			layer.MaxUncompressed = maxUncompressed(l.BlobInfo)
+		}
+		img.Layers = append(img.Layers, layer)
 		infos = append(infos, l.BlobInfo)
+	}
+	if !ranges {
+		for i := range img.Layers {
+			if img.Layers[i].MaxUncompressed > 0 && isTar(infos[i]) { // its own size: nothing to ask
+				img.Layers[i].Uncompressed, img.Layers[i].From, img.Layers[i].MaxUncompressed = infos[i].Size, FromTar, 0
+			}
+		}
+		return img, nil
 	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 1) // an image's layers one after another, on its connection
@@ -417,6 +468,7 @@ func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			img.Layers[i].Uncompressed, img.Layers[i].From = r.uncompressed(ctx, src, infos[i])
+			img.Layers[i].MaxUncompressed = 0
 		}()
 	}
 	wg.Wait()
