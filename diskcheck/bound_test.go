@@ -45,8 +45,11 @@ func TestRangeRequestsOnlyWhenTheyCanChangeTheVerdict(t *testing.T) {
 	if u < 10*c {
 		t.Fatalf("the text layer compresses %d to %d only", u, c)
 	}
+	var requests int64 // the registry's, in the last check
 	check := func(avail uint64) (Verdict, int64) {
 		t.Helper()
+		before := reg.Requests()
+		defer func() { requests = reg.Requests() - before }()
 		res := resolver(f, registry.Platform{}, nil)
 		chk := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100}, res,
 			func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
@@ -61,6 +64,7 @@ func TestRangeRequestsOnlyWhenTheyCanChangeTheVerdict(t *testing.T) {
 	if v, n := check(1 << 40); !v.Admitted || n != 0 || !strings.Contains(v.Condition.Message, "uncompressed sizes not asked") {
 		t.Fatalf("plenty of room: admitted=%v, %d Range requests, %q", v.Admitted, n, v.Condition.Message)
 	}
+	manifestsOnly := requests
 	// Less than the floor: refused, nothing asked.
 	if v, n := check(2*c - 1); v.Admitted || n != 0 {
 		t.Fatalf("below the floor: admitted=%v, %d Range requests, %q", v.Admitted, n, v.Condition.Message)
@@ -68,6 +72,11 @@ func TestRangeRequestsOnlyWhenTheyCanChangeTheVerdict(t *testing.T) {
 	// Room for uncompressed + compressed but not for the most: asked, admitted.
 	if v, n := check(u + c); !v.Admitted || n != 1 || strings.Contains(v.Condition.Message, "not asked") {
 		t.Fatalf("room for the real need: admitted=%v, %d Range requests, %q", v.Admitted, n, v.Condition.Message)
+	}
+	// The layer was sized on the source that read the manifest: the Range request is the
+	// one request more (no second ping or manifest).
+	if requests != manifestsOnly+1 {
+		t.Fatalf("%d registry requests, %d without the Range request", requests, manifestsOnly)
 	}
 	// Room for the floor, not for the real need: asked, refused (the floor alone would
 	// have admitted it).

@@ -62,6 +62,10 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	// The registries and the runtime's image filesystem are asked at once: neither
 	// waits for the other (ImageFsInfo can be slow on a busy runtime).
 	foundCh := make(chan map[string]resolved, 1)
+	// Layers keeps the source of an image with a layer not sized yet open (up to a
+	// bound) so that sizing it below needs no new connection; whatever is left is closed
+	// when the check ends.
+	defer r.resolver.Release()
 	go func() { foundCh <- r.resolveAll(ctx, sets, r.resolver.Layers) }()
 	path, err := r.imageFS(ctx)
 	if err != nil {
@@ -82,8 +86,8 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	// The manifests alone decide when the uncompressed sizes not asked yet cannot change
 	// the verdict: the same sets are admitted with each such layer at the floor and at
 	// the most its Range request could report (see need.go). Otherwise those layers are
-	// asked (a Range request each, through the image's source opened again), and the
-	// check decides on them.
+	// asked (a Range request each, on the image's source kept open since its manifest, or
+	// opened again past the bound of open sources), and the check decides on them.
 	verdicts, needs := r.admit(sets, found, ad, false)
 	if open := unsettled(sets, found); len(open) > 0 {
 		upper, most := r.admit(sets, found, ad, true)

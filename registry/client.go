@@ -147,6 +147,7 @@ type Client struct {
 	mu     sync.Mutex
 	cache  map[string]Image
 	usize  map[string]layerSize // by layer digest
+	kept   map[string]kept      // by image: sources Layers left open for Resolve
 	ranges atomic.Int64
 	// inflight shares one Range request among the images that ask for the same layer
 	// at once (a base layer under many images).
@@ -397,6 +398,16 @@ func (r *Client) get(ctx context.Context, image string, ranges bool) (Image, err
 }
 
 func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image, error) {
+	if ranges {
+		r.mu.Lock()
+		k, ok := r.kept[image]
+		delete(r.kept, image)
+		r.mu.Unlock()
+		if ok {
+			defer k.src.Close()
+			return r.sizeLayers(ctx, k.src, k.img, k.infos), nil
+		}
+	}
 	ref, err := docker.ParseReference("//" + image)
 	if err != nil {
 		return Image{}, err
@@ -409,7 +420,12 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 	if err != nil {
 		return Image{}, err
 	}
-	defer src.Close()
+	keptOpen := false
+	defer func() {
+		if !keptOpen {
+			src.Close()
+		}
+	}()
 	blob, mime, err := src.GetManifest(ctx, nil)
 	if err != nil {
 		return Image{}, fmt.Errorf("read manifest of %s: %w", image, err)
@@ -457,8 +473,57 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 				img.Layers[i].Uncompressed, img.Layers[i].From, img.Layers[i].MaxUncompressed = infos[i].Size, FromTar, 0
 			}
 		}
+		keptOpen = r.keep(image, src, img, infos)
 		return img, nil
 	}
+	return r.sizeLayers(ctx, src, img, infos), nil
+}
+
+// kept is an image source Layers left open, its manifest read, for Resolve to size
+// the image's layers on (no second connection, ping and manifest).
+type kept struct {
+	src   types.ImageSource
+	img   Image
+	infos []types.BlobInfo
+}
+
+// maxKept bounds the image sources Layers keeps open (an idle connection each).
+const maxKept = 256
+
+// keep keeps src open for Resolve when a layer of img is not sized yet and fewer than
+// maxKept are kept.
+func (r *Client) keep(image string, src types.ImageSource, img Image, infos []types.BlobInfo) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, settled := r.known(img); settled || len(r.kept) >= maxKept {
+		return false
+	}
+	if _, ok := r.kept[image]; ok {
+		return false
+	}
+	if r.kept == nil {
+		r.kept = map[string]kept{}
+	}
+	r.kept[image] = kept{src: src, img: img, infos: infos}
+	return true
+}
+
+// Release closes the image sources Layers kept open: the caller will not ask Resolve
+// for their sizes now.
+func (r *Client) Release() {
+	r.mu.Lock()
+	k := r.kept
+	r.kept = nil
+	r.mu.Unlock()
+	for _, s := range k {
+		s.src.Close()
+	}
+}
+
+// sizeLayers asks src for the uncompressed size of each layer of img (cached by
+// digest), on a copy of img.
+func (r *Client) sizeLayers(ctx context.Context, src types.ImageSource, img Image, infos []types.BlobInfo) Image {
+	img.Layers = slices.Clone(img.Layers)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 1) // an image's layers one after another, on its connection
 	for i := range img.Layers {
@@ -472,7 +537,7 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 		}()
 	}
 	wg.Wait()
-	return img, nil
+	return img
 }
 
 // ListPlatforms names a manifest list's entries (os/arch[/variant]), in its order.
