@@ -29,6 +29,8 @@ type Config struct {
 	// serves pinned images only ([peers]): an image not pinned yet is sized from its
 	// registry alone, and through the mirror (the node's store, its peers) once pinned.
 	ThroughMirror bool
+	// Statfs measures the image filesystem (nil: Statfs); for benchmarks.
+	Statfs func(string) (Space, error)
 }
 
 // ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
@@ -48,7 +50,11 @@ func New(cfg Config, resolver *registry.Client, imageFS ImageFS) *Checker {
 	if cfg.Multiplier <= 0 {
 		cfg.Multiplier = 2
 	}
-	return &Checker{cfg: cfg, resolver: resolver, imageFS: imageFS, statfs: Statfs}
+	statfs := cfg.Statfs
+	if statfs == nil {
+		statfs = Statfs
+	}
+	return &Checker{cfg: cfg, resolver: resolver, imageFS: imageFS, statfs: statfs}
 }
 
 type resolved struct {
