@@ -84,3 +84,41 @@ func TestRangeRequestsOnlyWhenTheyCanChangeTheVerdict(t *testing.T) {
 		t.Fatalf("room for the floor only: admitted=%v, %d Range requests, %q", v.Admitted, n, v.Condition.Message)
 	}
 }
+
+// When the verdict depends on the sizes, the layers with the most at stake are sized
+// first, only as many as the decision needs: here the large layer's size decides, and
+// the small one is not asked.
+func TestTheLayersOfMostStakeAreSizedFirst(t *testing.T) {
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.Certs)
+	large, small := layer(t, 64<<10), layer(t, 1<<10)
+	refLarge := reg.Host + "/" + reg.Push("stake/large", image(t, large), "")
+	refSmall := reg.Host + "/" + reg.Push("stake/small", image(t, small), "")
+	cl, cs := layerBytes(t, large), layerBytes(t, small)
+	needLarge := max(2*cl, cl+uncompressedSize(t, large))
+	room := needLarge + 1033*cs // the large one's real need, the small one's most
+	res := resolver(f, registry.Platform{}, nil)
+	chk := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100}, res,
+		func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+	chk.statfs = func(string) (Space, error) { return Space{Capacity: 2 * room, Available: room}, nil }
+	out, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{refSmall, refLarge}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := out.Verdicts["s"]; !v.Admitted || res.RangeRequests() != 1 || !strings.Contains(v.Condition.Message, "not asked") {
+		t.Fatalf("admitted=%v after %d Range requests: %q", v.Admitted, res.RangeRequests(), v.Condition.Message)
+	}
+	// One byte less: the small layer is asked too, and the set fits on its real need.
+	res = resolver(f, registry.Platform{}, nil)
+	chk = New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100}, res,
+		func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+	chk.statfs = func(string) (Space, error) { return Space{Capacity: 2 * room, Available: room - 1}, nil }
+	out, err = chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{refSmall, refLarge}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := out.Verdicts["s"]; !v.Admitted || res.RangeRequests() != 2 || strings.Contains(v.Condition.Message, "not asked") {
+		t.Fatalf("one byte less: admitted=%v after %d Range requests: %q", v.Admitted, res.RangeRequests(), v.Condition.Message)
+	}
+}

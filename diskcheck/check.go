@@ -1,8 +1,10 @@
 package diskcheck
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -95,7 +97,11 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	// asked (a Range request each, on the image's source kept open since its manifest, or
 	// opened again past the bound of open sources), and the check decides on them.
 	verdicts, needs := r.admit(sets, found, ad, false)
-	if open := unsettled(sets, found); len(open) > 0 {
+	for round := 0; ; round++ {
+		open := r.unsettled(sets, found)
+		if len(open.layers) == 0 {
+			break
+		}
 		upper, most := r.admit(sets, found, ad, true)
 		if sameAdmission(verdicts, upper) {
 			for name, v := range verdicts {
@@ -104,16 +110,134 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 					verdicts[name] = v
 				}
 			}
-		} else {
-			for image, f := range r.resolveAll(ctx, []SetRequest{{Missing: open}}, r.resolver.Resolve) {
-				found[image] = f
-			}
-			verdicts, _ = r.admit(sets, found, ad, false)
+			break
 		}
+		// First the layers with the most at stake, as many as would bring the most all
+		// the sets could need within the room were they to need their floor; if that does
+		// not decide, every layer left.
+		images := open.images(round == 0, ad.room())
+		sized := r.resolveAll(ctx, []SetRequest{{Missing: images}}, r.resolver.Resolve)
+		settle(found, images, sized)
+		verdicts, needs = r.admit(sets, found, ad, false)
 	}
 	res.Verdicts = verdicts
 	res.RoundTrip = r.resolver.RoundTrip()
 	return res, nil
+}
+
+// openLayer is a layer whose uncompressed size a Range request could still learn.
+type openLayer struct {
+	image string // the first image holding it
+	stake uint64 // its need at the most its request could report − at the floor
+}
+
+// openLayers are the layers not sized yet of a check, and the most all of them (and
+// every sized layer) could need together.
+type openLayers struct {
+	layers []openLayer
+	most   uint64
+}
+
+// images are the images to size: with first, those holding the layers of most stake
+// until their stakes cover the most's excess over room; else every layer's.
+func (o openLayers) images(first bool, room uint64) []string {
+	layers := slices.Clone(o.layers)
+	slices.SortStableFunc(layers, func(a, b openLayer) int { return cmp.Compare(b.stake, a.stake) })
+	excess := uint64(0)
+	if o.most > room {
+		excess = o.most - room
+	}
+	var out []string
+	seen := map[string]bool{}
+	var covered uint64
+	for _, l := range layers {
+		if first && excess > 0 && covered >= excess {
+			break
+		}
+		covered = registry.AddSat(covered, l.stake)
+		if !seen[l.image] {
+			seen[l.image] = true
+			out = append(out, l.image)
+		}
+	}
+	return out
+}
+
+// unsettled are the layers of the sets whose uncompressed size a Range request could
+// still learn, each with the first image holding it.
+func (r *Checker) unsettled(sets []SetRequest, found map[string]resolved) openLayers {
+	var o openLayers
+	seen := map[string]bool{}
+	for _, s := range sets {
+		for _, image := range s.Missing {
+			f := found[image]
+			if f.err != nil {
+				continue
+			}
+			for _, l := range f.img.Layers {
+				if seen[l.Digest] || l.Size <= 0 {
+					continue
+				}
+				seen[l.Digest] = true
+				floor := Need(l, r.cfg.Multiplier)
+				if r.cfg.KeepsCompressed {
+					floor = registry.AddSat(floor, uint64(l.Size))
+				}
+				if l.MaxUncompressed <= 0 {
+					o.most = registry.AddSat(o.most, floor)
+					continue
+				}
+				at := l
+				at.Uncompressed = l.MaxUncompressed
+				most := Need(at, r.cfg.Multiplier)
+				if r.cfg.KeepsCompressed {
+					most = registry.AddSat(most, uint64(l.Size))
+				}
+				o.most = registry.AddSat(o.most, most)
+				o.layers = append(o.layers, openLayer{image: image, stake: most - min(most, floor)})
+			}
+		}
+	}
+	return o
+}
+
+// settle takes the sizes learned for images into found, for every image holding the
+// same layers. An image that could not be sized again (its source not kept, and the
+// registry not answering now) has its layers settled at the floor, as a Range request
+// that fails would: each round settles every layer it asks.
+func settle(found map[string]resolved, images []string, sized map[string]resolved) {
+	layers := map[string]registry.Layer{}
+	for _, image := range images {
+		f, ok := sized[image]
+		if !ok || f.err != nil {
+			f = found[image]
+		}
+		for _, l := range f.img.Layers {
+			l.MaxUncompressed = 0
+			layers[l.Digest] = l
+		}
+	}
+	for image, f := range found {
+		if f.err != nil {
+			continue
+		}
+		img := registry.Image{Layers: slices.Clone(f.img.Layers)}
+		for i, l := range img.Layers {
+			if s, ok := layers[l.Digest]; ok && l.MaxUncompressed > 0 {
+				img.Layers[i] = s
+			}
+		}
+		found[image] = resolved{img: img}
+	}
+}
+
+func sameAdmission(a, b map[string]Verdict) bool {
+	for name, v := range a {
+		if b[name].Admitted != v.Admitted {
+			return false
+		}
+	}
+	return true
 }
 
 // admission is what a check admits sets against.
@@ -126,40 +250,13 @@ type admission struct {
 	terr          error
 }
 
-// unsettled is one image per layer whose uncompressed size a Range request could still
-// learn (sized once by digest, from the first image holding it).
-func unsettled(sets []SetRequest, found map[string]resolved) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, s := range sets {
-		for _, image := range s.Missing {
-			f := found[image]
-			if f.err != nil || seen[image] {
-				continue
-			}
-			want := false
-			for _, l := range f.img.Layers {
-				if l.MaxUncompressed > 0 && !seen["layer "+l.Digest] {
-					seen["layer "+l.Digest] = true
-					want = true
-				}
-			}
-			if want {
-				seen[image] = true
-				out = append(out, image)
-			}
-		}
+// room is what the sets may need together: the free space, and what is left below the
+// GC threshold.
+func (a admission) room() uint64 {
+	if a.limit <= a.space.Used() {
+		return 0
 	}
-	return out
-}
-
-func sameAdmission(a, b map[string]Verdict) bool {
-	for name, v := range a {
-		if b[name].Admitted != v.Admitted {
-			return false
-		}
-	}
-	return true
+	return min(a.space.Available, a.limit-a.space.Used())
 }
 
 // admit admits sets in order while their cumulative need fits under both the free
