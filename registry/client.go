@@ -130,6 +130,9 @@ type Config struct {
 	// RegistriesConfDir and CertsDir (containerd's hosts.toml, translated:
 	// containerd.Hosts.Files).
 	RegistryFiles func(image string) (conf, confDir, certsDir string)
+	// SizeCache is a file keeping the layers' uncompressed sizes learned, by digest,
+	// across restarts ("": none). One Client only may write it (the daemon's).
+	SizeCache string
 	// Timeout bounds the sizing of one image (default 30 s): a registry that accepts
 	// connections and never answers leaves that image unsized (retried later), not the
 	// whole check waiting.
@@ -144,11 +147,13 @@ type Client struct {
 	sem   chan struct{}
 	near  chan struct{} // the narrower bound while the registry is near or not measured
 
-	mu     sync.Mutex
-	cache  map[string]Image
-	usize  map[string]layerSize // by layer digest
-	kept   map[string]kept      // by image: sources Layers left open for Resolve
-	ranges atomic.Int64
+	mu    sync.Mutex
+	cache map[string]Image
+	usize map[string]layerSize // by layer digest
+	kept  map[string]kept      // by image: sources Layers left open for Resolve
+	// sizesDirty: usize holds a size the size cache file does not.
+	sizesDirty bool
+	ranges     atomic.Int64
 	// inflight shares one Range request among the images that ask for the same layer
 	// at once (a base layer under many images).
 	inflight singleflight.Group
@@ -182,8 +187,10 @@ func New(cfg Config, creds Credentials) *Client {
 	if creds == nil {
 		creds = func(string) *pullcreds.Auth { return nil }
 	}
-	return &Client{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
+	r := &Client{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
 		farNow: make(chan struct{}), cache: map[string]Image{}, usize: map[string]layerSize{}}
+	r.loadSizes()
+	return r
 }
 
 // uncompressed is a layer's uncompressed size, asked once per digest (layers are
@@ -205,6 +212,7 @@ func (r *Client) uncompressed(ctx context.Context, src types.ImageSource, l type
 		if from != "" || ctx.Err() == nil { // a cancelled read may work next time
 			r.mu.Lock()
 			r.usize[key] = layerSize{size, from}
+			r.sizesDirty = r.sizesDirty || from != ""
 			r.mu.Unlock()
 		}
 		return layerSize{size, from}, nil
@@ -508,9 +516,9 @@ func (r *Client) keep(image string, src types.ImageSource, img Image, infos []ty
 	return true
 }
 
-// Release closes the image sources Layers kept open: the caller will not ask Resolve
-// for their sizes now.
-func (r *Client) Release() {
+// Release closes the image sources Layers kept open (the caller will not ask Resolve
+// for their sizes now), and writes the sizes learned to Config.SizeCache.
+func (r *Client) Release() error {
 	r.mu.Lock()
 	k := r.kept
 	r.kept = nil
@@ -518,6 +526,7 @@ func (r *Client) Release() {
 	for _, s := range k {
 		s.src.Close()
 	}
+	return r.saveSizes()
 }
 
 // sizeLayers asks src for the uncompressed size of each layer of img (cached by
