@@ -1,8 +1,10 @@
 package diskcheck
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,6 +31,8 @@ type Config struct {
 	// serves pinned images only ([peers]): an image not pinned yet is sized from its
 	// registry alone, and through the mirror (the node's store, its peers) once pinned.
 	ThroughMirror bool
+	// Statfs measures the image filesystem (nil: Statfs); for benchmarks.
+	Statfs func(string) (Space, error)
 }
 
 // ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
@@ -48,7 +52,11 @@ func New(cfg Config, resolver *registry.Client, imageFS ImageFS) *Checker {
 	if cfg.Multiplier <= 0 {
 		cfg.Multiplier = 2
 	}
-	return &Checker{cfg: cfg, resolver: resolver, imageFS: imageFS, statfs: Statfs}
+	statfs := cfg.Statfs
+	if statfs == nil {
+		statfs = Statfs
+	}
+	return &Checker{cfg: cfg, resolver: resolver, imageFS: imageFS, statfs: statfs}
 }
 
 type resolved struct {
@@ -62,7 +70,11 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	// The registries and the runtime's image filesystem are asked at once: neither
 	// waits for the other (ImageFsInfo can be slow on a busy runtime).
 	foundCh := make(chan map[string]resolved, 1)
-	go func() { foundCh <- r.resolveAll(ctx, sets) }()
+	// Layers keeps the source of an image with a layer not sized yet open (up to a
+	// bound) so that sizing it below needs no new connection; whatever is left is closed
+	// when the check ends.
+	defer r.resolver.Release()
+	go func() { foundCh <- r.resolveAll(ctx, sets, r.resolver.Layers) }()
 	path, err := r.imageFS(ctx)
 	if err != nil {
 		<-foundCh
@@ -74,14 +86,188 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 		return Result{}, err
 	}
 	threshold, thresholdFrom, terr := GCHighThreshold(r.cfg.GCHighThresholdPercent, r.cfg.KubeletConfig, r.cfg.KubeletConfigDir)
-	res := Result{Verdicts: map[string]Verdict{}, Filesystem: Filesystem{Path: path, CapacityBytes: space.Capacity, FreeBytes: space.Available}}
+	res := Result{Filesystem: Filesystem{Path: path, CapacityBytes: space.Capacity, FreeBytes: space.Available}}
 
 	found := <-foundCh
+	limit := uint64(float64(space.Capacity) * float64(threshold) / 100)
+	ad := admission{path: path, space: space, limit: limit, threshold: threshold, thresholdFrom: thresholdFrom, terr: terr}
+	// The manifests alone decide when the uncompressed sizes not asked yet cannot change
+	// the verdict: the same sets are admitted with each such layer at the floor and at
+	// the most its Range request could report (see need.go). Otherwise those layers are
+	// asked (a Range request each, on the image's source kept open since its manifest, or
+	// opened again past the bound of open sources), and the check decides on them.
+	verdicts, needs := r.admit(sets, found, ad, false)
+	for round := 0; ; round++ {
+		open := r.unsettled(sets, found)
+		if len(open.layers) == 0 {
+			break
+		}
+		upper, most := r.admit(sets, found, ad, true)
+		if sameAdmission(verdicts, upper) {
+			for name, v := range verdicts {
+				if most[name] > needs[name] {
+					v.Condition.Message += fmt.Sprintf(" (uncompressed sizes not asked: at the most its layers' formats can hold, %s, the verdict is the same)", bytesize.Human(most[name]))
+					verdicts[name] = v
+				}
+			}
+			break
+		}
+		// First the layers with the most at stake, as many as would bring the most all
+		// the sets could need within the room were they to need their floor; if that does
+		// not decide, every layer left.
+		images := open.images(round == 0, ad.room())
+		sized := r.resolveAll(ctx, []SetRequest{{Missing: images}}, r.resolver.Resolve)
+		settle(found, images, sized)
+		verdicts, needs = r.admit(sets, found, ad, false)
+	}
+	res.Verdicts = verdicts
 	res.RoundTrip = r.resolver.RoundTrip()
+	return res, nil
+}
 
+// openLayer is a layer whose uncompressed size a Range request could still learn.
+type openLayer struct {
+	image string // the first image holding it
+	stake uint64 // its need at the most its request could report − at the floor
+}
+
+// openLayers are the layers not sized yet of a check, and the most all of them (and
+// every sized layer) could need together.
+type openLayers struct {
+	layers []openLayer
+	most   uint64
+}
+
+// images are the images to size: with first, those holding the layers of most stake
+// until their stakes cover the most's excess over room; else every layer's.
+func (o openLayers) images(first bool, room uint64) []string {
+	layers := slices.Clone(o.layers)
+	slices.SortStableFunc(layers, func(a, b openLayer) int { return cmp.Compare(b.stake, a.stake) })
+	excess := uint64(0)
+	if o.most > room {
+		excess = o.most - room
+	}
+	var out []string
+	seen := map[string]bool{}
+	var covered uint64
+	for _, l := range layers {
+		if first && excess > 0 && covered >= excess {
+			break
+		}
+		covered = registry.AddSat(covered, l.stake)
+		if !seen[l.image] {
+			seen[l.image] = true
+			out = append(out, l.image)
+		}
+	}
+	return out
+}
+
+// unsettled are the layers of the sets whose uncompressed size a Range request could
+// still learn, each with the first image holding it.
+func (r *Checker) unsettled(sets []SetRequest, found map[string]resolved) openLayers {
+	var o openLayers
+	seen := map[string]bool{}
+	for _, s := range sets {
+		for _, image := range s.Missing {
+			f := found[image]
+			if f.err != nil {
+				continue
+			}
+			for _, l := range f.img.Layers {
+				if seen[l.Digest] || l.Size <= 0 {
+					continue
+				}
+				seen[l.Digest] = true
+				floor := Need(l, r.cfg.Multiplier)
+				if r.cfg.KeepsCompressed {
+					floor = registry.AddSat(floor, uint64(l.Size))
+				}
+				if l.MaxUncompressed <= 0 {
+					o.most = registry.AddSat(o.most, floor)
+					continue
+				}
+				at := l
+				at.Uncompressed = l.MaxUncompressed
+				most := Need(at, r.cfg.Multiplier)
+				if r.cfg.KeepsCompressed {
+					most = registry.AddSat(most, uint64(l.Size))
+				}
+				o.most = registry.AddSat(o.most, most)
+				o.layers = append(o.layers, openLayer{image: image, stake: most - min(most, floor)})
+			}
+		}
+	}
+	return o
+}
+
+// settle takes the sizes learned for images into found, for every image holding the
+// same layers. An image that could not be sized again (its source not kept, and the
+// registry not answering now) has its layers settled at the floor, as a Range request
+// that fails would: each round settles every layer it asks.
+func settle(found map[string]resolved, images []string, sized map[string]resolved) {
+	layers := map[string]registry.Layer{}
+	for _, image := range images {
+		f, ok := sized[image]
+		if !ok || f.err != nil {
+			f = found[image]
+		}
+		for _, l := range f.img.Layers {
+			l.MaxUncompressed = 0
+			layers[l.Digest] = l
+		}
+	}
+	for image, f := range found {
+		if f.err != nil {
+			continue
+		}
+		img := registry.Image{Layers: slices.Clone(f.img.Layers)}
+		for i, l := range img.Layers {
+			if s, ok := layers[l.Digest]; ok && l.MaxUncompressed > 0 {
+				img.Layers[i] = s
+			}
+		}
+		found[image] = resolved{img: img}
+	}
+}
+
+func sameAdmission(a, b map[string]Verdict) bool {
+	for name, v := range a {
+		if b[name].Admitted != v.Admitted {
+			return false
+		}
+	}
+	return true
+}
+
+// admission is what a check admits sets against.
+type admission struct {
+	path          string
+	space         Space
+	limit         uint64 // the used bytes past which the kubelet's image GC starts
+	threshold     int
+	thresholdFrom string
+	terr          error
+}
+
+// room is what the sets may need together: the free space, and what is left below the
+// GC threshold.
+func (a admission) room() uint64 {
+	if a.limit <= a.space.Used() {
+		return 0
+	}
+	return min(a.space.Available, a.limit-a.space.Used())
+}
+
+// admit admits sets in order while their cumulative need fits under both the free
+// space and the GC threshold. upper counts each layer not sized yet at the most its
+// Range request could report (Layer.MaxUncompressed), not at the floor. It returns the
+// verdicts and each set's need.
+func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admission, upper bool) (map[string]Verdict, map[string]uint64) {
+	verdicts, needs := map[string]Verdict{}, map[string]uint64{}
+	space, limit := ad.space, ad.limit
 	counted := map[string]bool{} // layer digests of admitted (or undecided) sets
 	var cumulative uint64        // their need so far
-	limit := uint64(float64(space.Capacity) * float64(threshold) / 100)
 	for _, s := range sets {
 		v := Verdict{Bytes: map[string]uint64{}, Layers: map[string][]string{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
 		var layers, need, uncompressed uint64 // compressed bytes, need, of which sized uncompressed
@@ -111,12 +297,15 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 					continue
 				}
 				newLayers[l.Digest] = true
+				if upper && l.MaxUncompressed > 0 {
+					l.Uncompressed = l.MaxUncompressed
+				}
 				layers = registry.AddSat(layers, uint64(l.Size))
 				need = registry.AddSat(need, Need(l, r.cfg.Multiplier))
 				if r.cfg.KeepsCompressed {
 					need = registry.AddSat(need, uint64(l.Size))
 				}
-				if l.Uncompressed > 0 {
+				if l.Uncompressed > 0 && !(upper && l.MaxUncompressed > 0) {
 					uncompressed = registry.AddSat(uncompressed, uint64(l.Uncompressed))
 				}
 			}
@@ -126,7 +315,7 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
 		// refusal would let its pins go just as the kubelet's image GC starts deleting.
 		fits := need == 0 || (total <= space.Available && registry.AddSat(space.Used(), total) <= limit)
-		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, path, space, threshold, thresholdFrom, terr)
+		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, ad.path, space, ad.threshold, ad.thresholdFrom, ad.terr)
 		switch {
 		case !fits:
 			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.False, Reason: status.ReasonInsufficientDiskSpace, Message: msg}
@@ -145,9 +334,10 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 			}
 			cumulative = total
 		}
-		res.Verdicts[s.Name] = v
+		verdicts[s.Name] = v
+		needs[s.Name] = need
 	}
-	return res, nil
+	return verdicts, needs
 }
 
 // waitsFor says what a later check of an image not sized yet waits for.
@@ -179,9 +369,9 @@ func (r *Checker) describe(set string, images int, layers, uncompressed, need, b
 	return msg
 }
 
-// resolveAll sizes every distinct missing image once, in parallel (the resolver bounds
+// resolveAll asks resolve for every distinct missing image once, in parallel (the resolver bounds
 // the requests in flight).
-func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest) map[string]resolved {
+func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest, resolve func(context.Context, string) (registry.Image, error)) map[string]resolved {
 	out := map[string]resolved{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -199,7 +389,7 @@ func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest) map[string]
 			wg.Add(1)
 			go func(image string) {
 				defer wg.Done()
-				img, err := r.resolver.Resolve(ctx, image)
+				img, err := resolve(ctx, image)
 				mu.Lock()
 				out[image] = resolved{img: img, err: err}
 				mu.Unlock()

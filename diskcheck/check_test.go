@@ -206,7 +206,9 @@ func TestKeepsCompressedAddsTheCompressedBytes(t *testing.T) {
 	need := func(keep bool) string {
 		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85, KeepsCompressed: keep},
 			resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
-		c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
+		// Room for the real need, not for the most the layers could hold: the uncompressed
+		// sizes are asked (TestRangeRequestsOnlyWhenTheyCanChangeTheVerdict).
+		c.statfs = func(string) (Space, error) { return Space{Capacity: 8 << 20, Available: 4 << 20}, nil }
 		res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Missing: []string{img1, img2}}})
 		if err != nil {
 			t.Fatal(err)

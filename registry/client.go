@@ -55,6 +55,11 @@ type Layer struct {
 	// From says how it was learned (FromGzipTrailer, FromZstdHeader, FromTar).
 	Uncompressed int64
 	From         string
+	// MaxUncompressed, from Client.Layers, is the most the Range request not made yet
+	// can report for the layer (what its format can decompress to at most, and what a
+	// gzip trailer can say); 0 when the size is settled (asked already, or nothing to
+	// ask: the multiplier decides).
+	MaxUncompressed int64
 }
 
 // MaxLayerSize is the most bytes a layer is believed to have, compressed or not (1 TiB):
@@ -125,6 +130,9 @@ type Config struct {
 	// RegistriesConfDir and CertsDir (containerd's hosts.toml, translated:
 	// containerd.Hosts.Files).
 	RegistryFiles func(image string) (conf, confDir, certsDir string)
+	// SizeCache is a file keeping the layers' uncompressed sizes learned, by digest,
+	// across restarts ("": none). One Client only may write it (the daemon's).
+	SizeCache string
 	// Timeout bounds the sizing of one image (default 30 s): a registry that accepts
 	// connections and never answers leaves that image unsized (retried later), not the
 	// whole check waiting.
@@ -139,10 +147,13 @@ type Client struct {
 	sem   chan struct{}
 	near  chan struct{} // the narrower bound while the registry is near or not measured
 
-	mu     sync.Mutex
-	cache  map[string]Image
-	usize  map[string]layerSize // by layer digest
-	ranges atomic.Int64
+	mu    sync.Mutex
+	cache map[string]Image
+	usize map[string]layerSize // by layer digest
+	kept  map[string]kept      // by image: sources Layers left open for Resolve
+	// sizesDirty: usize holds a size the size cache file does not.
+	sizesDirty bool
+	ranges     atomic.Int64
 	// inflight shares one Range request among the images that ask for the same layer
 	// at once (a base layer under many images).
 	inflight singleflight.Group
@@ -176,8 +187,10 @@ func New(cfg Config, creds Credentials) *Client {
 	if creds == nil {
 		creds = func(string) *pullcreds.Auth { return nil }
 	}
-	return &Client{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
+	r := &Client{cfg: cfg, creds: creds, sem: make(chan struct{}, cfg.Concurrency), near: make(chan struct{}, min(nearWidth, cfg.Concurrency)),
 		farNow: make(chan struct{}), cache: map[string]Image{}, usize: map[string]layerSize{}}
+	r.loadSizes()
+	return r
 }
 
 // uncompressed is a layer's uncompressed size, asked once per digest (layers are
@@ -199,6 +212,7 @@ func (r *Client) uncompressed(ctx context.Context, src types.ImageSource, l type
 		if from != "" || ctx.Err() == nil { // a cancelled read may work next time
 			r.mu.Lock()
 			r.usize[key] = layerSize{size, from}
+			r.sizesDirty = r.sizesDirty || from != ""
 			r.mu.Unlock()
 		}
 		return layerSize{size, from}, nil
@@ -314,13 +328,46 @@ func (r *Client) SystemContext(image string) *types.SystemContext {
 	return sys
 }
 
-// Resolve returns the image's layers for the platform. Errors are *UnavailableError
-// when retrying cannot help; anything else is transient.
+// Resolve returns the image's layers for the platform, with their uncompressed sizes
+// (unless Config.NoUncompressedSizes). Errors are *UnavailableError when retrying cannot
+// help; anything else is transient.
 func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
+	return r.get(ctx, image, !r.cfg.NoUncompressedSizes)
+}
+
+// Layers is Resolve without the Range requests: the manifest alone (a connection, the
+// ping and the manifest). A layer whose uncompressed size is known already (asked for
+// another image, or a plain tar) has it; one a Range request could still size says the
+// most it could report (Layer.MaxUncompressed). Resolve sizes them, reading the manifest
+// again.
+func (r *Client) Layers(ctx context.Context, image string) (Image, error) {
+	return r.get(ctx, image, false)
+}
+
+// known fills in the uncompressed sizes asked already, on a copy of img. r.mu is held.
+func (r *Client) known(img Image) (Image, bool) {
+	out := Image{Layers: slices.Clone(img.Layers)}
+	settled := true
+	for i, l := range out.Layers {
+		if u, ok := r.usize[l.Digest]; ok {
+			out.Layers[i].Uncompressed, out.Layers[i].From, out.Layers[i].MaxUncompressed = u.size, u.from, 0
+		}
+		if out.Layers[i].MaxUncompressed > 0 {
+			settled = false
+		}
+	}
+	return out, settled
+}
+
+func (r *Client) get(ctx context.Context, image string, ranges bool) (Image, error) {
 	r.mu.Lock()
 	img, ok := r.cache[image]
-	r.mu.Unlock()
+	settled := false
 	if ok {
+		img, settled = r.known(img)
+	}
+	r.mu.Unlock()
+	if ok && (settled || !ranges) {
 		return img, nil
 	}
 	// A near registry (or one not measured yet) is asked nearWidth images at a time:
@@ -345,7 +392,7 @@ func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
 	}
 	defer func() { <-r.sem }()
 	err := r.bounded(ctx, image, func(ctx context.Context) (err error) {
-		img, err = r.resolve(ctx, image)
+		img, err = r.resolve(ctx, image, ranges)
 		return err
 	})
 	if err != nil {
@@ -353,11 +400,22 @@ func (r *Client) Resolve(ctx context.Context, image string) (Image, error) {
 	}
 	r.mu.Lock()
 	r.cache[image] = img
+	img, _ = r.known(img)
 	r.mu.Unlock()
 	return img, nil
 }
 
-func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
+func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image, error) {
+	if ranges {
+		r.mu.Lock()
+		k, ok := r.kept[image]
+		delete(r.kept, image)
+		r.mu.Unlock()
+		if ok {
+			defer k.src.Close()
+			return r.sizeLayers(ctx, k.src, k.img, k.infos), nil
+		}
+	}
 	ref, err := docker.ParseReference("//" + image)
 	if err != nil {
 		return Image{}, err
@@ -370,7 +428,12 @@ func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
-	defer src.Close()
+	keptOpen := false
+	defer func() {
+		if !keptOpen {
+			src.Close()
+		}
+	}()
 	blob, mime, err := src.GetManifest(ctx, nil)
 	if err != nil {
 		return Image{}, fmt.Errorf("read manifest of %s: %w", image, err)
@@ -405,9 +468,71 @@ func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 			// sums, or make any set look too large to pin.
 			return Image{}, fmt.Errorf("manifest of %s: layer %s claims %d bytes, more than the 1 TiB a layer can plausibly have", image, l.Digest, l.Size)
 		}
-		img.Layers = append(img.Layers, Layer{Digest: l.Digest.String(), Size: l.Size})
+		layer := Layer{Digest: l.Digest.String(), Size: l.Size}
+		if !r.cfg.NoUncompressedSizes {
+			layer.MaxUncompressed = maxUncompressed(l.BlobInfo)
+		}
+		img.Layers = append(img.Layers, layer)
 		infos = append(infos, l.BlobInfo)
 	}
+	if !ranges {
+		for i := range img.Layers {
+			if img.Layers[i].MaxUncompressed > 0 && isTar(infos[i]) { // its own size: nothing to ask
+				img.Layers[i].Uncompressed, img.Layers[i].From, img.Layers[i].MaxUncompressed = infos[i].Size, FromTar, 0
+			}
+		}
+		keptOpen = r.keep(image, src, img, infos)
+		return img, nil
+	}
+	return r.sizeLayers(ctx, src, img, infos), nil
+}
+
+// kept is an image source Layers left open, its manifest read, for Resolve to size
+// the image's layers on (no second connection, ping and manifest).
+type kept struct {
+	src   types.ImageSource
+	img   Image
+	infos []types.BlobInfo
+}
+
+// maxKept bounds the image sources Layers keeps open (an idle connection each).
+const maxKept = 256
+
+// keep keeps src open for Resolve when a layer of img is not sized yet and fewer than
+// maxKept are kept.
+func (r *Client) keep(image string, src types.ImageSource, img Image, infos []types.BlobInfo) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, settled := r.known(img); settled || len(r.kept) >= maxKept {
+		return false
+	}
+	if _, ok := r.kept[image]; ok {
+		return false
+	}
+	if r.kept == nil {
+		r.kept = map[string]kept{}
+	}
+	r.kept[image] = kept{src: src, img: img, infos: infos}
+	return true
+}
+
+// Release closes the image sources Layers kept open (the caller will not ask Resolve
+// for their sizes now), and writes the sizes learned to Config.SizeCache.
+func (r *Client) Release() error {
+	r.mu.Lock()
+	k := r.kept
+	r.kept = nil
+	r.mu.Unlock()
+	for _, s := range k {
+		s.src.Close()
+	}
+	return r.saveSizes()
+}
+
+// sizeLayers asks src for the uncompressed size of each layer of img (cached by
+// digest), on a copy of img.
+func (r *Client) sizeLayers(ctx context.Context, src types.ImageSource, img Image, infos []types.BlobInfo) Image {
+	img.Layers = slices.Clone(img.Layers)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 1) // an image's layers one after another, on its connection
 	for i := range img.Layers {
@@ -417,10 +542,11 @@ func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			img.Layers[i].Uncompressed, img.Layers[i].From = r.uncompressed(ctx, src, infos[i])
+			img.Layers[i].MaxUncompressed = 0
 		}()
 	}
 	wg.Wait()
-	return img, nil
+	return img
 }
 
 // ListPlatforms names a manifest list's entries (os/arch[/variant]), in its order.

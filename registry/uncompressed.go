@@ -43,8 +43,44 @@ const rangeTimeout = 5 * time.Second
 // zstd frame is only the first of several: unknown.
 const plausible = 0.5
 
+// The most a layer can decompress to, as a ratio of its compressed size: deflate's
+// longest match (258 bytes) costs at least 2 bits, 1032:1; a zstd block regenerates at
+// most 128 KiB and costs at least 4 bytes (an RLE block: its 3-byte header and the
+// byte), 32768:1. A trailer or header claiming more is not believed (unknown), so
+// maxUncompressed bounds what uncompressedSize can report whatever the blob says.
+const (
+	gzipMaxRatio = 1032
+	zstdMaxRatio = 32768
+)
+
+// maxUncompressed is the most uncompressedSize can report for l; 0 when it reports
+// nothing (no Range request is made for it and the multiplier decides).
+func maxUncompressed(l types.BlobInfo) int64 {
+	mt := strings.ToLower(l.MediaType)
+	switch {
+	case l.Size <= 0 || l.Size > MaxLayerSize:
+		return 0
+	case strings.Contains(mt, "gzip"):
+		if l.Size < 18 || l.Size >= 1<<32 {
+			return 0
+		}
+		return min(gzipMaxRatio*l.Size, 1<<32-1) // ISIZE is 32 bits
+	case strings.Contains(mt, "zstd"):
+		return min(zstdMaxRatio*l.Size, MaxLayerSize)
+	case isTar(l):
+		return l.Size
+	}
+	return 0
+}
+
+// isTar: an uncompressed layer, its own size.
+func isTar(l types.BlobInfo) bool {
+	return strings.HasSuffix(strings.ToLower(l.MediaType), ".tar")
+}
+
 // uncompressedSize returns a layer's uncompressed size and how it was learned; 0 when
-// unknown. requests counts the Range requests made.
+// unknown. requests counts the Range requests made. It never reports more than
+// maxUncompressed(l).
 func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobInfo) (size int64, from string, requests int) {
 	mt := strings.ToLower(l.MediaType)
 	switch {
@@ -61,7 +97,7 @@ func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobIn
 			return 0, "", 1
 		}
 		isize := int64(binary.LittleEndian.Uint32(b))
-		if float64(isize) < plausible*float64(l.Size) {
+		if float64(isize) < plausible*float64(l.Size) || isize > maxUncompressed(l) {
 			return 0, "", 1
 		}
 		return isize, FromGzipTrailer, 1
@@ -72,11 +108,11 @@ func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobIn
 			return 0, "", 1
 		}
 		fcs, ok := zstdContentSize(b)
-		if !ok || float64(fcs) < plausible*float64(l.Size) || fcs > MaxLayerSize {
+		if !ok || float64(fcs) < plausible*float64(l.Size) || fcs > maxUncompressed(l) {
 			return 0, "", 1
 		}
 		return fcs, FromZstdHeader, 1
-	case strings.HasSuffix(mt, ".tar"): // application/vnd.oci.image.layer.v1.tar, …rootfs.diff.tar
+	case isTar(l): // application/vnd.oci.image.layer.v1.tar, …rootfs.diff.tar
 		return l.Size, FromTar, 0
 	}
 	return 0, "", 0

@@ -80,9 +80,35 @@ func TestUncompressedSizesByRange(t *testing.T) {
 	}
 	ref := reg.Host + "/" + reg.Push("u/layers", img, "")
 	r := resolver(f, Platform{}, nil)
+	// Layers asks no Range: each compressed layer says the most its request could
+	// report, a plain tar its own size.
+	first, err := r.Layers(context.Background(), ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.RangeRequests(); n != 0 {
+		t.Errorf("Layers made %d Range requests", n)
+	}
+	for i, l := range layers {
+		g, bound := first.Layers[i], int64(0)
+		switch l.mediaType {
+		case string(types.OCILayer):
+			bound = min(1032*g.Size, 1<<32-1)
+		case string(types.OCILayerZStd):
+			bound = 32768 * g.Size
+		}
+		if g.MaxUncompressed != bound || (l.from == FromTar) != (g.Uncompressed == l.want && g.From == FromTar) {
+			t.Errorf("%s from Layers: %+v, want the most %d", l.name, g, bound)
+		}
+	}
 	got, err := r.Resolve(context.Background(), ref)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for i := range layers {
+		if got.Layers[i].MaxUncompressed != 0 {
+			t.Errorf("%s: sized, yet the most %d", layers[i].name, got.Layers[i].MaxUncompressed)
+		}
 	}
 	for i, l := range layers {
 		g := got.Layers[i]

@@ -207,6 +207,7 @@ func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogge
 // pull secret), and a func listing its problems for the node's faults.
 func RegistryFor(cfg conf.Config, runtimeName, stateDir string, secret *pullcreds.SecretFile) (*registry.Client, func() []string) {
 	rc, problems := RegistryAccess(cfg, runtimeName, stateDir)
+	rc.SizeCache = registry.SizeCacheIn(stateDir) // the daemon's client alone writes it
 	return registry.New(rc, secret.Lookup), problems
 }
 
