@@ -1,7 +1,7 @@
 // Package blobstore keeps the compressed blobs (and manifests) of pinned images on a
 // node whose runtime keeps none: CRI-O stores layers uncompressed and cannot give back
 // the bytes their digests name, so a node that serves its pinned images to others
-// (issue 24, peers) keeps its own copy. It is containerd's local content store
+// (peers) keeps its own copy. It is containerd's local content store
 // (content-addressed, written through a digest check on commit, ingests that survive a
 // kill -9 and are resumed or discarded), used as a library.
 package blobstore

@@ -28,7 +28,7 @@ const (
 )
 
 // MirrorHosts are the node-local mirror's blocks in containerd's hosts.toml files
-// (issue 24): rendered after each pin write (peers.Node.Pinner), they put the mirror
+// (peers): rendered after each pin write (peers.Node.Pinner), they put the mirror
 // first in the hosts.toml of every registry a pinned image comes from (digest-only: the
 // mirror answers 404 for anything not pinned, and containerd goes on to the next host).
 type MirrorHosts struct {

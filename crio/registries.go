@@ -16,7 +16,7 @@ import (
 	"github.com/imagepin/imagepin/internal/fsutil"
 )
 
-// MirrorDropInName is imagepind's registries.conf.d drop-in (issue 24, peers): read
+// MirrorDropInName is imagepind's registries.conf.d drop-in (peers): read
 // last of the usual names, so that its entries are the ones CRI-O keeps.
 const MirrorDropInName = "zz-imagepin-mirror.conf"
 

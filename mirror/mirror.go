@@ -1,4 +1,4 @@
-// Package mirror is the node-local, read-only registry mirror of issue 24 (peers): it
+// Package mirror is the node-local, read-only registry mirror of peers: it
 // answers the OCI distribution API for the manifests and blobs of pinned images only
 // (404 at once for anything else, so an unpinned pull goes on to its registry
 // untouched), from the node's blob store, else from a Source (the registry through the

@@ -1,5 +1,5 @@
 // Package peers is the node-local mirror at run time and the sharing of pinned images
-// between nodes (issue 24): one download from the registry per blob for the whole
+// between nodes: one download from the registry per blob for the whole
 // cluster.
 //
 // Node owns the mirror's run-time on a node (package mirror serves, peers decides what
