@@ -126,7 +126,11 @@ func (b *bench) idleOnce(ctx context.Context, sets map[string][]string, peersOn 
 		rss, anon, file = append(rss, time.Duration(env.RSSKiB(pid))), append(anon, time.Duration(a)), append(file, time.Duration(f))
 	}
 	cpu1, _ := cpuTicks(pid)
-	fmt.Fprintf(os.Stderr, "  idle / %s: KiB anonymous a second from 2 s after Ready: %v\n", name, anon)
+	var series []string
+	for i := range anon {
+		series = append(series, fmt.Sprintf("%d+%d", anon[i], file[i]))
+	}
+	fmt.Fprintf(os.Stderr, "  idle / %s: KiB anonymous+file a second from 2 s after Ready: %s\n", name, strings.Join(series, " "))
 	r := idleReading{rss: int64(median(rss)), anon: int64(median(anon)), file: int64(median(file)),
 		cpuSec: float64(cpu1-cpu0) / 100, crioLines: lineCount(n.crio.LogFile) - lines0}
 	r.heap = goHeap(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport))
