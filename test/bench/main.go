@@ -223,6 +223,8 @@ type node struct {
 	socket  string
 	crio    *env.CRIO
 	ctr     *env.Containerd
+	// exe is imagepind's executable on this node ("": -bin's).
+	exe string
 }
 
 func (b *bench) freshNode(ctx context.Context, runtime, name string) (*node, error) {
@@ -405,7 +407,11 @@ func (b *bench) startDaemon(n *node, name string, concurrency int, unpinDelay st
 	if err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(filepath.Join(*binDir, "imagepind"), "--config", cfgPath)
+	exe := filepath.Join(*binDir, "imagepind")
+	if n.exe != "" {
+		exe = n.exe
+	}
+	d.cmd = exec.Command(exe, "--config", cfgPath)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		return nil, err

@@ -251,7 +251,15 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 			extra = fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\naddress = %q\nnodes = [\"%s\"]\ncert = %q\nca = %q\nclient_cert = %q\nclient_ca = %q\nserve_mib_per_second = 0\n",
 				mport, addrs[i], strings.Join(addrs, `", "`), serving, ca.File, client, ca.File)
 		}
-		d, err := b.startDaemon(&node{runtime: "cri-o", socket: c.Socket, crio: c}, filepath.Join(name, fmt.Sprint(i), "d"), 0, "2m", extra)
+		// Each node runs its own copy of the executable, as on separate machines: N
+		// processes of one file share its pages in the page cache, which each counts
+		// in its RSS and which the kernel does not page out for one of them (idle.Trim's
+		// MADV_PAGEOUT leaves pages mapped by several processes).
+		exe := filepath.Join(b.dir, name, fmt.Sprint(i), "imagepind")
+		if err := copyFile(filepath.Join(*binDir, "imagepind"), exe); err != nil {
+			return 0, err
+		}
+		d, err := b.startDaemon(&node{runtime: "cri-o", socket: c.Socket, crio: c, exe: exe}, filepath.Join(name, fmt.Sprint(i), "d"), 0, "2m", extra)
 		if err != nil {
 			return 0, err
 		}
@@ -292,6 +300,14 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 		}
 	}
 	return took, nil
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
 }
 
 // peerRSSAt are when imagepind's resident memory is read after a round with peers on
