@@ -95,6 +95,11 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 
 	notifier := systemd.Notifier{}
 	m := metrics.New()
+	// Settled: give the memory of the last burst (parsing, sizing, pulls) back now,
+	// not at the Go runtime's leisure, and the code pages it ran, so an idle node's
+	// imagepind stays small; again after the work the agent does not see (the mirror
+	// serving peers, a metrics scrape) once the process is quiet.
+	trimmer := &idle.Trimmer{}
 
 	peers, err := wire.NewPeers(cfg, cfg.StateDir, log)
 	if err != nil {
@@ -129,10 +134,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		// (every call has a timeout), so it cannot get imagepind killed.
 		Alive:     notifier.Watchdog,
 		Heartbeat: notifier.WatchdogInterval(),
-		// Settled: give the memory of the last burst (parsing, sizing, pulls) back now,
-		// not at the Go runtime's leisure, and the code pages it ran, so an idle node's
-		// imagepind stays small.
-		Idle: idle.Trim,
+		Idle:      trimmer.Settled,
 	}
 	if syncer != nil {
 		opts.SourceFaults = syncer.Faults
@@ -174,6 +176,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		}
 	})
 	g.Go(func() error { return a.Run(ctx, triggers) })
+	g.Go(func() error { return trimmer.Run(ctx) })
 	if syncer != nil {
 		// The API being down never stops imagepind: the sync keeps the files and retries.
 		g.Go(func() error { return syncer.Run(ctx) })

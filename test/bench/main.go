@@ -2,8 +2,9 @@
 // of distinct images (shared base layers) with imagepind side by side with a sequential
 // `crictl pull` loop and N parallel CRI pulls, on loopback and behind an emulated slow
 // registry link (toxiproxy); then the latency from a set file change to the pin being
-// in effect; then imagepind's idle RSS and CPU with 3 sets Ready. Every run gets a fresh
-// CRI-O (empty storage). It prints markdown tables with medians and ratios.
+// in effect; then imagepind's idle RSS and CPU with 3 sets Ready, [peers] off and on.
+// Every run gets a fresh CRI-O (empty storage). It prints markdown tables with medians
+// and ratios.
 package main
 
 import (
@@ -39,7 +40,7 @@ var (
 	linkList = flag.String("links", "loopback,slow,satellite", "registry links for the pre-load: loopback, slow (+25 ms, 4000 KB/s a connection), satellite (+100 ms, 1000 KB/s a connection)")
 	runtimes = flag.String("runtimes", "cri-o,containerd", "runtimes for the pre-load")
 	binDir   = flag.String("bin", "bin", "directory with imagepind")
-	sections = flag.String("sections", "preload,large,latency,disk,release,peers", "what to measure: preload, large (2000-image set), latency (also idle), disk, release, peers (several nodes behind one shared link)")
+	sections = flag.String("sections", "preload,large,latency,disk,release,peers", "what to measure: preload, large (2000-image set), latency (also idle, [peers] off and on), disk, release, peers (several nodes behind one shared link)")
 	costN    = flag.Int("cost-images", 500, "images for the disk check cost")
 	keep     = flag.Bool("keep", false, "keep the working directory (logs) for a look afterwards")
 )
@@ -172,7 +173,10 @@ func run(ctx context.Context) error {
 	if !want("latency") {
 		return nil
 	}
-	return b.daemonLatencyAndIdle(ctx)
+	if err := b.daemonLatency(ctx); err != nil {
+		return err
+	}
+	return b.idleSideBySide(ctx)
 }
 
 func numCPU() int {
@@ -219,6 +223,8 @@ type node struct {
 	socket  string
 	crio    *env.CRIO
 	ctr     *env.Containerd
+	// exe is imagepind's executable on this node ("": -bin's).
+	exe string
 }
 
 func (b *bench) freshNode(ctx context.Context, runtime, name string) (*node, error) {
@@ -401,7 +407,11 @@ func (b *bench) startDaemon(n *node, name string, concurrency int, unpinDelay st
 	if err != nil {
 		return nil, err
 	}
-	d.cmd = exec.Command(filepath.Join(*binDir, "imagepind"), "--config", cfgPath)
+	exe := filepath.Join(*binDir, "imagepind")
+	if n.exe != "" {
+		exe = n.exe
+	}
+	d.cmd = exec.Command(exe, "--config", cfgPath)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
 		return nil, err
@@ -468,7 +478,7 @@ func (b *bench) imagepind(ctx context.Context, n *node, refs []string, concurren
 	return took, nil
 }
 
-func (b *bench) daemonLatencyAndIdle(ctx context.Context) error {
+func (b *bench) daemonLatency(ctx context.Context) error {
 	n, err := b.freshNode(ctx, "cri-o", "crio-latency")
 	if err != nil {
 		return err
@@ -516,26 +526,6 @@ func (b *bench) daemonLatencyAndIdle(ctx context.Context) error {
 		pct(lat, 50).Milliseconds(), pct(lat, 95).Milliseconds(), pct(lat, 0).Milliseconds(), pct(lat, 100).Milliseconds())
 	fmt.Printf("imagepind's own reload→confirm times (its log, `pins confirmed ... took`): %s\n\n", confirmTimes(d.log))
 
-	// Idle: 3 sets Ready, then a minute of nothing.
-	third := len(refs) / 3
-	d.writeSet("idle-a", refs[:third])
-	d.writeSet("idle-b", refs[third:2*third])
-	d.writeSet("idle-c", refs[2*third:])
-	if err := d.waitReady("idle-a", "idle-b", "idle-c"); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second)
-	pid := d.cmd.Process.Pid
-	cpu0, _ := cpuTicks(pid)
-	crioLines0 := lineCount(c.LogFile)
-	time.Sleep(*idleFor)
-	cpu1, _ := cpuTicks(pid)
-	crioLines1 := lineCount(c.LogFile)
-	rss := env.RSSKiB(pid)
-	anon, file := env.RSSParts(pid)
-	cpuSec := float64(cpu1-cpu0) / 100
-	fmt.Printf("## Idle, 3 sets Ready (%d images), over %s\n\n| RSS | of which anonymous / file | CPU time | CPU share of one core | CRI-O log lines (each CRI call logs one) |\n|---|---|---|---|---|\n| %.1f MiB | %.1f / %.1f MiB | %.2f s | %.3f%% | %d |\n\n",
-		len(refs), idleFor.String(), float64(rss)/1024, float64(anon)/1024, float64(file)/1024, cpuSec, 100*cpuSec/idleFor.Seconds(), crioLines1-crioLines0)
 	return nil
 }
 

@@ -159,13 +159,17 @@ func (b *bench) peers(ctx context.Context) error {
 		}
 		fmt.Println()
 	}
-	if len(peerRSS) > 0 {
-		var ds []time.Duration
-		for _, k := range peerRSS {
-			ds = append(ds, time.Duration(k))
+	for i, at := range peerRSSAt {
+		rs := peerRSS[i]
+		if len(rs) == 0 {
+			continue
 		}
-		fmt.Printf("imagepind's resident memory with [peers] on, 3 s after its set was Ready (every node of every round, %d readings): median %d KiB, max %d KiB.\n\n",
-			len(ds), int64(median(ds)), int64(pct(ds, 100)))
+		var rss, anon, file []time.Duration
+		for _, r := range rs {
+			rss, anon, file = append(rss, time.Duration(r.rss)), append(anon, time.Duration(r.anon)), append(file, time.Duration(r.file))
+		}
+		fmt.Printf("imagepind's resident memory with [peers] on, %s after the last node's set was Ready (every node of every round, %d readings): median %d KiB (anonymous %d, file-backed %d), max %d KiB.\n\n",
+			at, len(rs), int64(median(rss)), int64(median(anon)), int64(median(file)), int64(pct(rss, 100)))
 	}
 	return nil
 }
@@ -244,6 +248,15 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 			extra = fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\naddress = %q\nnodes = [\"%s\"]\ncert = %q\nca = %q\nclient_cert = %q\nclient_ca = %q\nserve_mib_per_second = 0\n",
 				mport, addrs[i], strings.Join(addrs, `", "`), serving, ca.File, client, ca.File)
 		}
+		// Each node runs its own copy of the executable, as on separate machines: N
+		// processes of one file share its pages in the page cache, which each counts
+		// in its RSS and which the kernel does not page out for one of them (idle.Trim's
+		// MADV_PAGEOUT leaves pages mapped by several processes).
+		exe := filepath.Join(b.dir, name, fmt.Sprint(i), "imagepind")
+		if err := copyFile(filepath.Join(*binDir, "imagepind"), exe); err != nil {
+			return 0, err
+		}
+		c.exe = exe
 		d, err := b.startDaemon(c, filepath.Join(name, fmt.Sprint(i), "d"), 0, "2m", extra)
 		if err != nil {
 			return 0, err
@@ -273,10 +286,15 @@ func (b *bench) peerRound(ctx context.Context, link *env.Proxy, refs []string, n
 		}
 	}
 	if mode == 2 {
-		// imagepind settled with the set Ready and peers on: its resident memory.
-		time.Sleep(3 * time.Second)
-		for _, d := range daemons {
-			peerRSS = append(peerRSS, env.RSSKiB(d.cmd.Process.Pid))
+		// imagepind with the set Ready and peers on: its resident memory 3 s after the
+		// last node was Ready (some still serving others a moment before), and settled.
+		for i, at := range peerRSSAt {
+			time.Sleep(at - time.Since(start) + took)
+			for _, d := range daemons {
+				anon, file := env.RSSParts(d.cmd.Process.Pid)
+				peerRSS[i] = append(peerRSS[i], rssReading{env.RSSKiB(d.cmd.Process.Pid), anon, file})
+				fmt.Fprintf(os.Stderr, "  peers / %s: imagepind %d KiB anonymous + %d KiB file %s after Ready\n", name, anon, file, at)
+			}
 		}
 	}
 	return took, nil
@@ -309,8 +327,23 @@ func peerNode(ctx context.Context, dir, registry string) (*node, error) {
 	return nil, fmt.Errorf("-peer-runtime %q: cri-o or containerd", *peerRuntime)
 }
 
-// peerRSS are imagepind's resident KiB with peers on, settled after each round.
-var peerRSS []int64
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
+}
+
+// peerRSSAt are when imagepind's resident memory is read after a round with peers on
+// (after the last node was Ready); peerRSS the readings, each node of each round.
+var (
+	peerRSSAt = []time.Duration{3 * time.Second, 15 * time.Second}
+	peerRSS   = make([][]rssReading, len(peerRSSAt))
+)
+
+// rssReading is resident memory in KiB: all of it, anonymous, file-backed.
+type rssReading struct{ rss, anon, file int64 }
 
 // setBytes is the compressed size of the images' distinct manifests, configs and layers:
 // one copy of the set.
