@@ -83,6 +83,14 @@ func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
 	return n
 }
 
+// Store is the node's blob store; nil on a nil Node ([peers] off).
+func (n *Node) Store() *blobstore.Store {
+	if n == nil {
+		return nil
+	}
+	return n.store
+}
+
 // Runtime is what the mirror needs of the node's runtime.
 type Runtime struct {
 	// Registry is the registries as the runtime reaches them, without the node-local

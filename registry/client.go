@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/singleflight"
 
 	"go.podman.io/image/v5/docker"
@@ -194,7 +195,9 @@ func (r *Client) uncompressed(ctx context.Context, src types.ImageSource, l type
 		return u.size, u.from
 	}
 	v, _, _ := r.inflight.Do(key, func() (any, error) {
-		size, from, requests := uncompressedSize(ctx, src, l)
+		size, from, requests := uncompressedSize(ctx, func(ctx context.Context, l types.BlobInfo, off, n uint64) ([]byte, error) {
+			return readRange(ctx, src, l, off, n)
+		}, l)
 		r.ranges.Add(int64(requests))
 		if from != "" || ctx.Err() == nil { // a cancelled read may work next time
 			r.mu.Lock()
@@ -376,17 +379,30 @@ func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 		return Image{}, fmt.Errorf("read manifest of %s: %w", image, err)
 	}
 	r.recordTrip(time.Since(start), 2) // the ping and the manifest
+	return r.imageOf(ctx, image, blob, mime, src.GetManifest, func(ctx context.Context, l types.BlobInfo) (int64, string) {
+		return r.uncompressed(ctx, src, l)
+	})
+}
+
+// imageOf is what the manifest blob (of type mime) of image says of it for the node's
+// platform: a list's instance for it (read with getManifest), its layers, and each
+// layer's uncompressed size (usize, one layer after another). Whatever the manifests
+// come from (a registry, the node's store), images are sized here.
+func (r *Client) imageOf(ctx context.Context, image string, blob []byte, mime string,
+	getManifest func(context.Context, *digest.Digest) ([]byte, string, error),
+	usize func(context.Context, types.BlobInfo) (int64, string)) (Image, error) {
 	if manifest.MIMETypeIsMultiImage(mime) {
 		list, err := manifest.ListFromBlob(blob, mime)
 		if err != nil {
 			return Image{}, fmt.Errorf("parse manifest list of %s: %w", image, err)
 		}
-		instance, err := list.ChooseInstance(sys)
+		instance, err := list.ChooseInstance(&types.SystemContext{OSChoice: r.cfg.Platform.OS,
+			ArchitectureChoice: r.cfg.Platform.Architecture, VariantChoice: r.cfg.Platform.Variant})
 		if err != nil {
 			return Image{}, fmt.Errorf("%s has no manifest for %s (no image found in manifest list): it has %s",
 				image, r.cfg.Platform, strings.Join(ListPlatforms(list), ", "))
 		}
-		if blob, mime, err = src.GetManifest(ctx, &instance); err != nil {
+		if blob, mime, err = getManifest(ctx, &instance); err != nil {
 			return Image{}, fmt.Errorf("read %s manifest %s of %s: %w", r.cfg.Platform, instance, image, err)
 		}
 	}
@@ -416,7 +432,7 @@ func (r *Client) resolve(ctx context.Context, image string) (Image, error) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			img.Layers[i].Uncompressed, img.Layers[i].From = r.uncompressed(ctx, src, infos[i])
+			img.Layers[i].Uncompressed, img.Layers[i].From = usize(ctx, infos[i])
 		}()
 	}
 	wg.Wait()
