@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/imagepin/imagepin/internal/bytesize"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
@@ -31,8 +33,21 @@ type Config struct {
 	// serves pinned images only ([peers]): an image not pinned yet is sized from its
 	// registry alone, and through the mirror (the node's store, its peers) once pinned.
 	ThroughMirror bool
+	// Store is the node's blob store ([peers]; nil: none). An image by digest whose
+	// manifests it holds (seeded, or filled earlier) is sized from them, with no
+	// registry request, pinned or not: the mirror serves it from there once pinned. A
+	// layer it holds is on disk already: it needs no room for a copy in it
+	// (KeepsCompressed).
+	Store Store
 	// Statfs measures the image filesystem (nil: Statfs); for benchmarks.
 	Statfs func(string) (Space, error)
+}
+
+// Store is the node's blob store, read-only (blobstore.Store).
+type Store interface {
+	registry.Store
+	// Size says whether the store holds d (committed, verified), and its size.
+	Size(ctx context.Context, d digest.Digest) (int64, bool)
 }
 
 // ImageFS locates the runtime's image filesystem (CRI ImageFsInfo's mountpoint).
@@ -62,6 +77,8 @@ func New(cfg Config, resolver *registry.Client, imageFS ImageFS) *Checker {
 type resolved struct {
 	img registry.Image
 	err error
+	// stored are the layers the node's store holds (Config.Store).
+	stored map[string]bool
 }
 
 // Check sizes every missing image (in parallel, cached), then admits sets in order
@@ -227,7 +244,7 @@ func settle(found map[string]resolved, images []string, sized map[string]resolve
 				img.Layers[i] = s
 			}
 		}
-		found[image] = resolved{img: img}
+		found[image] = resolved{img: img, stored: f.stored}
 	}
 }
 
@@ -271,6 +288,7 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 	for _, s := range sets {
 		v := Verdict{Bytes: map[string]uint64{}, Layers: map[string][]string{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
 		var layers, need, uncompressed uint64 // compressed bytes, need, of which sized uncompressed
+		var stored uint64                     // compressed bytes the node's store holds already
 		var transient []error
 		sized := 0
 		newLayers := map[string]bool{}
@@ -302,7 +320,10 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 				}
 				layers = registry.AddSat(layers, uint64(l.Size))
 				need = registry.AddSat(need, Need(l, r.cfg.Multiplier))
-				if r.cfg.KeepsCompressed {
+				switch {
+				case f.stored[l.Digest]:
+					stored = registry.AddSat(stored, uint64(l.Size))
+				case r.cfg.KeepsCompressed:
 					need = registry.AddSat(need, uint64(l.Size))
 				}
 				if l.Uncompressed > 0 && !(upper && l.MaxUncompressed > 0) {
@@ -315,7 +336,7 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
 		// refusal would let its pins go just as the kubelet's image GC starts deleting.
 		fits := need == 0 || (total <= space.Available && registry.AddSat(space.Used(), total) <= limit)
-		msg := r.describe(s.Name, sized, layers, uncompressed, need, cumulative, ad.path, space, ad.threshold, ad.thresholdFrom, ad.terr)
+		msg := r.describe(s.Name, sized, layers, uncompressed, stored, need, cumulative, ad.path, space, ad.threshold, ad.thresholdFrom, ad.terr)
 		switch {
 		case !fits:
 			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.False, Reason: status.ReasonInsufficientDiskSpace, Message: msg}
@@ -348,13 +369,16 @@ func (r *Checker) waitsFor() string {
 	return " (right after its pin is written, through the node-local mirror: the node's store and its peers; the error below is its registry's)"
 }
 
-func (r *Checker) describe(set string, images int, layers, uncompressed, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
+func (r *Checker) describe(set string, images int, layers, uncompressed, stored, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
 	how := fmt.Sprintf("%g × %s of layers", r.cfg.Multiplier, bytesize.Human(layers))
 	if uncompressed > 0 {
 		how += fmt.Sprintf(", or %s uncompressed + compressed where larger", bytesize.Human(uncompressed))
 	}
 	if r.cfg.KeepsCompressed {
-		how += fmt.Sprintf(", + %s compressed for the node-local mirror's store", bytesize.Human(layers))
+		how += fmt.Sprintf(", + %s compressed for the node-local mirror's store", bytesize.Human(layers-stored))
+	}
+	if stored > 0 {
+		how += fmt.Sprintf("; %s of the layers in the node's store already (seeded or fetched before)", bytesize.Human(stored))
 	}
 	msg := fmt.Sprintf("node %s: %d images need %s (%s) on %s", r.cfg.NodeName, images, bytesize.Human(need), how, path)
 	if before > 0 {
@@ -389,15 +413,41 @@ func (r *Checker) resolveAll(ctx context.Context, sets []SetRequest, resolve fun
 			wg.Add(1)
 			go func(image string) {
 				defer wg.Done()
-				img, err := resolve(ctx, image)
+				res := r.resolve(ctx, image, resolve)
 				mu.Lock()
-				out[image] = resolved{img: img, err: err}
+				out[image] = res
 				mu.Unlock()
 			}(image)
 		}
 	}
 	wg.Wait()
 	return out
+}
+
+// resolve sizes image from the node's store when it holds its manifests, else from its
+// registry (fromRegistry: registry.Client's Layers or Resolve), and says which of its
+// layers the store holds.
+func (r *Checker) resolve(ctx context.Context, image string, fromRegistry func(context.Context, string) (registry.Image, error)) resolved {
+	if r.cfg.Store == nil {
+		img, err := fromRegistry(ctx, image)
+		return resolved{img: img, err: err}
+	}
+	img, ok, err := r.resolver.ResolveStored(ctx, r.cfg.Store, image)
+	if !ok {
+		img, err = fromRegistry(ctx, image)
+	}
+	if err != nil {
+		return resolved{err: err}
+	}
+	stored := map[string]bool{}
+	for _, l := range img.Layers {
+		if d, err := digest.Parse(l.Digest); err == nil {
+			if _, ok := r.cfg.Store.Size(ctx, d); ok {
+				stored[l.Digest] = true
+			}
+		}
+	}
+	return resolved{img: img, stored: stored}
 }
 
 // CachedImageFS asks f for the image filesystem at most every maxAge and otherwise

@@ -3,14 +3,19 @@ package peers
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
+	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -70,6 +75,8 @@ type Node struct {
 	// a blob a fill committed, when the runtime keeps its own copy (Runtime.Content).
 	prune  chan struct{}
 	filled chan struct{}
+	// seeds are the seeds' totals for the status (Stamp).
+	seeds seedTotals
 }
 
 // New builds the node's mirror over store, serving nothing until Pinner's writes tell
@@ -81,6 +88,14 @@ func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
 	n.pinned.Store(&empty)
 	n.mirror = mirror.New(store, n.isPinned, log.WithField("part", "mirror"))
 	return n
+}
+
+// Store is the node's blob store; nil on a nil Node ([peers] off).
+func (n *Node) Store() *blobstore.Store {
+	if n == nil {
+		return nil
+	}
+	return n.store
 }
 
 // Runtime is what the mirror needs of the node's runtime.
@@ -169,8 +184,8 @@ func (n *Node) FromAggregator(nodes []string) {
 	}
 }
 
-// Stamp adds the peers' byte counts and the store's size to each status before
-// publish takes it.
+// Stamp adds the peers' byte counts, the store's size and the seeds' totals to each
+// status before publish takes it (an unreadable seed record is a fault).
 func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 	return func(s status.Node) {
 		stored, _ := n.store.Usage(context.Background())
@@ -180,6 +195,40 @@ func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 		}
 		s.Node.Peers = &status.PeerBytes{Address: address, FromRegistry: n.Bytes.FromRegistry.Load(), FromPeers: n.Bytes.FromPeers.Load(),
 			ToPeers: n.Bytes.ToPeers.Load(), Stored: stored}
+		switch t, err := n.seeds.tally(n.cfg.SeedsDir); {
+		case err != nil:
+			s.Faults = append(s.Faults, fmt.Sprintf("%v: the blob store is not pruned until it is fixed or removed", err))
+		case t.Seeds > 0:
+			s.Node.Seeded = &status.Seeded{Seeds: t.Seeds, Images: t.Images, Bytes: t.Bytes}
+		}
 		publish(s)
 	}
+}
+
+// seedTotals are the node's seeds (seed.Tally), read again when the records'
+// directory changed (a record is written, renamed or removed there) or a minute passed.
+type seedTotals struct {
+	mu     sync.Mutex
+	mtime  time.Time
+	at     time.Time
+	totals seed.Totals
+	err    error
+}
+
+func (c *seedTotals) tally(dir string) (seed.Totals, error) {
+	if dir == "" {
+		return seed.Totals{}, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return seed.Totals{}, nil // no seed yet
+	}
+	if !c.at.IsZero() && fi.ModTime().Equal(c.mtime) && time.Since(c.at) < time.Minute {
+		return c.totals, c.err
+	}
+	c.mtime, c.at = fi.ModTime(), time.Now()
+	c.totals, c.err = seed.Tally(dir)
+	return c.totals, c.err
 }

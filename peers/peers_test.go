@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
@@ -48,6 +49,11 @@ func newRegistry(t testing.TB, layers int, size int64) *fakeRegistry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return registryOf(img)
+}
+
+// registryOf is a fake registry serving img.
+func registryOf(img v1.Image) *fakeRegistry {
 	raw, _ := img.RawManifest()
 	r := &fakeRegistry{manifest: raw, blobs: map[digest.Digest][]byte{}, calls: map[digest.Digest]int{}, delay: time.Millisecond}
 	cfg, _ := img.RawConfigFile()

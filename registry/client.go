@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sync/singleflight"
 
+	"github.com/opencontainers/go-digest"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/manifest"
 	"go.podman.io/image/v5/types"
@@ -207,7 +208,9 @@ func (r *Client) uncompressed(ctx context.Context, src types.ImageSource, l type
 		return u.size, u.from
 	}
 	v, _, _ := r.inflight.Do(key, func() (any, error) {
-		size, from, requests := uncompressedSize(ctx, src, l)
+		size, from, requests := uncompressedSize(ctx, func(ctx context.Context, l types.BlobInfo, off, n uint64) ([]byte, error) {
+			return readRange(ctx, src, l, off, n)
+		}, l)
 		r.ranges.Add(int64(requests))
 		if from != "" || ctx.Err() == nil { // a cancelled read may work next time
 			r.mu.Lock()
@@ -413,7 +416,7 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 		r.mu.Unlock()
 		if ok {
 			defer k.src.Close()
-			return r.sizeLayers(ctx, k.src, k.img, k.infos), nil
+			return r.sizeLayers(ctx, r.usizeFrom(k.src), k.img, k.infos), nil
 		}
 	}
 	ref, err := docker.ParseReference("//" + image)
@@ -439,41 +442,9 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 		return Image{}, fmt.Errorf("read manifest of %s: %w", image, err)
 	}
 	r.recordTrip(time.Since(start), 2) // the ping and the manifest
-	if manifest.MIMETypeIsMultiImage(mime) {
-		list, err := manifest.ListFromBlob(blob, mime)
-		if err != nil {
-			return Image{}, fmt.Errorf("parse manifest list of %s: %w", image, err)
-		}
-		instance, err := list.ChooseInstance(sys)
-		if err != nil {
-			return Image{}, fmt.Errorf("%s has no manifest for %s (no image found in manifest list): it has %s",
-				image, r.cfg.Platform, strings.Join(ListPlatforms(list), ", "))
-		}
-		if blob, mime, err = src.GetManifest(ctx, &instance); err != nil {
-			return Image{}, fmt.Errorf("read %s manifest %s of %s: %w", r.cfg.Platform, instance, image, err)
-		}
-	}
-	m, err := manifest.FromBlob(blob, manifest.NormalizedMIMEType(mime))
+	img, infos, err := r.imageOf(ctx, image, blob, mime, src.GetManifest)
 	if err != nil {
-		return Image{}, fmt.Errorf("parse manifest of %s: %w", image, err)
-	}
-	var img Image
-	var infos []types.BlobInfo
-	for _, l := range m.LayerInfos() {
-		if l.EmptyLayer {
-			continue
-		}
-		if l.Size > MaxLayerSize {
-			// A manifest's word is not taken for an absurd size: it would overflow the
-			// sums, or make any set look too large to pin.
-			return Image{}, fmt.Errorf("manifest of %s: layer %s claims %d bytes, more than the 1 TiB a layer can plausibly have", image, l.Digest, l.Size)
-		}
-		layer := Layer{Digest: l.Digest.String(), Size: l.Size}
-		if !r.cfg.NoUncompressedSizes {
-			layer.MaxUncompressed = maxUncompressed(l.BlobInfo)
-		}
-		img.Layers = append(img.Layers, layer)
-		infos = append(infos, l.BlobInfo)
+		return Image{}, err
 	}
 	if !ranges {
 		for i := range img.Layers {
@@ -484,7 +455,58 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 		keptOpen = r.keep(image, src, img, infos)
 		return img, nil
 	}
-	return r.sizeLayers(ctx, src, img, infos), nil
+	return r.sizeLayers(ctx, r.usizeFrom(src), img, infos), nil
+}
+
+// usizeFrom sizes layers on src (Client.uncompressed).
+func (r *Client) usizeFrom(src types.ImageSource) func(context.Context, types.BlobInfo) (int64, string) {
+	return func(ctx context.Context, l types.BlobInfo) (int64, string) { return r.uncompressed(ctx, src, l) }
+}
+
+// imageOf is what the manifest blob (of type mime) of image says of it for the node's
+// platform: a list's instance for it (read with getManifest), and its layers with their
+// descriptors, no uncompressed size asked yet. Whatever the manifests come from (a
+// registry, the node's store), images are parsed here.
+func (r *Client) imageOf(ctx context.Context, image string, blob []byte, mime string,
+	getManifest func(context.Context, *digest.Digest) ([]byte, string, error)) (Image, []types.BlobInfo, error) {
+	if manifest.MIMETypeIsMultiImage(mime) {
+		list, err := manifest.ListFromBlob(blob, mime)
+		if err != nil {
+			return Image{}, nil, fmt.Errorf("parse manifest list of %s: %w", image, err)
+		}
+		instance, err := list.ChooseInstance(&types.SystemContext{OSChoice: r.cfg.Platform.OS,
+			ArchitectureChoice: r.cfg.Platform.Architecture, VariantChoice: r.cfg.Platform.Variant})
+		if err != nil {
+			return Image{}, nil, fmt.Errorf("%s has no manifest for %s (no image found in manifest list): it has %s",
+				image, r.cfg.Platform, strings.Join(ListPlatforms(list), ", "))
+		}
+		if blob, mime, err = getManifest(ctx, &instance); err != nil {
+			return Image{}, nil, fmt.Errorf("read %s manifest %s of %s: %w", r.cfg.Platform, instance, image, err)
+		}
+	}
+	m, err := manifest.FromBlob(blob, manifest.NormalizedMIMEType(mime))
+	if err != nil {
+		return Image{}, nil, fmt.Errorf("parse manifest of %s: %w", image, err)
+	}
+	var img Image
+	var infos []types.BlobInfo
+	for _, l := range m.LayerInfos() {
+		if l.EmptyLayer {
+			continue
+		}
+		if l.Size > MaxLayerSize {
+			// A manifest's word is not taken for an absurd size: it would overflow the
+			// sums, or make any set look too large to pin.
+			return Image{}, nil, fmt.Errorf("manifest of %s: layer %s claims %d bytes, more than the 1 TiB a layer can plausibly have", image, l.Digest, l.Size)
+		}
+		layer := Layer{Digest: l.Digest.String(), Size: l.Size}
+		if !r.cfg.NoUncompressedSizes {
+			layer.MaxUncompressed = maxUncompressed(l.BlobInfo)
+		}
+		img.Layers = append(img.Layers, layer)
+		infos = append(infos, l.BlobInfo)
+	}
+	return img, infos, nil
 }
 
 // kept is an image source Layers left open, its manifest read, for Resolve to size
@@ -529,9 +551,9 @@ func (r *Client) Release() error {
 	return r.saveSizes()
 }
 
-// sizeLayers asks src for the uncompressed size of each layer of img (cached by
+// sizeLayers asks usize for the uncompressed size of each layer of img (cached by
 // digest), on a copy of img.
-func (r *Client) sizeLayers(ctx context.Context, src types.ImageSource, img Image, infos []types.BlobInfo) Image {
+func (r *Client) sizeLayers(ctx context.Context, usize func(context.Context, types.BlobInfo) (int64, string), img Image, infos []types.BlobInfo) Image {
 	img.Layers = slices.Clone(img.Layers)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 1) // an image's layers one after another, on its connection
@@ -541,7 +563,7 @@ func (r *Client) sizeLayers(ctx context.Context, src types.ImageSource, img Imag
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			img.Layers[i].Uncompressed, img.Layers[i].From = r.uncompressed(ctx, src, infos[i])
+			img.Layers[i].Uncompressed, img.Layers[i].From = usize(ctx, infos[i])
 			img.Layers[i].MaxUncompressed = 0
 		}()
 	}

@@ -43,6 +43,10 @@ const rangeTimeout = 5 * time.Second
 // zstd frame is only the first of several: unknown.
 const plausible = 0.5
 
+// rangeOf reads n bytes of a blob at off: a Range request to a registry (readRange), or
+// a read of the node's store.
+type rangeOf func(ctx context.Context, l types.BlobInfo, off, n uint64) ([]byte, error)
+
 // The most a layer can decompress to, as a ratio of its compressed size: deflate's
 // longest match (258 bytes) costs at least 2 bits, 1032:1; a zstd block regenerates at
 // most 128 KiB and costs at least 4 bytes (an RLE block: its 3-byte header and the
@@ -79,9 +83,9 @@ func isTar(l types.BlobInfo) bool {
 }
 
 // uncompressedSize returns a layer's uncompressed size and how it was learned; 0 when
-// unknown. requests counts the Range requests made. It never reports more than
+// unknown. requests counts the reads of read made. It never reports more than
 // maxUncompressed(l).
-func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobInfo) (size int64, from string, requests int) {
+func uncompressedSize(ctx context.Context, read rangeOf, l types.BlobInfo) (size int64, from string, requests int) {
 	mt := strings.ToLower(l.MediaType)
 	switch {
 	case l.Size <= 0:
@@ -92,7 +96,7 @@ func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobIn
 			// says nothing once the compressed blob alone is 4 GiB.
 			return 0, "", 0
 		}
-		b, err := readRange(ctx, src, l, uint64(l.Size-4), 4)
+		b, err := read(ctx, l, uint64(l.Size-4), 4)
 		if err != nil {
 			return 0, "", 1
 		}
@@ -103,7 +107,7 @@ func uncompressedSize(ctx context.Context, src types.ImageSource, l types.BlobIn
 		return isize, FromGzipTrailer, 1
 	case strings.Contains(mt, "zstd"):
 		n := min(l.Size, 18) // magic 4, descriptor 1, window 1, dictionary ID ≤ 4, content size ≤ 8
-		b, err := readRange(ctx, src, l, 0, uint64(n))
+		b, err := read(ctx, l, 0, uint64(n))
 		if err != nil {
 			return 0, "", 1
 		}

@@ -10,5 +10,7 @@
 // medium) stores nothing, that a seed's record names only what the store holds
 // (written after its last blob is committed), and that a seed cut short (kill -9)
 // resumes when run again. What the store keeps for a seed, imagepind's prune keeps too
-// (Digests). Serving seeded images to the runtime and to peers is not done here.
+// (Digests), and the node's status sums it (Tally). Serving seeded images is not done
+// here: the node-local mirror serves pinned images from the store (package mirror), and
+// the disk check sizes them from it (registry.ResolveStored).
 package seed

@@ -85,6 +85,16 @@ type NodeInfo struct {
 	ImageFilesystem ImageFilesystem `json:"imageFilesystem"`
 	// Peers are the blob bytes by where they came from or went ([peers] on).
 	Peers *PeerBytes `json:"peers,omitempty"`
+	// Seeded is what imagepinctl seed put in the blob store (nil: no seeds).
+	Seeded *Seeded `json:"seeded,omitempty"`
+}
+
+// Seeded sums a node's complete seeds: each image, manifest and blob once. Their bytes
+// are in the store (PeerBytes.Stored) until the seed is removed, pinned or not.
+type Seeded struct {
+	Seeds  int   `json:"seeds"`
+	Images int   `json:"images"`
+	Bytes  int64 `json:"bytes"`
 }
 
 // PeerBytes are a node's bytes of pinned images' manifests and blobs since imagepind

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/cri"
@@ -170,7 +171,16 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 
 	nodeName, _ := wire.NodeName(cfg)
 	// The policy imagepind admits by ([peers] on CRI-O also keeps each layer compressed).
-	checker := diskcheck.New(wire.DiskCheckConfig(cfg, wire.GuessRuntime(cfg), nodeName), resolver, imageFS)
+	dc := wire.DiskCheckConfig(cfg, wire.GuessRuntime(cfg), nodeName)
+	// As imagepind does, what the node's blob store holds (seeded images) is sized from it.
+	if cfg.Peers.Enabled {
+		if dir := wire.StoreDir(cfg, cfg.StateDir); isDir(dir) {
+			if store, err := blobstore.Open(dir); err == nil {
+				dc.Store = store
+			}
+		}
+	}
+	checker := diskcheck.New(dc, resolver, imageFS)
 	res, err := checker.Check(ctx, reqs)
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepinctl check: %v\n", err)
@@ -407,4 +417,9 @@ func expandReleaseSets(ctx context.Context, resolver *registry.Client, labels ma
 		sets[i].Images = release.Merge(s.Images, images)
 	}
 	return out
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
 }

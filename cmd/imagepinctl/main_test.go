@@ -77,7 +77,8 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("no status file: %d %q", code, errOut)
 	}
 	n := status.Node{Node: status.NodeInfo{Name: "w3", Architecture: "amd64", Runtime: status.Runtime{Name: "cri-o", Version: "1.34.0"},
-		Peers: &status.PeerBytes{FromRegistry: 3 << 30, FromPeers: 12 << 30, ToPeers: 1 << 30, Stored: 3 << 30}},
+		Peers:  &status.PeerBytes{FromRegistry: 3 << 30, FromPeers: 12 << 30, ToPeers: 1 << 30, Stored: 3 << 30},
+		Seeded: &status.Seeded{Seeds: 2, Images: 40, Bytes: 1 << 30}},
 		Sets: []status.Set{
 			{Name: "ok", Phase: status.Ready, ImagesReady: 2, ImagesTotal: 2, BytesFromRegistry: 5 << 20, Conditions: []status.Condition{{Type: status.ConditionReady, Status: status.True, Reason: status.ReasonAllImagesPinned, Message: "2 images present and pinned"}}},
 			{Name: "bad", Phase: status.Failed, ImagesReady: 1, ImagesTotal: 2, FailedImages: []status.FailedImage{{Image: "quay.io/x@" + digest, Reason: status.ReasonImageUnavailable, Error: "manifest unknown"}}},
@@ -87,7 +88,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ := ctl(t, "status", "--config", cfg)
-	for _, want := range []string{"node w3 (amd64), cri-o 1.34.0", "blobs: 3.0 GiB from registries, 12.0 GiB from peers, 1.0 GiB served to peers; 3.0 GiB stored", "ok: 5.0 MiB fetched from registries by this node", "ok   Ready   2/2", "bad  Failed  1/2", "bad: ImageUnavailable quay.io/x@" + digest + ": manifest unknown", "file error: x.yaml: document 1"} {
+	for _, want := range []string{"node w3 (amd64), cri-o 1.34.0", "blobs: 3.0 GiB from registries, 12.0 GiB from peers, 1.0 GiB served to peers; 3.0 GiB stored", "seeded: 2 seeds, 40 images, 1.0 GiB in the store until removed", "ok: 5.0 MiB fetched from registries by this node", "ok   Ready   2/2", "bad  Failed  1/2", "bad: ImageUnavailable quay.io/x@" + digest + ": manifest unknown", "file error: x.yaml: document 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}

@@ -39,7 +39,8 @@ it), each as a directory or a tar; a directory of oc-mirror's archives is one me
 Every manifest and blob is checked against its digest; a bad medium is refused and
 nothing of it is stored; a seed cut short resumes when run again; seeding the same
 medium twice writes nothing. imagepind's prune keeps what a seed holds until
---remove. Serving seeded images to the runtime and to peers is not done yet.
+--remove. Seeding pins nothing: a set naming seeded images by digest is sized from the
+store and served to the runtime and to peers from it, with no registry.
 
 Exit codes: 0 seeded (or listed, removed), 1 a bad medium, not enough free space, or no
 such seed, 2 a usage or operational error.`,

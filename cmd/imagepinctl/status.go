@@ -125,6 +125,10 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 		fmt.Fprintf(w, "blobs: %s from registries, %s from peers, %s served to peers; %s stored\n",
 			bytesize.Human(uint64(p.FromRegistry)), bytesize.Human(uint64(p.FromPeers)), bytesize.Human(uint64(p.ToPeers)), bytesize.Human(uint64(p.Stored)))
 	}
+	if sd := n.Node.Seeded; sd != nil {
+		fmt.Fprintf(w, "seeded: %d seeds, %d images, %s in the store until removed (imagepinctl seed --list)\n",
+			sd.Seeds, sd.Images, bytesize.Human(uint64(sd.Bytes)))
+	}
 	if len(n.Sets) == 0 {
 		fmt.Fprintln(w, "no sets apply to this node")
 	} else {

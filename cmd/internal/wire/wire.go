@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/imagepin/imagepin/agent"
+	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/containerd"
@@ -115,7 +116,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	}, agent.Deps{
 		Runtime:  client,
 		Pinners:  map[string]pin.Pinner{runtimeName: pinner},
-		Disk:     DiskCheck(cfg, runtimeName, registries, client, nodeName),
+		Disk:     DiskCheck(cfg, runtimeName, registries, client, nodeName, opts.Peers.Store()),
 		Secret:   secret,
 		Kubelet:  Kubelet(cfg),
 		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: registries},
@@ -303,9 +304,14 @@ func RegistryOn(cfg conf.Config, p registry.Platform) *registry.Client {
 	return registry.New(rc, secret.Lookup)
 }
 
-// DiskCheck is the registry-backed disk check of [disk].
-func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client, client *cri.Client, nodeName string) *diskcheck.Checker {
-	return diskcheck.New(DiskCheckConfig(cfg, runtimeName, nodeName), registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
+// DiskCheck is the registry-backed disk check of [disk]; with [peers] on it sizes what
+// the node's blob store holds (store: seeded images, and those filled before) from there.
+func DiskCheck(cfg conf.Config, runtimeName string, registries *registry.Client, client *cri.Client, nodeName string, store *blobstore.Store) *diskcheck.Checker {
+	dc := DiskCheckConfig(cfg, runtimeName, nodeName)
+	if store != nil {
+		dc.Store = store
+	}
+	return diskcheck.New(dc, registries, diskcheck.CachedImageFS(ImageFS(client), 10*time.Minute, time.Now))
 }
 
 // OrderByLayers says whether the agent orders pulls so that no layer is fetched by two
