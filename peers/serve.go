@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"sync"
 	"time"
@@ -19,11 +20,22 @@ import (
 )
 
 // Server serves the mirror to other nodes: only to clients presenting a node's
-// certificate, at most MaxServing blob requests at once, and as many manifest requests
-// (more get 503: the client asks the next node; a request waits up to slotWait for its
-// turn), at most BytesPerSecond in all (0: no limit). Manifests have slots of their
-// own: a blob request may wait on a manifest from a peer (the chain above the blob),
-// and that peer's blob slots may all be taken by requests waiting on this node.
+// certificate, at most MaxServing blobs at once, and as many manifest requests (more
+// get 503: the client asks the next node; a request waits up to slotWait for its turn),
+// at most BytesPerSecond in all (0: no limit).
+//
+// A blob's requests share one slot: down a blob's tree a node serves each blob it
+// passes on to its children (Source.Fanout of them) while it arrives, all reading the
+// node's one fill of it, and a request joining a blob already served costs a reader of
+// that fill, not another transfer. A slot a request made each node serve about as
+// many requests as the blobs in flight times the fanout, and a node pulling more blobs
+// at once than max_serving divided by the fanout turned its children away: they climbed
+// onto the nodes above, whose slots filled in turn. Requests sharing a slot are bounded
+// too: at most joinedPerSlot times MaxServing blob requests at once.
+//
+// Manifests have slots of their own: a blob request may wait on a manifest from a peer
+// (the chain above the blob), and that peer's blob slots may all be taken by requests
+// waiting on this node.
 type Server struct {
 	Mirror         http.Handler // the mirror's handler for peers (chained, filling from the registry)
 	MaxServing     int
@@ -34,7 +46,23 @@ type Server struct {
 	once                 sync.Once
 	slots, manifestSlots chan struct{}
 	limiter              *rate.Limiter
+
+	mu      sync.Mutex
+	serving map[string]*slot // by blob digest
+	blobs   int              // blob requests being served (under mu)
 }
+
+// slot is one blob being served, shared by its requests.
+type slot struct {
+	refs  int           // requests holding or waiting for it (under Server.mu)
+	ready chan struct{} // closed once the slot is taken (ok) or not
+	ok    bool
+}
+
+// joinedPerSlot bounds the blob requests served at once: MaxServing times this. A
+// node's children (the fanout) and the nodes climbing past a dead or busy node share
+// a blob's slot; a star (every node asking the head) needs more.
+const joinedPerSlot = 8
 
 // slotWait is how long a request waits for one of the MaxServing slots: short, as a
 // node asking for a blob goes on to the next node above it in the blob's tree at a 503
@@ -50,6 +78,7 @@ func (s *Server) init() {
 	s.once.Do(func() {
 		s.slots = make(chan struct{}, max(s.MaxServing, 1))
 		s.manifestSlots = make(chan struct{}, max(s.MaxServing, 1))
+		s.serving = map[string]*slot{}
 		if s.BytesPerSecond > 0 {
 			s.limiter = rate.NewLimiter(rate.Limit(s.BytesPerSecond), burst)
 		}
@@ -68,23 +97,98 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// A request waits its turn for a while (a pre-load asks for many blobs at once);
 	// then the client asks the next node.
-	slots := s.slots
+	var release func()
 	if strings.Contains(r.URL.Path, "/manifests/") {
-		slots = s.manifestSlots
+		release = s.take(r.Context(), s.manifestSlots)
+	} else {
+		release = s.takeBlob(r.Context(), path.Base(r.URL.Path))
 	}
+	if release == nil {
+		if r.Context().Err() == nil {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "serving as many peers as allowed", http.StatusServiceUnavailable)
+		}
+		return
+	}
+	defer release()
+	s.Mirror.ServeHTTP(&limitedWriter{ResponseWriter: w, ctx: r.Context(), limiter: s.limiter, stats: s.Stats}, r)
+}
+
+// take is one of slots, waited for up to slotWait; nil when none came.
+func (s *Server) take(ctx context.Context, slots chan struct{}) (release func()) {
 	wait := time.NewTimer(slotWait)
 	defer wait.Stop()
 	select {
 	case slots <- struct{}{}:
-		defer func() { <-slots }()
+		return func() { <-slots }
 	case <-wait.C:
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "serving as many peers as allowed", http.StatusServiceUnavailable)
-		return
-	case <-r.Context().Done():
-		return
+	case <-ctx.Done():
 	}
-	s.Mirror.ServeHTTP(&limitedWriter{ResponseWriter: w, ctx: r.Context(), limiter: s.limiter, stats: s.Stats}, r)
+	return nil
+}
+
+// takeBlob is the slot of blob d: joined when d is being served already, else one of
+// the MaxServing taken as take does; nil when none came or joinedPerSlot times
+// MaxServing blob requests are being served.
+func (s *Server) takeBlob(ctx context.Context, d string) (release func()) {
+	s.mu.Lock()
+	if s.blobs >= joinedPerSlot*cap(s.slots) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.blobs++
+	sl := s.serving[d]
+	first := sl == nil
+	if first {
+		sl = &slot{ready: make(chan struct{})}
+		s.serving[d] = sl
+	}
+	sl.refs++
+	s.mu.Unlock()
+	drop := func() {
+		s.mu.Lock()
+		s.blobs--
+		if sl.refs--; sl.refs == 0 {
+			if s.serving[d] == sl {
+				delete(s.serving, d)
+			}
+			if sl.ok {
+				<-s.slots
+			}
+		}
+		s.mu.Unlock()
+	}
+	if first {
+		wait := time.NewTimer(slotWait)
+		select {
+		case s.slots <- struct{}{}:
+			sl.ok = true
+		case <-wait.C:
+		case <-ctx.Done():
+		}
+		wait.Stop()
+		if !sl.ok {
+			// The requests that joined it get a 503 too; the next starts afresh.
+			s.mu.Lock()
+			if s.serving[d] == sl {
+				delete(s.serving, d)
+			}
+			s.mu.Unlock()
+		}
+		close(sl.ready)
+	} else {
+		select {
+		case <-sl.ready:
+		case <-ctx.Done():
+			drop()
+			return nil
+		}
+	}
+	if !sl.ok {
+		drop()
+		return nil
+	}
+	return drop
 }
 
 // limitedWriter counts what goes to peers and paces it.
@@ -125,7 +229,10 @@ func (s *Server) Serve(ctx context.Context, address string, tlsConfig *tls.Confi
 	if err != nil {
 		return fmt.Errorf("peers: %w", err)
 	}
-	srv := &http.Server{Handler: s, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
+		// A peer's requests share one connection (Client): as many at once as the
+		// serving bound lets wait (Server).
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -214,7 +321,9 @@ func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
 		return nil, fmt.Errorf("peers.cert %s: %w", certFile, err)
 	}
 	base := &tls.Config{
-		MinVersion:     tls.VersionTLS12,
+		MinVersion: tls.VersionTLS12,
+		// HTTP/2: a peer's requests share one connection (see Client).
+		NextProtos:     []string{"h2", "http/1.1"},
 		ClientAuth:     tls.RequireAndVerifyClientCert,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return load() },
 	}
@@ -236,6 +345,15 @@ func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
 // certificate and key, one PEM) and trusts peers whose serving certificates caFile
 // signed. Both files are read again when they change: each connection verifies the peer
 // against the CA bundle the file holds then.
+//
+// It speaks HTTP/2 (HTTP/1.1 to a peer that does not): every request to a peer shares
+// one connection, however many blobs a node asks it for at once. Over HTTP/1.1 each
+// request in flight held a connection of its own, and a node following dozens of blobs
+// down their trees held hundreds of connections (and its peers as many), opened and
+// closed again as requests came and went.
+//
+// The Transport's DialContext makes the TCP connection under TLS (a test or bench may
+// wrap it to bound a node's link).
 func Client(clientCertFile, caFile string) (*http.Client, error) {
 	roots, err := newCAFile(caFile, "peers.ca")
 	if err != nil {
@@ -247,33 +365,42 @@ func Client(clientCertFile, caFile string) (*http.Client, error) {
 	}
 	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		// The TLS dial is ours so that each connection takes the CA bundle of the moment.
-		DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			pool, err := roots.get()
-			if err != nil {
-				return nil, err
-			}
-			host, _, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, err
-			}
-			raw, err := dialer.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			conn := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host,
-				GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }})
-			hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			if err := conn.HandshakeContext(hctx); err != nil {
-				raw.Close()
-				return nil, err
-			}
-			return conn, nil
-		},
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
 		ResponseHeaderTimeout: 60 * time.Second,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			// A peer that stops answering on a connection every request to it shares:
+			// pinged after 15 s of silence, dropped 15 s later.
+			SendPingTimeout: stallAfter,
+			PingTimeout:     stallAfter,
+		},
+	}
+	// The TLS dial is ours so that each connection takes the CA bundle of the moment.
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		pool, err := roots.get()
+		if err != nil {
+			return nil, err
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := tr.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host,
+			NextProtos:           []string{"h2", "http/1.1"},
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }})
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := conn.HandshakeContext(hctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
 	}
 	return &http.Client{Transport: tr}, nil
 }

@@ -374,3 +374,82 @@ func BenchmarkFanout(b *testing.B) {
 		})
 	}
 }
+
+// Twelve nodes pulling an image of many blobs at once, fanout 2, each node's
+// max_serving as many as the blobs it passes on (those whose trees give it children):
+// each node is an inner node of about half the blobs' trees, its children asking it
+// for each while it arrives, so it serves about twice as many requests as blobs.
+// Requests for a blob a node serves already share that blob's slot: no node is ever
+// busy, every request goes to the asker's parent (none climbs onto the nodes above),
+// and the registry is asked once for each blob. (With a slot a request, parents turned
+// children away, the children climbed onto the nodes above, whose slots filled in turn.)
+func TestManyBlobsDownTheirTreesAtOnce(t *testing.T) {
+	reg := newRegistry(t, 39, 128<<10)
+	reg.delay = 100 * time.Millisecond // a blob takes about 0.8 s to cross the registry link
+	q := &requests{}
+	c := newClusterOpts(t, reg, 12, clusterOpts{wrap: q.wrap, fanout: 2})
+	addrs := c.addrs()
+	inner := make([]int, len(c.nodes))
+	for d := range reg.blobs {
+		order := Order(d, addrs)
+		for i, nd := range c.nodes {
+			if p := slices.Index(order, nd.addr); 2*p+1 < len(order) {
+				inner[i]++
+			}
+		}
+	}
+	for i, nd := range c.nodes {
+		nd.server.slots = make(chan struct{}, max(inner[i], 1))
+	}
+	c.each(c.nodes, c.getManifest)
+	start := time.Now()
+	c.each(c.nodes, func(nd *node) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, len(reg.blobs))
+		for d := range reg.blobs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := c.getBlob(nd, d); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	})
+	took := time.Since(start)
+	for d, n := range reg.calls {
+		if n != 1 {
+			t.Errorf("the registry was asked %d times for %s", n, d.Encoded()[:12])
+		}
+	}
+	upward(t, c, q)
+	most, climbed := 0, 0
+	for i := range c.nodes {
+		served := 0
+		for d := range reg.blobs {
+			order := Order(d, addrs)
+			p := slices.Index(order, c.nodes[i].addr)
+			kids := q.children(i, d)
+			served += len(kids)
+			for _, k := range kids {
+				if kp := slices.Index(order, c.nodes[k].addr); (kp-1)/2 != p {
+					climbed++
+					t.Errorf("%s: node-%d at %d asked node-%d at %d, not its parent", d.Encoded()[:12], k, kp, i, p)
+				}
+			}
+		}
+		most = max(most, served)
+	}
+	for _, nd := range c.nodes {
+		for _, other := range addrs {
+			if nd.src.isAside(other) {
+				t.Errorf("%s set %s aside", nd.addr, other)
+			}
+		}
+	}
+	t.Logf("%d blobs, max_serving %v: the busiest node served %d requests; %d climbed; every node had the image after %s",
+		len(reg.blobs), inner, most, climbed, took.Round(time.Millisecond))
+}

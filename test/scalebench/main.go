@@ -85,6 +85,7 @@ func main() {
 			}
 		}
 	}
+	raiseFileLimit()
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
 		os.Exit(1)
@@ -436,4 +437,30 @@ func rssKiB() int64 {
 		}
 	}
 	return 0
+}
+
+// raiseFileLimit lifts the bench's open-file limit as far as it may go (as root: to
+// the kernel's fs.nr_open). The N nodes are N daemons in one process: each node's
+// sockets (its runtime's connections to its mirror, its peers' connections) and
+// ingest files count against one limit, where N real nodes have a limit each; at
+// N = 50 the runtime's connections alone are about 6,000 files. A process out of
+// files fails its accepts, its dials and its store's writes alike, and measures that.
+func raiseFileLimit() {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return
+	}
+	want := l
+	if data, err := os.ReadFile("/proc/sys/fs/nr_open"); err == nil {
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64); err == nil && n > want.Max {
+			want.Max = n
+		}
+	}
+	want.Cur = want.Max
+	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &want) != nil {
+		l.Cur = l.Max
+		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+	fmt.Fprintf(os.Stderr, "scalebench: up to %d open files\n", l.Cur)
 }

@@ -300,15 +300,15 @@ func (p pacedReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// paceClient makes every connection the peers' client opens read through down (the
-// TLS connections peers.Client dials; HTTP/1.1 either way).
+// paceClient makes every connection the peers' client opens read through down: the
+// TCP connections under the TLS peers.Client dials (HTTP/2, one a peer).
 func paceClient(c *http.Client, down *rate.Limiter) {
 	if down == nil {
 		return
 	}
 	tr := c.Transport.(*http.Transport)
-	dial := tr.DialTLSContext
-	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := tr.DialContext
+	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		conn, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
