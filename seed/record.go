@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/sys/unix"
 
 	"github.com/imagepin/imagepin/internal/fsutil"
 )
@@ -205,16 +204,12 @@ func lock(dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("seed records: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	unlock, err := fsutil.TryLock(filepath.Join(dir, lockName))
+	switch {
+	case errors.Is(err, fsutil.ErrLocked):
+		return nil, ErrLocked
+	case err != nil:
 		return nil, fmt.Errorf("seed lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, ErrLocked
-		}
-		return nil, fmt.Errorf("seed lock: %w", err)
-	}
-	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+	return unlock, nil
 }

@@ -171,16 +171,12 @@ func Running(dir string) (bool, error) {
 // Lock takes the state directory's exclusive lock; it is released by the returned func
 // or when the process dies (flock), so a kill -9 never leaves it stale.
 func (s *Store) Lock() (func(), error) {
-	f, err := os.OpenFile(filepath.Join(s.dir, lockFile), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
-	if err != nil {
+	unlock, err := fsutil.TryLock(filepath.Join(s.dir, lockFile))
+	switch {
+	case errors.Is(err, fsutil.ErrLocked):
+		return nil, ErrLocked
+	case err != nil:
 		return nil, fmt.Errorf("lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, ErrLocked
-		}
-		return nil, fmt.Errorf("lock: %w", err)
-	}
-	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+	return unlock, nil
 }

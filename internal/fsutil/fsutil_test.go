@@ -85,3 +85,20 @@ func TestWriteAtomicLongName(t *testing.T) {
 		t.Fatalf("read back: %q %v", b, err)
 	}
 }
+
+func TestTryLockIsExclusiveUntilReleased(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	unlock, err := TryLock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := TryLock(path); !errors.Is(err, ErrLocked) {
+		t.Fatalf("a second lock while held: %v, want ErrLocked", err)
+	}
+	unlock()
+	again, err := TryLock(path)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	again()
+}
