@@ -68,7 +68,10 @@ func TestDiskCheckOnASmallImageFilesystem(t *testing.T) {
 	c := s.Condition(status.ConditionFailed)
 	d := s.Condition(status.ConditionDiskChecked)
 	if c.Reason != status.ReasonInsufficientDiskSpace || d.Status != status.False ||
-		!strings.Contains(c.Message, "node e2e-node: 6 images need 96.0 MiB (2 × 48.0 MiB of layers, or 48.0 MiB uncompressed + compressed where larger) on "+w.crio.Root()) ||
+		// The manifests decide: 96 MiB at the floor is more than 80 MiB, whatever the
+		// layers decompress to, so no uncompressed size is asked.
+		!strings.Contains(c.Message, "node e2e-node: 6 images need 96.0 MiB (2 × 48.0 MiB of layers) on "+w.crio.Root()) ||
+		!strings.Contains(c.Message, "uncompressed sizes not asked: at the most its layers' formats can hold, 48.0 GiB, the verdict is the same") ||
 		!strings.Contains(c.Message, "free of 80.0 MiB; image GC starts at 85%") {
 		t.Fatalf("refusal: %+v / %+v", c, d)
 	}
