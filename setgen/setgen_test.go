@@ -81,7 +81,7 @@ func TestFromPods(t *testing.T) {
 func TestFromPodsRepository(t *testing.T) {
 	for _, tc := range []struct {
 		name, spec, imageID, want string
-		note                     bool
+		note                      bool
 	}{
 		// The pod names a fully qualified repository: the kubelet pulls that name.
 		{"qualified, runtime reports a mirror", "registry.example/app:v1", "mirror.example/app@" + dg('a'), "registry.example/app@" + dg('a'), true},
