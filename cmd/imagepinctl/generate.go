@@ -207,7 +207,7 @@ func generate(ctx context.Context, cs kubernetes.Interface, res *resolve.Resolve
 	for _, w := range result.Warnings {
 		fmt.Fprintf(stderr, "left out: %s\n", w)
 	}
-	fmt.Fprintf(stderr, "%d images from %s, %d containers left out\n", len(result.Images), from, len(result.Warnings))
+	fmt.Fprintf(stderr, "%d images from %s; containers left out: %d\n", len(result.Images), from, len(result.Warnings))
 	doc, err := setgen.Document(name, nodeSel, result, []string{"Made by imagepinctl generate from " + from + "."})
 	if err != nil {
 		return fail(exitNo, "set %q: %v", name, err)

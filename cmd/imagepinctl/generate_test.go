@@ -73,7 +73,7 @@ func TestGenerateFromPods(t *testing.T) {
 		t.Errorf("set:\n%s", out.String())
 	}
 	for _, want := range []string{"left out: pod shop/built container c: localhost/dev:1: the runtime reports a local image ID",
-		"1 images from the 3 pods of namespace shop selected by app=web, 1 containers left out"} {
+		"1 images from the 3 pods of namespace shop selected by app=web; containers left out: 1"} {
 		if !strings.Contains(errb.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, errb.String())
 		}
