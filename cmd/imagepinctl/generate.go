@@ -153,53 +153,23 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, string, error) {
 	return cs, ns, nil
 }
 
-// generate reads the pods or workloads, prints what was left out, and writes the set.
+// generate makes the set from the pods of ns, or, when res is given (the workloads'
+// mode), from the templates of the workloads o names with their tags resolved by res;
+// it prints what was left out and writes the set.
 func generate(ctx context.Context, cs kubernetes.Interface, res *resolve.Resolver, o *generateOptions, name, ns string,
 	nodeSel *metav1.LabelSelector, stdout, stderr io.Writer) error {
 	var (
 		result setgen.Result
 		from   string
+		err    error
 	)
 	if res != nil {
-		var workloads []setgen.Workload
-		var names []string
-		for _, k := range []struct {
-			kind  string
-			names []string
-		}{{setgen.KindDeployment, o.deployments}, {setgen.KindDaemonSet, o.daemonSets}, {setgen.KindStatefulSet, o.statefulSets}} {
-			for _, n := range k.names {
-				w, err := setgen.GetWorkload(ctx, cs, k.kind, ns, n)
-				if apierrors.IsNotFound(err) {
-					return fail(exitNo, "%v", err)
-				}
-				if err != nil {
-					return fail(exitUsage, "%v", err)
-				}
-				workloads = append(workloads, w)
-				names = append(names, strings.ToLower(k.kind)+"/"+n)
-			}
-		}
-		var err error
-		if result, err = setgen.FromTemplates(ctx, res, workloads); err != nil {
-			fmt.Fprintln(stderr, err)
-			return fail(exitNo, "nothing written: every image of the templates must resolve")
-		}
-		from = fmt.Sprintf("the next template of %s in namespace %s", strings.Join(names, ", "), ns)
+		result, from, err = fromWorkloads(ctx, cs, res, o, ns, stderr)
 	} else {
-		pods, err := setgen.ListPods(ctx, cs, ns, o.selector)
-		if err != nil {
-			return fail(exitUsage, "%v", err)
-		}
-		result = setgen.FromPods(pods)
-		from = fmt.Sprintf("the %d pods", len(pods))
-		if ns == metav1.NamespaceAll {
-			from += " of every namespace"
-		} else {
-			from += " of namespace " + ns
-		}
-		if o.selector != "" {
-			from += " selected by " + o.selector
-		}
+		result, from, err = fromPods(ctx, cs, o.selector, ns)
+	}
+	if err != nil {
+		return err
 	}
 	for _, n := range result.Notes {
 		fmt.Fprintf(stderr, "note: %s\n", n)
@@ -235,4 +205,51 @@ func generate(ctx context.Context, cs kubernetes.Interface, res *resolve.Resolve
 		return fail(exitUsage, "%v", err)
 	}
 	return nil
+}
+
+// fromWorkloads is the set of the named workloads' templates, and where it came from.
+func fromWorkloads(ctx context.Context, cs kubernetes.Interface, res *resolve.Resolver, o *generateOptions, ns string, stderr io.Writer) (setgen.Result, string, error) {
+	var workloads []setgen.Workload
+	var names []string
+	for _, k := range []struct {
+		kind  string
+		names []string
+	}{{setgen.KindDeployment, o.deployments}, {setgen.KindDaemonSet, o.daemonSets}, {setgen.KindStatefulSet, o.statefulSets}} {
+		for _, n := range k.names {
+			w, err := setgen.GetWorkload(ctx, cs, k.kind, ns, n)
+			if apierrors.IsNotFound(err) {
+				return setgen.Result{}, "", fail(exitNo, "%v", err)
+			}
+			if err != nil {
+				return setgen.Result{}, "", fail(exitUsage, "%v", err)
+			}
+			workloads = append(workloads, w)
+			names = append(names, strings.ToLower(k.kind)+"/"+n)
+		}
+	}
+	result, err := setgen.FromTemplates(ctx, res, workloads)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return setgen.Result{}, "", fail(exitNo, "nothing written: every image of the templates must resolve")
+	}
+	return result, fmt.Sprintf("the next template of %s in namespace %s", strings.Join(names, ", "), ns), nil
+}
+
+// fromPods is the set of the pods selector selects in ns ("" every namespace), and
+// where it came from.
+func fromPods(ctx context.Context, cs kubernetes.Interface, selector, ns string) (setgen.Result, string, error) {
+	pods, err := setgen.ListPods(ctx, cs, ns, selector)
+	if err != nil {
+		return setgen.Result{}, "", fail(exitUsage, "%v", err)
+	}
+	from := fmt.Sprintf("the %d pods", len(pods))
+	if ns == metav1.NamespaceAll {
+		from += " of every namespace"
+	} else {
+		from += " of namespace " + ns
+	}
+	if selector != "" {
+		from += " selected by " + selector
+	}
+	return setgen.FromPods(pods), from, nil
 }
