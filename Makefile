@@ -125,10 +125,11 @@ machineconfig:
 	$(GO) run ./packaging/machineconfig/render -out _output/machineconfig $(if $(SETS),-sets $(SETS))
 
 # The cluster's manifests: the PinnedImageSet CRD, RBAC (aggregator and nodes), the
-# aggregator (two replicas, a PodDisruptionBudget) with IMAGE set.
+# aggregator (two replicas, a PodDisruptionBudget) with IMAGE set, and its alerting rules
+# (a PrometheusRule: apply it where the Prometheus Operator runs).
 IMAGE ?= quay.io/imagepin/imagepin-aggregator:$(VERSION)
 manifests:
 	mkdir -p _output/manifests
 	cp api/v1alpha1/pinnedimagesets.yaml _output/manifests/00-crd.yaml
-	for f in namespace rbac service networkpolicy deployment pdb; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
+	for f in namespace rbac service networkpolicy deployment pdb prometheusrule; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
 	ls _output/manifests/*.yaml
