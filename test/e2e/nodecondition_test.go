@@ -1,0 +1,220 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/imagepin/imagepin/cluster/starttaint"
+	"github.com/imagepin/imagepin/nodecondition"
+)
+
+var otherTaint = corev1.Taint{Key: "example.com/other", Value: "kept", Effect: corev1.TaintEffectNoSchedule}
+
+// registerLikeKubelet makes the Node look as the kubelet leaves it at registration with
+// registerWithTaints: the startup taint (and another), and its own conditions.
+func (c *cluster) registerLikeKubelet(name string) []corev1.NodeCondition {
+	c.t.Helper()
+	ctx := c.t.Context()
+	n, err := c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n.Spec.Taints = []corev1.Taint{{Key: starttaint.DefaultKey, Effect: corev1.TaintEffectNoSchedule}, otherTaint}
+	if n, err = c.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	hb := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	n.Status.Conditions = []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", Message: "kubelet has sufficient memory available", LastHeartbeatTime: hb, LastTransitionTime: hb},
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: hb, LastTransitionTime: hb},
+	}
+	if _, err = c.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	return n.Status.Conditions
+}
+
+func (c *cluster) node(name string) *corev1.Node {
+	c.t.Helper()
+	n, err := c.cs.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+func nodeCondition(n *corev1.Node, t string) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if string(n.Status.Conditions[i].Type) == t {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// events are the Events about an object, as `kubectl describe` lists them.
+func (c *cluster) events(kind, name string) []corev1.Event {
+	c.t.Helper()
+	l, err := c.cs.CoreV1().Events("default").List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}.String()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return l.Items
+}
+
+func findEvent(evs []corev1.Event, reason string) *corev1.Event {
+	for i := range evs {
+		if evs[i].Reason == reason {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// A node that registers with the startup taint is held back until its sets are in:
+// imagepind, with the node's own certificate (Node authorizer, NodeRestriction), says
+// PinnedImagesReady False while a set cannot be pulled and True once it is Ready,
+// beside the kubelet's untouched conditions; the aggregator's leader then removes the
+// startup taint (and no other), once: the condition turning False later puts nothing
+// back. Events on the Node and the set tell the story.
+func TestNodeConditionLiftsStartupTaint(t *testing.T) {
+	c := newCluster(t)
+	kubelets := c.registerLikeKubelet(nodeName)
+	agg := c.startClusterAggregator("aggregator", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
+
+	good := c.push("nc-good", 2)
+	gone := c.reg.Host + "/nodecond/gone@sha256:" + strings.Repeat("ab", 32)
+	c.applyYAML(apiSet("boot", `{matchLabels: {node-role.kubernetes.io/worker: ""}}`, append([]string{gone}, good...)...))
+	c.startNode("", agg.grpcAddr)
+
+	// An image that cannot be pulled: False, SetsDegraded, naming the set; the taint stays.
+	waitUntil(t, "PinnedImagesReady False (SetsDegraded)", 90*time.Second, func() bool {
+		cond := nodeCondition(c.node(nodeName), nodecondition.Type)
+		return cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == nodecondition.ReasonSetsDegraded
+	})
+	n := c.node(nodeName)
+	cond := nodeCondition(n, nodecondition.Type)
+	t.Logf("node condition: %s %s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message)
+	if !strings.Contains(cond.Message, "boot") {
+		t.Fatalf("the message does not name the set: %q", cond.Message)
+	}
+	time.Sleep(3 * time.Second)
+	if !hasTaint(c.node(nodeName), starttaint.DefaultKey) {
+		t.Fatal("the startup taint went while the node's sets were not Ready")
+	}
+
+	// The set fixed: Ready on the node, the condition True, then the taint gone. Never the
+	// taint gone while the condition is not True.
+	u, err := c.sets().Get(t.Context(), "boot", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"].(map[string]any)["pinnedImages"] = []any{map[string]any{"name": good[0]}, map[string]any{"name": good[1]}}
+	if _, err := c.sets().Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var trueAt, removedAt time.Time
+	start := time.Now()
+	waitUntil(t, "the startup taint removed", 90*time.Second, func() bool {
+		n := c.node(nodeName)
+		cond := nodeCondition(n, nodecondition.Type)
+		if cond != nil && cond.Status == corev1.ConditionTrue && trueAt.IsZero() {
+			trueAt = time.Now()
+		}
+		if !hasTaint(n, starttaint.DefaultKey) {
+			if cond == nil || cond.Status != corev1.ConditionTrue {
+				t.Fatalf("the taint went with the condition %+v", cond)
+			}
+			removedAt = time.Now()
+			return true
+		}
+		return false
+	})
+	t.Logf("set updated → condition True in %s, taint removed %s later",
+		trueAt.Sub(start).Round(100*time.Millisecond), removedAt.Sub(trueAt).Round(100*time.Millisecond))
+	c.requirePinned(good...)
+
+	n = c.node(nodeName)
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != otherTaint {
+		t.Fatalf("taints after the removal: %+v", n.Spec.Taints)
+	}
+	// The kubelet's conditions are exactly as it wrote them.
+	for _, k := range kubelets {
+		got := nodeCondition(n, string(k.Type))
+		if got == nil || got.Status != k.Status || got.Reason != k.Reason || got.Message != k.Message || !got.LastHeartbeatTime.Equal(&k.LastHeartbeatTime) {
+			t.Fatalf("the kubelet's %s condition changed: %+v", k.Type, got)
+		}
+	}
+	cond = nodeCondition(n, nodecondition.Type)
+	if cond.Reason != nodecondition.ReasonAllSetsReady || !strings.Contains(cond.Message, "boot") {
+		t.Fatalf("condition %+v", cond)
+	}
+
+	// The Events: the node's own (imagepind) and the aggregator's.
+	waitUntil(t, "the Events on the Node", 30*time.Second, func() bool {
+		evs := c.events("Node", nodeName)
+		return findEvent(evs, nodecondition.EventReady) != nil && findEvent(evs, nodecondition.EventNotReady) != nil && findEvent(evs, starttaint.EventRemoved) != nil
+	})
+	evs := c.events("Node", nodeName)
+	for _, want := range []struct{ reason, component string }{
+		{nodecondition.EventNotReady, "imagepind"}, {nodecondition.EventReady, "imagepind"}, {starttaint.EventRemoved, "imagepin-aggregator"},
+	} {
+		e := findEvent(evs, want.reason)
+		if e.Source.Component != want.component {
+			t.Fatalf("event %s from %q", want.reason, e.Source.Component)
+		}
+		t.Logf("Node event: %s %s (%s): %s", e.Type, e.Reason, e.Source.Component, e.Message)
+	}
+	waitUntil(t, "the Events on the set", 30*time.Second, func() bool {
+		evs := c.events("PinnedImageSet", "boot")
+		return findEvent(evs, "SetReady") != nil && findEvent(evs, "SetDegraded") != nil
+	})
+	for _, e := range c.events("PinnedImageSet", "boot") {
+		t.Logf("PinnedImageSet event: %s %s: %s", e.Type, e.Reason, e.Message)
+	}
+
+	// Bootstrap only: the set failing again makes the condition False and a warning,
+	// and puts no taint back.
+	u, err = c.sets().Get(t.Context(), "boot", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Object["spec"].(map[string]any)["pinnedImages"] = []any{map[string]any{"name": good[0]}, map[string]any{"name": gone}}
+	if _, err := c.sets().Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "PinnedImagesReady False again", 90*time.Second, func() bool {
+		cond := nodeCondition(c.node(nodeName), nodecondition.Type)
+		return cond != nil && cond.Status == corev1.ConditionFalse
+	})
+	waitUntil(t, "a warning Event", 30*time.Second, func() bool {
+		for _, e := range c.events("Node", nodeName) {
+			if e.Reason == nodecondition.EventNotReady && e.Type == corev1.EventTypeWarning {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(3 * time.Second)
+	if n := c.node(nodeName); hasTaint(n, starttaint.DefaultKey) || len(n.Spec.Taints) != 1 {
+		t.Fatalf("taints after the condition went False: %+v", n.Spec.Taints)
+	}
+}
