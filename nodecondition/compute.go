@@ -48,7 +48,7 @@ const maxNamed = 10
 
 // Compute is the condition of a node from imagepind's status. ok is false while the
 // status cannot tell which sets target the node (the cluster sync has not written its
-// first lists yet): nothing is written then, so a restart never flips a True condition.
+// first lists yet): nothing is written then.
 // Which fact wins: a Failed set (Degraded), then sets not Ready, then (in
 // RegistryIndependent mode) sets pods would still need the registry for.
 func Compute(n status.Node, mode Mode) (Condition, bool) {

@@ -10,7 +10,8 @@
 // condition type, so the kubelet's conditions are never touched; on change (coalesced to
 // at most one write every MinInterval) and every Heartbeat unchanged; through an API
 // outage with backoff, the latest condition winning when the API answers again. Nothing
-// is written until the cluster sync has listed the sets once, so a restart never flips a
-// True condition. An Event on the Node (PinnedImagesReady, PinnedImagesNotReady) marks
+// is written until the cluster sync has listed the sets and found the Node once; a True
+// condition found at start is kept for a minute while the sets only wait to be confirmed,
+// so a restart does not flip it. An Event on the Node (PinnedImagesReady, PinnedImagesNotReady) marks
 // each change of status.
 package nodecondition

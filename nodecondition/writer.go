@@ -3,6 +3,7 @@ package nodecondition
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -41,8 +42,12 @@ type Config struct {
 	RetryMax time.Duration
 	// Timeout bounds one API call (0: 30 s).
 	Timeout time.Duration
-	Log     logrus.FieldLogger
-	Clock   clock.Clock
+	// StartupGrace: a True condition found on the Node at start stays while the sets
+	// only wait (Pending, Pulling: a restarted imagepind confirming its pins), for at
+	// most this long; a Failed set is written at once (0: 1 min).
+	StartupGrace time.Duration
+	Log          logrus.FieldLogger
+	Clock        clock.Clock
 }
 
 func (c *Config) defaults() {
@@ -57,6 +62,9 @@ func (c *Config) defaults() {
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = 30 * time.Second
+	}
+	if c.StartupGrace <= 0 {
+		c.StartupGrace = time.Minute
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
@@ -126,13 +134,19 @@ type state struct {
 	at       time.Time  // last successful write
 	tried    time.Time  // last attempt
 	failures int
+	started  time.Time
+	// held: a True condition found at start, kept through StartupGrace while sets wait.
+	held bool
 }
+
+// errHeld: the write waits for the startup grace (not a failure).
+var errHeld = errors.New("held for the startup grace")
 
 // Run writes the condition until ctx ends: on a change (at most every MinInterval), and
 // every Heartbeat unchanged. A failed write (the API unreachable, the Node not there
 // yet) is retried with backoff, always with the latest condition. Run returns nil.
 func (w *Writer) Run(ctx context.Context) error {
-	var s state
+	s := state{started: w.cfg.Clock.Now()}
 	defer func() {
 		if s.stop != nil {
 			s.stop()
@@ -146,6 +160,11 @@ func (w *Writer) Run(ctx context.Context) error {
 			if s.inAPI == nil || *s.inAPI != *want {
 				due = s.tried.Add(w.cfg.MinInterval)
 			}
+			if s.held && want.Reason == ReasonSetsNotReady {
+				if end := s.started.Add(w.cfg.StartupGrace); end.After(due) {
+					due = end
+				}
+			}
 			if s.failures > 0 {
 				if retry := s.tried.Add(w.backoff(s.failures)); retry.After(due) {
 					due = retry
@@ -153,7 +172,9 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 			if !now.Before(due) {
 				s.tried = now
-				if err := w.write(ctx, &s, *want); err != nil {
+				if err := w.write(ctx, &s, *want); errors.Is(err, errHeld) {
+					continue
+				} else if err != nil {
 					if ctx.Err() != nil {
 						return nil
 					}
@@ -222,8 +243,15 @@ func (w *Writer) write(ctx context.Context, s *state, want Condition) error {
 			}
 		}
 		s.read = true
+		s.held = s.inAPI != nil && s.inAPI.Status == status.True
 	}
 	now := w.cfg.Clock.Now()
+	if s.held {
+		if want.Reason == ReasonSetsNotReady && now.Before(s.started.Add(w.cfg.StartupGrace)) {
+			return errHeld
+		}
+		s.held = false
+	}
 	since := s.since
 	changed := s.inAPI == nil || s.inAPI.Status != want.Status
 	if changed {

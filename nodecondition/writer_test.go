@@ -295,3 +295,52 @@ func TestNothingBeforeTheFirstSync(t *testing.T) {
 		t.Fatalf("%d writes before the first sync", n)
 	}
 }
+
+func readyInAPI() *corev1.Node {
+	node := kubeletNode()
+	since := metav1.NewTime(t0.Add(-time.Hour))
+	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: Type, Status: corev1.ConditionTrue,
+		Reason: ReasonAllSetsReady, LastHeartbeatTime: since, LastTransitionTime: since})
+	return node
+}
+
+// A restarted imagepind whose sets wait to be confirmed (Pending) keeps the True it finds
+// for up to StartupGrace: no False, no Event, if they are Ready within it; False after it.
+func TestStartupGraceKeepsTrue(t *testing.T) {
+	r := newRig(t, readyInAPI())
+	r.w.Update(pullingNode)
+	r.run()
+	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	r.clock.Step(30 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if n := r.attempts.Load(); n != 0 {
+		t.Fatalf("%d writes within the grace", n)
+	}
+	r.w.Update(readyNode)
+	r.idle("the True written", 1)
+	if c := r.ours(); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("condition %+v", c)
+	}
+	if e := lastEvent(r.events); e != "" {
+		t.Fatalf("event %q", e)
+	}
+
+	r = newRig(t, readyInAPI())
+	r.w.Update(pullingNode)
+	r.run()
+	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	r.clock.Step(time.Minute)
+	r.idle("the False written after the grace", 1)
+	if c := r.ours(); c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition %+v", c)
+	}
+
+	// A Failed set is news at once.
+	r = newRig(t, readyInAPI())
+	r.w.Update(nodeWith(status.Set{Name: "base", Phase: status.Failed}))
+	r.run()
+	r.idle("the Failed written", 1)
+	if c := r.ours(); c.Reason != ReasonSetsDegraded {
+		t.Fatalf("condition %+v", c)
+	}
+}
