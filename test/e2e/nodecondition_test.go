@@ -14,6 +14,7 @@ import (
 
 	"github.com/imagepin/imagepin/cluster/starttaint"
 	"github.com/imagepin/imagepin/nodecondition"
+	"github.com/imagepin/imagepin/status"
 )
 
 var otherTaint = corev1.Taint{Key: "example.com/other", Value: "kept", Effect: corev1.TaintEffectNoSchedule}
@@ -93,8 +94,9 @@ func findEvent(evs []corev1.Event, reason string) *corev1.Event {
 // imagepind, with the node's own certificate (Node authorizer, NodeRestriction), says
 // PinnedImagesReady False while a set cannot be pulled and True once it is Ready,
 // beside the kubelet's untouched conditions; the aggregator's leader then removes the
-// startup taint (and no other), once: the condition turning False later puts nothing
-// back. Events on the Node and the set tell the story.
+// startup taint (and no other), once: the condition turning False later, during an API
+// outage, is written when the API is back and puts nothing back. Events on the Node and
+// the set tell the story.
 func TestNodeConditionLiftsStartupTaint(t *testing.T) {
 	c := newCluster(t)
 	kubelets := c.registerLikeKubelet(nodeName)
@@ -191,20 +193,22 @@ func TestNodeConditionLiftsStartupTaint(t *testing.T) {
 		t.Logf("PinnedImageSet event: %s %s: %s", e.Type, e.Reason, e.Message)
 	}
 
-	// Bootstrap only: the set failing again makes the condition False and a warning,
-	// and puts no taint back.
-	u, err = c.sets().Get(t.Context(), "boot", metav1.GetOptions{})
-	if err != nil {
+	// The API gone while a set fails on the node (a local set file): imagepind keeps the
+	// latest condition and writes it when the API answers again. Bootstrap only: the
+	// condition False puts no taint back.
+	c.kube.StopAPIServer()
+	c.writeSet("local.yaml", alphaSet("local", gone))
+	c.waitFor("the local set Failed", 90*time.Second, phaseIs("local", status.Failed))
+	time.Sleep(3 * time.Second)
+	restart := time.Now()
+	if err := c.kube.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
-	u.Object["spec"].(map[string]any)["pinnedImages"] = []any{map[string]any{"name": good[0]}, map[string]any{"name": gone}}
-	if _, err := c.sets().Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "PinnedImagesReady False again", 90*time.Second, func() bool {
+	waitUntil(t, "PinnedImagesReady False after the outage", 90*time.Second, func() bool {
 		cond := nodeCondition(c.node(nodeName), nodecondition.Type)
-		return cond != nil && cond.Status == corev1.ConditionFalse
+		return cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == nodecondition.ReasonSetsDegraded && strings.Contains(cond.Message, "local")
 	})
+	t.Logf("the condition written %s after the API server's start began", time.Since(restart).Round(100*time.Millisecond))
 	waitUntil(t, "a warning Event", 30*time.Second, func() bool {
 		for _, e := range c.events("Node", nodeName) {
 			if e.Reason == nodecondition.EventNotReady && e.Type == corev1.EventTypeWarning {
