@@ -3,14 +3,27 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
 	"github.com/imagepin/imagepin/cluster/starttaint"
 	"github.com/imagepin/imagepin/nodecondition"
@@ -90,16 +103,88 @@ func findEvent(evs []corev1.Event, reason string) *corev1.Event {
 	return nil
 }
 
+// applyNodePolicy creates the ValidatingAdmissionPolicy and its binding as shipped.
+func (c *cluster) applyNodePolicy() {
+	c.t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "packaging", "aggregator", "nodepolicy.yaml"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal(doc, &kind); err != nil {
+			c.t.Fatal(err)
+		}
+		api := c.cs.AdmissionregistrationV1()
+		switch kind.Kind {
+		case "ValidatingAdmissionPolicy":
+			var p admissionv1.ValidatingAdmissionPolicy
+			if err = yaml.UnmarshalStrict(doc, &p); err == nil {
+				_, err = api.ValidatingAdmissionPolicies().Create(c.t.Context(), &p, metav1.CreateOptions{})
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			var p admissionv1.ValidatingAdmissionPolicyBinding
+			if err = yaml.UnmarshalStrict(doc, &p); err == nil {
+				_, err = api.ValidatingAdmissionPolicyBindings().Create(c.t.Context(), &p, metav1.CreateOptions{})
+			}
+		case "":
+			continue
+		default:
+			err = fmt.Errorf("unexpected kind %q", kind.Kind)
+		}
+		if err != nil {
+			c.t.Fatalf("nodepolicy.yaml: %v", err)
+		}
+	}
+}
+
+// The shipped policy narrows the aggregator's "patch" on nodes: with its identity, a
+// label or a taint of its own is refused.
+func (c *cluster) requireNodePolicy() {
+	c.t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", c.aggConfig)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	agg := kubernetes.NewForConfigOrDie(rc)
+	c.createNode("probe", nil)
+	ctx := c.t.Context()
+	i := 0
+	var last error
+	waitUntil(c.t, "the node policy in force", 30*time.Second, func() bool {
+		i++
+		_, last = agg.CoreV1().Nodes().Patch(ctx, "probe", types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{"try":"%d"}}}`, i), metav1.PatchOptions{})
+		return last != nil && strings.Contains(last.Error(), "may not change a Node's labels")
+	})
+	c.t.Logf("the aggregator's identity labelling a Node: %v", last)
+	_, err = agg.CoreV1().Nodes().Patch(ctx, "probe", types.JSONPatchType, []byte(`[{"op":"add","path":"/spec/taints","value":[{"key":"x","effect":"NoSchedule"}]}]`), metav1.PatchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "may not add or change a Node's taints") {
+		c.t.Fatalf("the aggregator's identity tainting a Node: %v", err)
+	}
+	c.deleteNode("probe")
+}
+
 // A node that registers with the startup taint is held back until its sets are in:
 // imagepind, with the node's own certificate (Node authorizer, NodeRestriction), says
 // PinnedImagesReady False while a set cannot be pulled and True once it is Ready,
 // beside the kubelet's untouched conditions; the aggregator's leader then removes the
 // startup taint (and no other), once: the condition turning False later, during an API
-// outage, is written when the API is back and puts nothing back. Events on the Node and
+// outage, is written when the API is back and puts nothing back. The aggregator does it
+// under the shipped policy that allows it nothing else on a Node. Events on the Node and
 // the set tell the story.
 func TestNodeConditionLiftsStartupTaint(t *testing.T) {
 	c := newCluster(t)
 	kubelets := c.registerLikeKubelet(nodeName)
+	c.applyNodePolicy()
+	c.requireNodePolicy()
 	agg := c.startClusterAggregator("aggregator", "--leader-elect-lease-duration", "4s", "--leader-elect-renew-deadline", "3s", "--leader-elect-retry-period", "500ms")
 
 	good := c.push("nc-good", 2)
