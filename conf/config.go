@@ -94,7 +94,19 @@ type ClusterConfig struct {
 	// Kubeconfig is the kubelet's kubeconfig (OpenShift: /var/lib/kubelet/kubeconfig);
 	// empty: no API access, sets and labels come from files only.
 	Kubeconfig string `toml:"kubeconfig"`
+	// NodeCondition is what the node condition PinnedImagesReady on the node's own Node
+	// asks of each set that targets the node: NodeConditionReady, NodeConditionRegistry
+	// (Ready and RegistryIndependent) or NodeConditionOff (not written). Written only
+	// with Kubeconfig.
+	NodeCondition string `toml:"node_condition"`
 }
+
+// [cluster] node_condition values.
+const (
+	NodeConditionReady    = "ready"
+	NodeConditionRegistry = "registry-independent"
+	NodeConditionOff      = "off"
+)
 
 // NodeConfig says who this node is.
 type NodeConfig struct {
@@ -217,6 +229,7 @@ func Default() Config {
 		},
 		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
 			MaxServing: 64, ServeMiBPerSecond: 50, Fanout: 2},
+		Cluster: ClusterConfig{NodeCondition: NodeConditionReady},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",
@@ -360,6 +373,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Containerd.Namespace == "" || strings.ContainsAny(c.Containerd.Namespace, "/ \t\n") {
 		bad("containerd.namespace", "must be a containerd namespace such as k8s.io, got %q", c.Containerd.Namespace)
+	}
+	switch c.Cluster.NodeCondition {
+	case NodeConditionReady, NodeConditionRegistry, NodeConditionOff:
+	default:
+		bad("cluster.node_condition", "must be ready, registry-independent or off, got %q", c.Cluster.NodeCondition)
 	}
 	switch c.CRIO.Reload {
 	case ReloadAuto, ReloadSystemd, ReloadSignal:

@@ -120,6 +120,14 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if reporter != nil {
 		publishers = append(publishers, reporter.Update)
 	}
+	// The node condition PinnedImagesReady on this node's Node ([cluster] node_condition).
+	condition, err := wire.NodeCondition(cfg, version, log)
+	if err != nil {
+		return err
+	}
+	if condition != nil {
+		publishers = append(publishers, condition.Update)
+	}
 	publish := wire.Publish(publishers...)
 	if peers != nil {
 		publish = peers.Stamp(publish)
@@ -137,7 +145,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		Idle:      trimmer.Settled,
 	}
 	if syncer != nil {
-		opts.SourceFaults = syncer.Faults
+		opts.SourceFaults = wire.SyncFaults(syncer)
 	}
 	a, client, err := wire.Agent(cfg, store, opts)
 	if err != nil {
@@ -180,6 +188,10 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if syncer != nil {
 		// The API being down never stops imagepind: the sync keeps the files and retries.
 		g.Go(func() error { return syncer.Run(ctx) })
+	}
+	if condition != nil {
+		// The API being down never stops imagepind: the writer retries with the latest.
+		g.Go(func() error { return condition.Run(ctx) })
 	}
 	if peers != nil {
 		m.MirrorBytes(peers.Served.FromStore.Load, peers.Served.Transferred.Load)

@@ -290,7 +290,7 @@ func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaul
 		return dyn, meta, nil
 	}
 	return clustersync.NewConnecting(connect, clustersync.Config{
-		NodeName: nodeName, SetsDir: cfg.SetsDir, LabelsFile: cfg.Node.LabelsFile, OnFaults: onFaults, Log: log,
+		NodeName: nodeName, SetsDir: cfg.SetsDir, LabelsFile: cfg.Node.LabelsFile, OnFaults: onFaults, OnSynced: onFaults, Log: log,
 	}), nil
 }
 
