@@ -13,14 +13,16 @@ import (
 	"github.com/imagepin/imagepin/pin"
 )
 
-// MirrorRegistries is the registries.conf.d drop-in of the node-local mirror (issue
-// 24): it puts the mirror first for the repositories of the pinned images
+// MirrorRegistries is the registries.conf.d drop-in of the node-local mirror: it puts the mirror first for the repositories of the pinned images
 // (MirrorDropIn). A changed drop-in asks for CRI-O's reload (SIGHUP, on which CRI-O
 // re-reads registries.conf.d too), so the same reload applies the pins and the drop-in.
 // It is rendered after each pin write (peers.Node.Pinner).
 type MirrorRegistries struct {
 	// Local is the mirror's host:port.
 	Local string
+	// Tags, when set, is the mirror's TLS endpoint for pinned tags (host:port): the
+	// first mirror of each repository, for tags only (tagEndpoint).
+	Tags string
 	// Admin are CRI-O's registries files as the administrator wrote them; the drop-in
 	// goes into Admin.Dir.
 	Admin *AdminFiles
@@ -62,7 +64,7 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	}
 	data := m.last
 	if adminChanged || !slices.Equal(repos, m.lastRepos) {
-		if data, err = MirrorDropIn(m.Local, repos, admin, m.Path); err != nil {
+		if data, err = mirrorDropIn(m.Local, m.Tags, repos, admin, m.Path); err != nil {
 			return false, err
 		}
 		m.lastRepos, m.last = repos, data
@@ -81,4 +83,14 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	// containers/image's cache of them.
 	sysregistriesv2.InvalidateCache()
 	return true, nil
+}
+
+// tagEndpoint is the mirror entry of the tag endpoint at hostPort for repo: tags only
+// (a digest is checked by the client whoever serves it; a tag is not), and never
+// insecure: containers/image then speaks TLS only, verifying the endpoint's certificate
+// against the CA in certs.d/<hostPort>/ca.crt (package tagmirror), so no other process
+// bound to that port is believed. A refused connection or a failed handshake makes it go
+// on to the next endpoint; the endpoint's 404 for a tag no set pins does the same.
+func tagEndpoint(hostPort, repo string, path func(string) string) sysregistriesv2.Endpoint {
+	return sysregistriesv2.Endpoint{Location: hostPort + "/" + path(repo), PullFromMirror: sysregistriesv2.MirrorByTagOnly}
 }

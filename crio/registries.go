@@ -125,6 +125,12 @@ func (a *AdminFiles) sync(files map[string][]byte) error {
 //
 // path is how the mirror names a source repository in its paths (mirror.PathFor).
 func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
+	return mirrorDropIn(local, "", repos, admin, path)
+}
+
+// mirrorDropIn is MirrorDropIn with, when tags is not empty, the mirror's TLS endpoint
+// for tags (host:port) before everything, for tags only (MirrorDropInWithTags).
+func mirrorDropIn(local, tags string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
 	repos = append([]string(nil), repos...)
 	sort.Strings(repos)
 	var file struct {
@@ -138,6 +144,9 @@ func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(s
 		seen[repo] = true
 		ours := sysregistriesv2.Endpoint{Location: local + "/" + path(repo), Insecure: true, PullFromMirror: sysregistriesv2.MirrorByDigestOnly}
 		r := sysregistriesv2.Registry{Prefix: repo, Endpoint: sysregistriesv2.Endpoint{Location: repo}}
+		if tags != "" {
+			r.Mirrors = append(r.Mirrors, tagEndpoint(tags, repo, path))
+		}
 		a, err := admin(repo)
 		if err != nil {
 			return nil, err
@@ -157,7 +166,7 @@ func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(s
 				r.Mirrors = append(r.Mirrors, m)
 			}
 		} else {
-			r.Mirrors = []sysregistriesv2.Endpoint{ours}
+			r.Mirrors = append(r.Mirrors, ours)
 		}
 		file.Registries = append(file.Registries, r)
 	}

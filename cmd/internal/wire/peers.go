@@ -125,7 +125,7 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 			log.WithError(err).Warn("[peers] reading the administrator's registries files")
 		}
 		rc.RegistriesConfDir = admin.Scratch
-		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Admin: admin, Path: mirror.PathFor}
+		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress, Admin: admin, Path: mirror.PathFor}
 	}
 	rt.Registry = mirror.FromRegistry(registry.New(rc, secret.Lookup))
 	node.Bind(rt)

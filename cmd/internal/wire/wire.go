@@ -28,6 +28,7 @@ import (
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
@@ -54,6 +55,8 @@ type Options struct {
 	Idle func()
 	// SourceFaults are the cluster sync's faults, shown in the node's status.
 	SourceFaults func() []string
+	// Tags, when not nil, receives the parts that pre-load pinned tags (Tags).
+	Tags *TagParts
 	// DetectFor bounds the wait for the runtime's CRI Version with [cri] runtime = auto
 	// (0: 10 s).
 	DetectFor time.Duration
@@ -94,6 +97,14 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 			return nil, nil, err
 		}
 	}
+	var tags func([]pinset.Tag)
+	if opts.Tags != nil {
+		if *opts.Tags, err = Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, opts.Log); err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+		tags = opts.Tags.Keeper.Want
+	}
 	var registryBytes func(string) int64
 	if opts.Peers != nil {
 		registryBytes = opts.Peers.Bytes.RegistryBytes
@@ -128,6 +139,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Idle:     opts.Idle,
 
 		RegistryBytes: registryBytes,
+		Tags:          tags,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 	})
 	return a, client, nil

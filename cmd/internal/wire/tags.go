@@ -1,0 +1,64 @@
+package wire
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/containerd"
+	"github.com/imagepin/imagepin/cri"
+	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/peers"
+	"github.com/imagepin/imagepin/tagmirror"
+	"github.com/imagepin/imagepin/tagpin"
+)
+
+// TagParts pre-load the tags the sets pin (package tagpin): the keeper, and on CRI-O
+// with [peers] the node-local mirror's TLS endpoint for tags (package tagmirror).
+type TagParts struct {
+	Keeper *tagpin.Keeper
+	Server *tagmirror.Server
+}
+
+// Run runs the keeper and the endpoint until ctx ends.
+func (p *TagParts) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.Keeper.Run(ctx) })
+	if p.Server != nil {
+		g.Go(func() error { return p.Server.Serve(ctx) })
+	}
+	return g.Wait()
+}
+
+// Tags builds the tag parts for the runtime: containerd's tag records; on CRI-O, pulls
+// of the tags through the mirror's TLS endpoint, whose CA (in stateDir) CRI-O is made
+// to trust for [peers] tag_address in [disk] certs_dir. Without [peers] (or with
+// tag_address "") CRI-O gets no tags, logged. node is the bound mirror (BindPeers).
+func Tags(cfg conf.Config, runtimeName, stateDir string, client *cri.Client, node *peers.Node, log logrus.FieldLogger) (TagParts, error) {
+	log = log.WithField("part", "tags")
+	if runtimeName == conf.RuntimeContainerd {
+		images, err := containerd.DialImages(cfg.ContainerdSocket(), cfg.Containerd.Namespace)
+		if err != nil {
+			return TagParts{}, err
+		}
+		return TagParts{Keeper: tagpin.New(tagpin.Config{}, &containerd.TagRecords{Images: images}, nil, log)}, nil
+	}
+	if node == nil || cfg.Peers.TagAddress == "" {
+		return TagParts{Keeper: tagpin.New(tagpin.Config{}, nil, nil, log)}, nil
+	}
+	ca, err := tagmirror.LoadCA(stateDir)
+	if err != nil {
+		return TagParts{}, err
+	}
+	if changed, err := tagmirror.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
+		return TagParts{}, err
+	} else if changed {
+		log.WithField("dir", cfg.Disk.CertsDir).WithField("address", cfg.Peers.TagAddress).Info("CRI-O trusts the node-local mirror's CA for tags at this address alone")
+	}
+	keeper := tagpin.New(tagpin.Config{}, &tagpin.Pulls{CRI: client}, nil, log)
+	var h http.Handler = mirror.WithTags(node.Handler(), keeper.Lookup)
+	return TagParts{Keeper: keeper, Server: &tagmirror.Server{Address: cfg.Peers.TagAddress, CA: ca, Handler: h, Log: log}}, nil
+}
