@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
@@ -44,7 +45,9 @@ func Tags(cfg conf.Config, runtimeName, stateDir string, client *cri.Client, nod
 		if err != nil {
 			return TagParts{}, err
 		}
-		return TagParts{Keeper: tagpin.New(tagpin.Config{}, &containerd.TagRecords{Images: images}, nil, log)}, nil
+		// A record is two cheap reads a tag: one deleted behind imagepind's back comes
+		// back within 20 s.
+		return TagParts{Keeper: tagpin.New(tagpin.Config{Every: 20 * time.Second}, &containerd.TagRecords{Images: images}, nil, log)}, nil
 	}
 	if node == nil || cfg.Peers.TagAddress == "" {
 		return TagParts{Keeper: tagpin.New(tagpin.Config{}, nil, nil, log)}, nil
