@@ -2,10 +2,13 @@ package crio
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"time"
 
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 
@@ -21,8 +24,12 @@ type MirrorRegistries struct {
 	// Local is the mirror's host:port.
 	Local string
 	// Tags, when set, is the mirror's TLS endpoint for pinned tags (host:port): the
-	// first mirror of each repository, for tags only (tagEndpoint).
+	// first mirror, for tags only (tagEndpoint), of each repository whose registry CRI-O
+	// verifies TLS for (VerifiesTLS, given Insecure).
 	Tags string
+	// Insecure is CRI-O's insecure_registries as it has them (LiveConfig); nil: none.
+	// Not readable, no repository gets the tag endpoint until the next render.
+	Insecure func(ctx context.Context) ([]string, error)
 	// Admin are CRI-O's registries files as the administrator wrote them; the drop-in
 	// goes into Admin.Dir.
 	Admin *AdminFiles
@@ -33,6 +40,8 @@ type MirrorRegistries struct {
 	// same repositories and unchanged administrator's files, nothing is rendered again.
 	lastRepos []string
 	last      []byte
+	// lastInsecure are CRI-O's insecure registries at the last render.
+	lastInsecure []string
 }
 
 // Render writes the drop-in for patterns, the pins just written (removes it when they
@@ -62,12 +71,16 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	tags, insecure, known := m.tagEndpoints()
 	data := m.last
-	if adminChanged || !slices.Equal(repos, m.lastRepos) {
-		if data, err = mirrorDropIn(m.Local, m.Tags, repos, admin, m.Path); err != nil {
+	if adminChanged || !slices.Equal(repos, m.lastRepos) || !slices.Equal(insecure, m.lastInsecure) || !known {
+		if data, err = mirrorDropIn(m.Local, tags, repos, admin, m.Path); err != nil {
 			return false, err
 		}
-		m.lastRepos, m.last = repos, data
+		m.lastRepos, m.last, m.lastInsecure = repos, data, insecure
+		if !known {
+			m.lastRepos = nil // CRI-O's insecure registries not known: render again next time
+		}
 	}
 	if bytes.Equal(old, data) {
 		return false, nil
@@ -83,6 +96,36 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	// containers/image's cache of them.
 	sysregistriesv2.InvalidateCache()
 	return true, nil
+}
+
+// tagEndpoints is which repository gets the tag endpoint (nil: none), with CRI-O's
+// insecure registries it was decided on; known false when they could not be read.
+func (m *MirrorRegistries) tagEndpoints() (func(repo string) string, []string, bool) {
+	if m.Tags == "" {
+		return nil, nil, true
+	}
+	var insecure []string
+	if m.Insecure != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if insecure, err = m.Insecure(ctx); err != nil {
+			return nil, nil, false
+		}
+	}
+	verified := map[string]bool{}
+	return func(repo string) string {
+		host, _, _ := strings.Cut(repo, "/")
+		v, ok := verified[host]
+		if !ok {
+			v = VerifiesTLS(context.Background(), host, insecure)
+			verified[host] = v
+		}
+		if !v {
+			return ""
+		}
+		return m.Tags
+	}, insecure, true
 }
 
 // tagEndpoint is the mirror entry of the tag endpoint at hostPort for repo: tags only

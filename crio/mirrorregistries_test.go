@@ -1,6 +1,7 @@
 package crio
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,5 +105,45 @@ func TestMirrorRegistriesAsksTagsOfTheTLSEndpointOnly(t *testing.T) {
 	digested := sources("quay.io/ns/app@" + d)
 	if want := []string{"127.0.0.1:7443/quay.io/ns/app@" + d + " insecure=true", "quay.io/ns/app@" + d + " insecure=false"}; !slices.Equal(digested, want) {
 		t.Fatalf("a digest is asked of %v, want %v", digested, want)
+	}
+}
+
+// CRI-O skips TLS verification on every endpoint of a pull whose registry it holds
+// insecure: those repositories get no tag endpoint.
+func TestVerifiesTLSAsCRIODecides(t *testing.T) {
+	ctx := t.Context()
+	for _, c := range []struct {
+		registry string
+		insecure []string
+		want     bool
+	}{
+		{"src.example.invalid", nil, true},
+		{"127.0.0.1:5000", nil, false},
+		{"127.0.0.5", nil, false},
+		{"localhost:5000", nil, false},
+		{"quay.io", []string{"quay.io"}, false},
+		{"reg.example.invalid:5000", []string{"reg.example.invalid:5000"}, false},
+		{"10.1.2.3:5000", []string{"10.0.0.0/8"}, false},
+		{"10.1.2.3:5000", []string{"192.168.0.0/16"}, true},
+	} {
+		if got := VerifiesTLS(ctx, c.registry, c.insecure); got != c.want {
+			t.Errorf("%s with insecure %v: %v, want %v", c.registry, c.insecure, got, c.want)
+		}
+	}
+	dir := t.TempDir()
+	regConf := filepath.Join(dir, "registries.conf")
+	regDir := filepath.Join(dir, "registries.conf.d")
+	os.MkdirAll(regDir, 0o755)
+	os.WriteFile(regConf, []byte("unqualified-search-registries = []\n"), 0o644)
+	m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7444",
+		Insecure: func(context.Context) ([]string, error) { return []string{"10.0.0.0/8"}, nil },
+		Admin:    &AdminFiles{Main: regConf, Dir: regDir, Scratch: filepath.Join(dir, "scratch")}, Path: func(r string) string { return r }}
+	d := "@sha256:" + strings.Repeat("1", 64)
+	if _, err := m.Render([]string{"src.example.invalid/a" + d, "127.0.0.1:5000/b" + d, "10.0.0.1:5000/c" + d}); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(regDir, MirrorDropInName))
+	if n := strings.Count(string(data), "127.0.0.1:7444/"); n != 1 || !strings.Contains(string(data), "127.0.0.1:7444/src.example.invalid/a") {
+		t.Fatalf("the tag endpoint for %d repositories, want src.example.invalid/a alone:\n%s", n, data)
 	}
 }

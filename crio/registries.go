@@ -125,12 +125,13 @@ func (a *AdminFiles) sync(files map[string][]byte) error {
 //
 // path is how the mirror names a source repository in its paths (mirror.PathFor).
 func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
-	return mirrorDropIn(local, "", repos, admin, path)
+	return mirrorDropIn(local, nil, repos, admin, path)
 }
 
-// mirrorDropIn is MirrorDropIn with, when tags is not empty, the mirror's TLS endpoint
-// for tags (host:port) before everything, for tags only (MirrorDropInWithTags).
-func mirrorDropIn(local, tags string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
+// mirrorDropIn is MirrorDropIn with, for each repository tags (when not nil) names an
+// endpoint for (host:port), the mirror's TLS endpoint for tags before everything, for
+// tags only (MirrorRegistries.Tags).
+func mirrorDropIn(local string, tags func(repo string) string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
 	repos = append([]string(nil), repos...)
 	sort.Strings(repos)
 	var file struct {
@@ -144,8 +145,10 @@ func mirrorDropIn(local, tags string, repos []string, admin AdminRegistry, path 
 		seen[repo] = true
 		ours := sysregistriesv2.Endpoint{Location: local + "/" + path(repo), Insecure: true, PullFromMirror: sysregistriesv2.MirrorByDigestOnly}
 		r := sysregistriesv2.Registry{Prefix: repo, Endpoint: sysregistriesv2.Endpoint{Location: repo}}
-		if tags != "" {
-			r.Mirrors = append(r.Mirrors, tagEndpoint(tags, repo, path))
+		if tags != nil {
+			if at := tags(repo); at != "" {
+				r.Mirrors = append(r.Mirrors, tagEndpoint(at, repo, path))
+			}
 		}
 		a, err := admin(repo)
 		if err != nil {

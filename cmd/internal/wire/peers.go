@@ -125,7 +125,8 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 			log.WithError(err).Warn("[peers] reading the administrator's registries files")
 		}
 		rc.RegistriesConfDir = admin.Scratch
-		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress, Admin: admin, Path: mirror.PathFor}
+		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress, Insecure: crio.NewLiveConfig(cfg.CRISocket()).InsecureRegistries,
+			Admin: admin, Path: mirror.PathFor}
 	}
 	rt.Registry = mirror.FromRegistry(registry.New(rc, secret.Lookup))
 	node.Bind(rt)
