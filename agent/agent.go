@@ -132,6 +132,9 @@ type Deps struct {
 	// Tags receives the tags the desired sets pin, at every pass (tagpin.Keeper.Want,
 	// which pre-loads them); nil: tags are not pre-loaded.
 	Tags func([]pinset.Tag)
+	// TagStatus is the pinned tags for the node's status, and the faults of their
+	// pre-load; nil: none.
+	TagStatus func() (*status.Tags, []string)
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

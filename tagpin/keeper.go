@@ -3,6 +3,7 @@ package tagpin
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -41,6 +42,9 @@ type Keeper struct {
 	rt    Runtime
 	clock clock.WithTicker
 	log   logrus.FieldLogger
+	// OnChange is called after a pass changed which tags are held or failed (set
+	// before Run).
+	OnChange func()
 
 	mu sync.Mutex
 	// want are the tags wanted, by name; byRepo the same for Lookup.
@@ -192,7 +196,11 @@ func (k *Keeper) Pass(ctx context.Context) (done bool) {
 		done = false
 	}
 	k.mu.Lock()
+	changed := !maps.Equal(k.held, held) || !maps.Equal(k.faults, faults)
 	k.held, k.faults = held, faults
 	k.mu.Unlock()
+	if changed && k.OnChange != nil {
+		k.OnChange()
+	}
 	return done
 }

@@ -125,7 +125,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		publish = peers.Stamp(publish)
 	}
 	// The tags the sets pin: filled by wire.Agent once the runtime is known.
-	tags := &wire.TagParts{}
+	tags := &wire.TagParts{Poke: poke}
 	opts := wire.Options{
 		Peers:    peers,
 		Tags:     tags,

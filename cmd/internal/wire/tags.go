@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -13,6 +14,10 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/peers"
+	"github.com/imagepin/imagepin/pullcreds"
+	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/tagcheck"
 	"github.com/imagepin/imagepin/tagmirror"
 	"github.com/imagepin/imagepin/tagpin"
 )
@@ -20,14 +25,35 @@ import (
 // TagParts pre-load the tags the sets pin (package tagpin): the keeper, and on CRI-O
 // with [peers] the node-local mirror's TLS endpoint for tags (package tagmirror).
 type TagParts struct {
-	Keeper *tagpin.Keeper
-	Server *tagmirror.Server
+	Keeper  *tagpin.Keeper
+	Server  *tagmirror.Server
+	Checker *tagcheck.Checker
+	// Poke, set by the caller before Agent, wakes the agent to publish a moved tag.
+	Poke func()
+}
+
+// Status is the tags for the node's status (agent.Deps.TagStatus): how many the sets
+// pin, how many the runtime holds, which moved in their registry; and the faults of the
+// pre-load.
+func (p *TagParts) Status() (*status.Tags, []string) {
+	tags := p.Keeper.Tags()
+	if len(tags) == 0 {
+		return nil, nil
+	}
+	st := &status.Tags{Pinned: len(tags), Moved: p.Checker.Moved()}
+	for _, t := range tags {
+		if p.Keeper.Held(t.Name) {
+			st.Held++
+		}
+	}
+	return st, p.Keeper.Faults()
 }
 
 // Run runs the keeper and the endpoint until ctx ends.
 func (p *TagParts) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return p.Keeper.Run(ctx) })
+	g.Go(func() error { return p.Checker.Run(ctx) })
 	if p.Server != nil {
 		g.Go(func() error { return p.Server.Serve(ctx) })
 	}
@@ -38,8 +64,24 @@ func (p *TagParts) Run(ctx context.Context) error {
 // of the tags through the mirror's TLS endpoint, whose CA (in stateDir) CRI-O is made
 // to trust for [peers] tag_address in [disk] certs_dir. Without [peers] (or with
 // tag_address "") CRI-O gets no tags, logged. node is the bound mirror (BindPeers).
-func Tags(cfg conf.Config, runtimeName, stateDir string, client *cri.Client, node *peers.Node, log logrus.FieldLogger) (TagParts, error) {
+func Tags(cfg conf.Config, runtimeName, stateDir string, client *cri.Client, node *peers.Node, secret *pullcreds.SecretFile, log logrus.FieldLogger) (TagParts, error) {
 	log = log.WithField("part", "tags")
+	parts, err := tagParts(cfg, runtimeName, stateDir, client, node, log)
+	if err != nil {
+		return TagParts{}, err
+	}
+	// The registry as the runtime reaches it, but never through the node-local mirror's
+	// drop-in (its tag endpoint answers the pinned digest): on CRI-O with [peers] the
+	// administrator's registries files as BindPeers keeps them.
+	rc, _ := RegistryAccess(cfg, runtimeName, stateDir)
+	if runtimeName != conf.RuntimeContainerd && node != nil {
+		rc.RegistriesConfDir = filepath.Join(stateDir, "registries-admin.d")
+	}
+	parts.Checker = tagcheck.New(tagcheck.Config{}, registry.New(rc, secret.Lookup), parts.Keeper.Tags, nil, log)
+	return parts, nil
+}
+
+func tagParts(cfg conf.Config, runtimeName, stateDir string, client *cri.Client, node *peers.Node, log logrus.FieldLogger) (TagParts, error) {
 	if runtimeName == conf.RuntimeContainerd {
 		images, err := containerd.DialImages(cfg.ContainerdSocket(), cfg.Containerd.Namespace)
 		if err != nil {

@@ -98,12 +98,15 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		}
 	}
 	var tags func([]pinset.Tag)
+	var tagStatus func() (*status.Tags, []string)
 	if opts.Tags != nil {
-		if *opts.Tags, err = Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, opts.Log); err != nil {
+		poke := opts.Tags.Poke
+		if *opts.Tags, err = Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.Log); err != nil {
 			client.Close()
 			return nil, nil, err
 		}
-		tags = opts.Tags.Keeper.Want
+		opts.Tags.Poke, opts.Tags.Checker.OnChange, opts.Tags.Keeper.OnChange = poke, poke, poke
+		tags, tagStatus = opts.Tags.Keeper.Want, opts.Tags.Status
 	}
 	var registryBytes func(string) int64
 	if opts.Peers != nil {
@@ -140,6 +143,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 
 		RegistryBytes: registryBytes,
 		Tags:          tags,
+		TagStatus:     tagStatus,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 	})
 	return a, client, nil
