@@ -153,12 +153,18 @@ func TestTagsPinnedOnCRIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tagInRegistry(t, p.reg, img.Ref(), "v1")
+	// The registry's v1 has moved on from the image the set pins: the node must still
+	// get the pinned one (from the mirror), and say the tag moved.
+	decoy, err := p.reg.PushRandom(t.Context(), "team-t/app", 1, 16<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tagInRegistry(t, p.reg, decoy.Ref(), "v1")
 	repo := source + "/team-t/app"
 	pinnedRef, tagged := repo+"@"+img.Digest, repo+":v1"
 
 	mirrorAddr, tagAddr := fmt.Sprintf("127.0.0.1:%d", mustFreePort(t)), fmt.Sprintf("127.0.0.1:%d", mustFreePort(t))
-	p.writeConfig(worldOptions{kubeletConfig: filepath.Join(p.kdir, "kubelet.yaml"),
+	p.writeConfig(worldOptions{kubeletConfig: filepath.Join(p.kdir, "kubelet.yaml"), metrics: true,
 		extra: fmt.Sprintf("[kubelet]\nconfig_dir = \"\"\nroot_dir = %q\n[peers]\nenabled = true\nmirror_address = %q\ntag_address = %q\n", p.kroot, mirrorAddr, tagAddr)})
 	p.startKubelet("")
 	start := time.Now()
@@ -189,6 +195,22 @@ func TestTagsPinnedOnCRIO(t *testing.T) {
 		t.Fatalf("the drop-in gives the tag endpoint to %d repositories, want the source's alone (the loopback registry's are not verified by CRI-O):\n%s",
 			strings.Count(string(dropIn), `pull-from-mirror = "tag-only"`), dropIn)
 	}
+
+	// The move reported while the registry answers: status, imagepinctl, metric.
+	n := p.waitFor("the moved tag reported", 60*time.Second, func(n status.Node) bool {
+		return n.Tags != nil && len(n.Tags.Moved) == 1 && n.Tags.Held == 1
+	})
+	if m := n.Tags.Moved[0]; m.Tag != tagged || m.Pinned != img.Digest || m.Registry != decoy.Digest {
+		t.Fatalf("moved tag %+v, want %s pinned at %s, %s in the registry", m, tagged, img.Digest, decoy.Digest)
+	}
+	out, err := exec.Command(filepath.Join(binDir, "imagepinctl"), "status", "--config", p.config).CombinedOutput()
+	if !strings.Contains(string(out), "moved: "+tagged+" is "+decoy.Digest) {
+		t.Fatalf("imagepinctl status (%v) does not name the moved tag:\n%s", err, out)
+	}
+	if metrics := scrape(t, p.world); !strings.Contains(metrics, `imagepin_tags{state="moved"} 1`) || !strings.Contains(metrics, `imagepin_tags{state="held"} 1`) {
+		t.Fatalf("metrics do not count the moved tag:\n%s", grepLines(metrics, "imagepin_tags"))
+	}
+	t.Logf("moved tag reported: %s pinned %s, registry %s", tagged, img.Digest, decoy.Digest)
 
 	// Another tag of the same repository goes to the registry: latest moves to a new
 	// image there, and a pull of it gives that image, not the pinned one.
@@ -251,6 +273,16 @@ func TestTagsPinnedOnCRIO(t *testing.T) {
 		t.Fatalf("CRI-O sent requests to the impostor: %v", reqs)
 	}
 	t.Logf("with an impostor on %s, CRI-O took %s from the registry (no request reached the impostor)", tagAddr, tagged)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func mustFreePort(t *testing.T) int {
