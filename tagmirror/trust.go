@@ -41,3 +41,13 @@ func Untrust(certsDir, hostPort string, caPEM []byte) error {
 	_ = os.Remove(dir) // only when empty
 	return nil
 }
+
+// Forget removes the trust Trust gave the CA kept in stateDir for hostPort, when there is
+// such a CA (the tag endpoint turned off).
+func Forget(stateDir, certsDir, hostPort string) error {
+	caPEM, err := os.ReadFile(filepath.Join(stateDir, CACertFile))
+	if err != nil {
+		return nil
+	}
+	return Untrust(certsDir, hostPort, caPEM)
+}

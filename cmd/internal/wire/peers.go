@@ -17,6 +17,7 @@ import (
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/seed"
+	"github.com/imagepin/imagepin/tagmirror"
 )
 
 // NewPeers opens the blob store and builds the node-local mirror of [peers]
@@ -73,6 +74,11 @@ func peersOff(cfg conf.Config, stateDir, dir string, log logrus.FieldLogger) {
 	dropIn := filepath.Join(cfg.Disk.RegistriesConfDir, crio.MirrorDropInName)
 	if err := os.Remove(dropIn); err == nil {
 		log.WithField("file", dropIn).Info("[peers] is off: removed the node-local mirror's registries drop-in")
+	}
+	if cfg.Peers.TagAddress != "" {
+		if err := tagmirror.Forget(stateDir, cfg.Disk.CertsDir, cfg.Peers.TagAddress); err != nil {
+			log.WithError(err).Warn("[peers] is off: removing the tag endpoint's CA from certs.d")
+		}
 	}
 	hosts := &containerd.MirrorHosts{Record: hostsRecord(stateDir), ConfigPath: cfg.Containerd.ConfigPath}
 	if _, err := os.Stat(hosts.Record); err == nil {
