@@ -22,19 +22,34 @@ type Server struct {
 	Log     logrus.FieldLogger
 }
 
-// Serve serves until ctx ends. On loopback only connections owned by root (the
-// runtime) or by this process are answered, as on the plain mirror.
+// Serve listens and serves until ctx ends (Listen, then ServeOn).
 func (s *Server) Serve(ctx context.Context) error {
-	host, _, err := net.SplitHostPort(s.Address)
+	l, err := s.Listen()
 	if err != nil {
 		return err
 	}
+	return s.ServeOn(ctx, l)
+}
+
+// Listen binds Address, speaking TLS with the CA's certificate for its host. On
+// loopback only connections owned by root (the runtime) or by this process are
+// answered, as on the plain mirror.
+func (s *Server) Listen() (net.Listener, error) {
+	host, _, err := net.SplitHostPort(s.Address)
+	if err != nil {
+		return nil, err
+	}
 	l, err := net.Listen("tcp", s.Address)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil && ap.Addr().IsLoopback() {
 		l = &sockowner.Listener{Listener: l, Allow: sockowner.RootOrSelf, Log: s.Log}
 	}
-	return httpserve.Serve(ctx, tls.NewListener(l, s.CA.ServerTLS(host)), s.Handler)
+	return tls.NewListener(l, s.CA.ServerTLS(host)), nil
+}
+
+// ServeOn serves on l (Listen's) until ctx ends.
+func (s *Server) ServeOn(ctx context.Context, l net.Listener) error {
+	return httpserve.Serve(ctx, l, s.Handler)
 }

@@ -262,6 +262,17 @@ func TestTagsPinnedOnCRIO(t *testing.T) {
 	fake := p.push("impostor", 1)[0]
 	im := startImpostor(t, fmt.Sprintf("127.0.0.1:%d", mustFreePort(t)), fake)
 	tlsImpostor(t, im, tagAddr)
+	// First with the registry gone: the pull fails rather than take the impostor's image.
+	p.reg.Stop()
+	if out, err := p.crictl("pull", tagged); err == nil {
+		t.Fatalf("with an impostor on the tag endpoint and the registry gone, a pull of %s succeeded:\n%s", tagged, out)
+	}
+	if i := p.image(tagged); i.ID != want {
+		t.Fatalf("%s is %s with an impostor on the tag endpoint, want the pinned %s", tagged, i.ID, want)
+	}
+	if err := p.reg.Restart(); err != nil {
+		t.Fatal(err)
+	}
 	tagInRegistry(t, p.reg, p.reg.Host+"/team-t/app@"+moved.Digest, "v1")
 	if out, err := p.crictl("pull", tagged); err != nil {
 		t.Fatalf("pull with an impostor on the tag endpoint and the registry back: %v\n%s", err, out)

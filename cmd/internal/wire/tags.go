@@ -2,8 +2,10 @@ package wire
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -30,6 +32,8 @@ type TagParts struct {
 	Checker *tagcheck.Checker
 	// Poke, set by the caller before Agent, wakes the agent to publish a moved tag.
 	Poke func()
+	// fault says why the endpoint is not served.
+	fault atomic.Value
 }
 
 // Status is the tags for the node's status (agent.Deps.TagStatus): how many the sets
@@ -46,17 +50,31 @@ func (p *TagParts) Status() (*status.Tags, []string) {
 			st.Held++
 		}
 	}
-	return st, p.Keeper.Faults()
+	faults := p.Keeper.Faults()
+	if f, ok := p.fault.Load().(string); ok {
+		faults = append(faults, f)
+	}
+	return st, faults
 }
 
-// Run runs the keeper and the endpoint until ctx ends.
+// Run runs the keeper, the check and the endpoint until ctx ends. The endpoint listens
+// before the keeper's first pull: a pull of a tag while it does not would go on to the
+// registry.
 func (p *TagParts) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return p.Keeper.Run(ctx) })
 	g.Go(func() error { return p.Checker.Run(ctx) })
 	if p.Server != nil {
-		g.Go(func() error { return p.Server.Serve(ctx) })
+		l, err := p.Server.Listen()
+		if err != nil {
+			// Another process holds the address: nothing is pulled by tag (it would
+			// not come from here); the rest of imagepind runs on.
+			p.fault.Store(fmt.Sprintf("the node-local mirror's tag endpoint %s: %v: tags are not pre-loaded until imagepind restarts with the address free", p.Server.Address, err))
+			p.Server.Log.WithError(err).Error("tag endpoint not served; tags are not pre-loaded")
+			return g.Wait()
+		}
+		g.Go(func() error { return p.Server.ServeOn(ctx, l) })
 	}
+	g.Go(func() error { return p.Keeper.Run(ctx) })
 	return g.Wait()
 }
 
