@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/imagepin/imagepin/pinset"
 )
@@ -28,6 +29,32 @@ type RecordStore interface {
 // whose tag moved); records imagepind made for tags no set pins any more are deleted.
 type TagRecords struct {
 	Images RecordStore
+	// Events, when set, is followed by Watch (nil: no watch).
+	Events EventSource
+}
+
+// Watch calls changed after every image event of the namespace (a tag's record deleted
+// or replaced, a digest's record made), resubscribing with backoff until ctx ends: a
+// pass then puts right what changed, at once rather than at the next period.
+func (r *TagRecords) Watch(ctx context.Context, changed func()) error {
+	if r.Events == nil {
+		return nil
+	}
+	delay := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		_ = r.Events.ImageEvents(ctx, func(ImageEvent) { changed() })
+		if time.Since(start) > time.Minute {
+			delay = 250 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 30*time.Second)
+		changed() // events may have been missed
+	}
+	return nil
 }
 
 // Ensure makes the record t.Name hold t.Image's target; held false while the digest

@@ -26,6 +26,12 @@ type Runtime interface {
 	Forget(ctx context.Context, want []pinset.Tag) error
 }
 
+// Watcher is a Runtime that says when what it holds may have changed (containerd's
+// image events): the keeper then passes at once.
+type Watcher interface {
+	Watch(ctx context.Context, changed func()) error
+}
+
 // Config are the keeper's periods.
 type Config struct {
 	// Every is how often every tag is checked (a record removed behind imagepind's
@@ -94,6 +100,10 @@ func (k *Keeper) Want(tags []pinset.Tag) {
 		k.byRepo[t.Repo()][t.TagOnly()] = d
 	}
 	k.mu.Unlock()
+	k.poke()
+}
+
+func (k *Keeper) poke() {
 	select {
 	case k.wake <- struct{}{}:
 	default:
@@ -140,6 +150,9 @@ func (k *Keeper) Run(ctx context.Context) error {
 	if k.rt == nil {
 		<-ctx.Done()
 		return nil
+	}
+	if w, ok := k.rt.(Watcher); ok {
+		go w.Watch(ctx, k.poke)
 	}
 	for {
 		next := k.cfg.Every

@@ -105,9 +105,9 @@ func tagParts(cfg conf.Config, runtimeName, stateDir string, client *cri.Client,
 		if err != nil {
 			return TagParts{}, err
 		}
-		// A record is two cheap reads a tag: one deleted behind imagepind's back comes
-		// back within 20 s.
-		return TagParts{Keeper: tagpin.New(tagpin.Config{Every: 20 * time.Second}, &containerd.TagRecords{Images: images}, nil, log)}, nil
+		// A record deleted behind imagepind's back comes back at its image event (and
+		// within 20 s should events be missed: a record is two cheap reads a tag).
+		return TagParts{Keeper: tagpin.New(tagpin.Config{Every: 20 * time.Second}, &containerd.TagRecords{Images: images, Events: images}, nil, log)}, nil
 	}
 	if node == nil || cfg.Peers.TagAddress == "" {
 		return TagParts{Keeper: tagpin.New(tagpin.Config{}, nil, nil, log)}, nil
