@@ -118,6 +118,9 @@ func (k *Keeper) Lookup(repo, tag string) (digest.Digest, bool) {
 	return d, ok
 }
 
+// Runs says whether the keeper has a runtime to make hold the tags.
+func (k *Keeper) Runs() bool { return k.rt != nil }
+
 // Tags are the wanted tags.
 func (k *Keeper) Tags() []pinset.Tag {
 	k.mu.Lock()

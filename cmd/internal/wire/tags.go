@@ -54,6 +54,9 @@ func (p *TagParts) Status() (*status.Tags, []string) {
 	if f, ok := p.fault.Load().(string); ok {
 		faults = append(faults, f)
 	}
+	if !p.Keeper.Runs() {
+		faults = append(faults, fmt.Sprintf("%d pinned tags are not pre-loaded: CRI-O learns a tag from the node-local mirror's tag endpoint, which needs [peers] enabled and tag_address (docs/tags.md); their digests are pinned", len(tags)))
+	}
 	return st, faults
 }
 
@@ -81,7 +84,8 @@ func (p *TagParts) Run(ctx context.Context) error {
 // Tags builds the tag parts for the runtime: containerd's tag records; on CRI-O, pulls
 // of the tags through the mirror's TLS endpoint, whose CA (in stateDir) CRI-O is made
 // to trust for [peers] tag_address in [disk] certs_dir. Without [peers] (or with
-// tag_address "") CRI-O gets no tags, logged. node is the bound mirror (BindPeers).
+// tag_address "") CRI-O gets no tags (a fault while sets pin some). node is the bound
+// mirror (BindPeers).
 func Tags(cfg conf.Config, runtimeName, stateDir string, client *cri.Client, node *peers.Node, secret *pullcreds.SecretFile, log logrus.FieldLogger) (TagParts, error) {
 	log = log.WithField("part", "tags")
 	parts, err := tagParts(cfg, runtimeName, stateDir, client, node, log)
