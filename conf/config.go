@@ -218,7 +218,7 @@ func Default() Config {
 			UncompressedSizes:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
-		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", TagAddress: "127.0.0.1:7444", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
+		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", TagAddress: "127.0.0.1:7445", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
 			MaxServing: 64, ServeMiBPerSecond: 50, Fanout: 2},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",

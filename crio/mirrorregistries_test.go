@@ -71,7 +71,7 @@ func TestMirrorRegistriesAsksTagsOfTheTLSEndpointOnly(t *testing.T) {
 	regDir := filepath.Join(dir, "registries.conf.d")
 	os.MkdirAll(regDir, 0o755)
 	os.WriteFile(regConf, []byte("unqualified-search-registries = []\n"), 0o644)
-	m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7444",
+	m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7445",
 		Admin: &AdminFiles{Main: regConf, Dir: regDir, Scratch: filepath.Join(dir, "scratch")}, Path: func(r string) string { return r }}
 	d := "sha256:" + strings.Repeat("1", 64)
 	if _, err := m.Render([]string{"quay.io/ns/app@" + d}); err != nil {
@@ -99,7 +99,7 @@ func TestMirrorRegistriesAsksTagsOfTheTLSEndpointOnly(t *testing.T) {
 		return out
 	}
 	tagged := sources("quay.io/ns/app:v1")
-	if want := []string{"127.0.0.1:7444/quay.io/ns/app:v1 insecure=false", "quay.io/ns/app:v1 insecure=false"}; !slices.Equal(tagged, want) {
+	if want := []string{"127.0.0.1:7445/quay.io/ns/app:v1 insecure=false", "quay.io/ns/app:v1 insecure=false"}; !slices.Equal(tagged, want) {
 		t.Fatalf("a tag is asked of %v, want %v", tagged, want)
 	}
 	digested := sources("quay.io/ns/app@" + d)
@@ -135,7 +135,7 @@ func TestVerifiesTLSAsCRIODecides(t *testing.T) {
 	regDir := filepath.Join(dir, "registries.conf.d")
 	os.MkdirAll(regDir, 0o755)
 	os.WriteFile(regConf, []byte("unqualified-search-registries = []\n"), 0o644)
-	m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7444",
+	m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7445",
 		Insecure: func(context.Context) ([]string, error) { return []string{"10.0.0.0/8"}, nil },
 		Admin:    &AdminFiles{Main: regConf, Dir: regDir, Scratch: filepath.Join(dir, "scratch")}, Path: func(r string) string { return r }}
 	d := "@sha256:" + strings.Repeat("1", 64)
@@ -143,7 +143,7 @@ func TestVerifiesTLSAsCRIODecides(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := os.ReadFile(filepath.Join(regDir, MirrorDropInName))
-	if n := strings.Count(string(data), "127.0.0.1:7444/"); n != 1 || !strings.Contains(string(data), "127.0.0.1:7444/src.example.invalid/a") {
+	if n := strings.Count(string(data), "127.0.0.1:7445/"); n != 1 || !strings.Contains(string(data), "127.0.0.1:7445/src.example.invalid/a") {
 		t.Fatalf("the tag endpoint for %d repositories, want src.example.invalid/a alone:\n%s", n, data)
 	}
 }
