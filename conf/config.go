@@ -45,6 +45,9 @@ type PeersConfig struct {
 	Enabled bool `toml:"enabled"`
 	// MirrorAddress is where it listens (plain HTTP: loopback only).
 	MirrorAddress string `toml:"mirror_address"`
+	// TagAddress is where the mirror answers pinned tags to CRI-O (TLS with a node-local
+	// CA, loopback only; docs/tags.md). "": tags are not pre-loaded on CRI-O.
+	TagAddress string `toml:"tag_address"`
 	// StoreDir keeps the pinned images' compressed blobs ("": <state_dir>/blobs).
 	StoreDir string `toml:"store_dir"`
 
@@ -227,7 +230,7 @@ func Default() Config {
 			UncompressedSizes:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
-		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
+		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", TagAddress: "127.0.0.1:7445", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
 			MaxServing: 64, ServeMiBPerSecond: 50, Fanout: 2},
 		Cluster: ClusterConfig{NodeCondition: NodeConditionReady},
 		Kubelet: KubeletConfig{
@@ -336,6 +339,12 @@ func (c *Config) Validate() error {
 		host, _, err := net.SplitHostPort(c.Peers.MirrorAddress)
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 			bad("peers.mirror_address", "must be a loopback host:port (the mirror speaks plain HTTP), got %q", c.Peers.MirrorAddress)
+		}
+		if c.Peers.TagAddress != "" {
+			host, _, err := net.SplitHostPort(c.Peers.TagAddress)
+			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() || c.Peers.TagAddress == c.Peers.MirrorAddress {
+				bad("peers.tag_address", "must be a loopback host:port other than peers.mirror_address (or \"\": no tags on CRI-O), got %q", c.Peers.TagAddress)
+			}
 		}
 	}
 	if c.Peers.Address != "" || len(c.Peers.Nodes) > 0 {

@@ -132,8 +132,11 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if peers != nil {
 		publish = peers.Stamp(publish)
 	}
+	// The tags the sets pin: filled by wire.Agent once the runtime is known.
+	tags := &wire.TagParts{Poke: poke}
 	opts := wire.Options{
 		Peers:    peers,
+		Tags:     tags,
 		Version:  version,
 		Publish:  publish,
 		Log:      log,
@@ -185,6 +188,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	})
 	g.Go(func() error { return a.Run(ctx, triggers) })
 	g.Go(func() error { return trimmer.Run(ctx) })
+	g.Go(func() error { return tags.Run(ctx) })
 	if syncer != nil {
 		// The API being down never stops imagepind: the sync keeps the files and retries.
 		g.Go(func() error { return syncer.Run(ctx) })
