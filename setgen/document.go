@@ -14,10 +14,11 @@ import (
 )
 
 // Document is the PinnedImageSet (imagepin.io/v1alpha1) named name for the nodes
-// nodeSelector selects, holding r's images by digest. Each image whose workloads name
-// it by tag carries the tags in a comment on its line ("# tag: repo:v2"): the set
-// format pins by digest alone. header lines become a comment above the document (where
-// the images came from). The document is validated as imagepind reads it.
+// nodeSelector selects, holding r's images by digest. An image whose workloads name it
+// by tag is pinned as repository:tag@sha256:… (once per tag), so that the runtime knows
+// the tag and pods naming it start with the registry gone. header lines become a
+// comment above the document (where the images came from). The document is validated
+// as imagepind reads it.
 func Document(name string, nodeSelector *metav1.LabelSelector, r Result, header []string) ([]byte, error) {
 	if len(r.Images) == 0 {
 		return nil, errors.New("no image to pin: nothing selected runs an image with a registry digest")
@@ -32,11 +33,14 @@ func Document(name string, nodeSelector *metav1.LabelSelector, r Result, header 
 	}
 	images := &yaml.Node{Kind: yaml.SequenceNode}
 	for _, img := range r.Images {
-		item := mapping("name", str(img.Ref))
-		if len(img.Tags) > 0 {
-			item.Content[1].LineComment = "tag: " + strings.Join(img.Tags, ", ")
+		if len(img.Tags) == 0 {
+			images.Content = append(images.Content, mapping("name", str(img.Ref)))
+			continue
 		}
-		images.Content = append(images.Content, item)
+		_, dgst, _ := strings.Cut(img.Ref, "@")
+		for _, tag := range img.Tags {
+			images.Content = append(images.Content, mapping("name", str(tag+"@"+dgst)))
+		}
 	}
 	doc := mapping(
 		"apiVersion", str(pinset.APIVersionImagepin),

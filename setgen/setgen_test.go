@@ -242,7 +242,8 @@ func TestDocument(t *testing.T) {
 	text := string(out)
 	for _, want := range []string{
 		"# from pods in namespace shop\n",
-		"- name: quay.io/shop/web@" + dg('b') + " # tag: quay.io/shop/web:stable, quay.io/shop/web:v2\n",
+		"- name: quay.io/shop/web:stable@" + dg('b') + "\n",
+		"- name: quay.io/shop/web:v2@" + dg('b') + "\n",
 		"- name: quay.io/shop/db@" + dg('d') + "\n",
 		"node-role.kubernetes.io/worker: \"\"",
 	} {

@@ -44,8 +44,8 @@ func newGenerate(g *globals) *cobra.Command {
 From pods (the default): the pods of --namespace (or every namespace with
 --all-namespaces) that --selector selects, each container's image (init, regular and
 ephemeral) by the digest its runtime reports in the pod's status (imageID): exactly what
-runs, whatever tag it was started from. A tag the pod's spec names is kept beside the
-digest as a comment ("# tag: repo:v2"): the set pins by digest. An image is pinned under
+runs, whatever tag it was started from. A tag the pod's spec names is pinned with the
+digest (repo:v2@sha256:…), so pods naming the tag start with the registry gone. An image is pinned under
 the repository the pod names when that name is fully qualified (the kubelet pulls that
 name), else under the repository the runtime reports.
 

@@ -69,7 +69,7 @@ func TestGenerateFromPods(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, errb.String())
 	}
-	if !strings.Contains(out.String(), "- name: quay.io/shop/web@"+genDigest('a')+" # tag: quay.io/shop/web:v2\n") {
+	if !strings.Contains(out.String(), "- name: quay.io/shop/web:v2@"+genDigest('a')+"\n") {
 		t.Errorf("set:\n%s", out.String())
 	}
 	for _, want := range []string{"left out: pod shop/built container c: localhost/dev:1: the runtime reports a local image ID",
@@ -120,7 +120,7 @@ func TestGenerateFromDeploymentToFileAsJSON(t *testing.T) {
 			PinnedImages []struct{ Name string } `json:"pinnedImages"`
 		} `json:"spec"`
 	}
-	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Spec.PinnedImages) != 1 || doc.Spec.PinnedImages[0].Name != "quay.io/shop/web@"+genDigest('b') {
+	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Spec.PinnedImages) != 1 || doc.Spec.PinnedImages[0].Name != "quay.io/shop/web:v3@"+genDigest('b') {
 		t.Fatalf("%v: %s", err, b)
 	}
 	if out.Len() != 0 {

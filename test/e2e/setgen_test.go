@@ -249,10 +249,12 @@ func TestGenerateSetsFromWhatRuns(t *testing.T) {
 		t.Errorf("the local image is not reported with its fix:\n%s", stderr)
 	}
 	text, _ := os.ReadFile(runsFile)
-	if !strings.Contains(string(text), webV1.Ref()+" # tag: "+webV1.Repo+":v1") {
+	if !strings.Contains(string(text), "- name: "+strings.Replace(webV1.Ref(), "@", ":v1@", 1)+"\n") {
 		t.Errorf("web v1 without its tag:\n%s", text)
 	}
-	if got, want := applied(runsFile), sorted(migrate.Ref(), webV1.Ref(), side.Ref()); !slices.Equal(got, want) {
+	// An image the pod names by tag is pinned with its tag (repo:tag@digest).
+	tagged := func(img env.Image, tag string) string { return strings.Replace(img.Ref(), "@", ":"+tag+"@", 1) }
+	if got, want := applied(runsFile), sorted(tagged(migrate, "v2"), tagged(webV1, "v1"), side.Ref()); !slices.Equal(got, want) {
 		t.Errorf("set from pods: %v, want %v (not db's, not the local one, each once)", got, want)
 	}
 
@@ -261,7 +263,7 @@ func TestGenerateSetsFromWhatRuns(t *testing.T) {
 	if _, _, code := ctl("generate", "web-next", "-n", "shop", "--deployment", "web", "--file", nextFile); code != 0 {
 		t.Fatalf("generate from the deployment: exit %d", code)
 	}
-	if got, want := applied(nextFile), sorted(migrate.Ref(), webV2.Ref(), side.Ref()); !slices.Equal(got, want) {
+	if got, want := applied(nextFile), sorted(tagged(migrate, "v2"), tagged(webV2, "v2"), tagged(side, "1.0")); !slices.Equal(got, want) {
 		t.Errorf("set from the template: %v, want %v (v2, not the v1 that runs)", got, want)
 	}
 
