@@ -13,7 +13,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,6 +57,8 @@ var (
 	timeout    = flag.Duration("timeout", 20*time.Minute, "bound on one run")
 	dirFlag    = flag.String("dir", os.TempDir(), "where the nodes' blob stores go (removed at the end)")
 	verbose    = flag.Bool("v", false, "print the first warnings the nodes logged in each run")
+	perProcess = flag.Int("per-process", 50, "nodes in each worker process (each process has a table of open files of its own, as each node does)")
+	workerMode = flag.Bool("worker", false, "run as a worker process (the bench starts them)")
 	p5         = flag.Bool("p5", false, "mimic docs/numbers.md P5 (test/bench -peer-links 100ms:1000:1, its 12-image set, no per-node bounds): sets the flags not given")
 )
 
@@ -86,6 +87,13 @@ func main() {
 		}
 	}
 	raiseFileLimit()
+	if *workerMode {
+		if err := runWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, "scalebench worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
 		os.Exit(1)
@@ -103,6 +111,8 @@ type result struct {
 	cpu      float64 // the bench's CPU time ÷ (wall × cores)
 	load     string  // the machine's load average at the end (other work on it)
 	rssKiB   int64
+	fds      fdCensus // the most open files sampled in one worker process, by kind
+	procs    int      // worker processes
 	// done are the nodes holding the set when the run ended (-timeout: all of them, or
 	// the run was cut there).
 	done int
@@ -187,7 +197,7 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			certs = append(certs, creds{ip: ip, serving: serving, client: client})
+			certs = append(certs, creds{IP: ip, Serving: serving, Client: client})
 		}
 		r := *reps
 		if n >= *onceFrom {
@@ -213,6 +223,7 @@ func run() error {
 				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB, load %s\n",
 					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
 					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.rssKiB>>10, res.load)
+				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
 			}
 		}
 	}
@@ -220,7 +231,8 @@ func run() error {
 	return nil
 }
 
-// runOnce starts n fresh nodes with empty stores and has each pull the set.
+// runOnce starts n fresh nodes with empty stores, spread over worker processes
+// (worker.go), and has each pull the set.
 func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile, regConf, emptyDir string, pinned map[string]bool) (result, error) {
 	defer os.RemoveAll(dir)
 	port, err := env.FreePort()
@@ -229,89 +241,107 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	}
 	addrs := make([]string, n)
 	for i := range n {
-		addrs[i] = net.JoinHostPort(certs[i].ip, strconv.Itoa(port))
+		addrs[i] = net.JoinHostPort(certs[i].IP, strconv.Itoa(port))
 	}
-	warn := &warnCounter{}
-	o := nodeOptions{addrs: addrs, ca: caFile, registryConf: regConf, emptyDir: emptyDir, pinned: pinned, maxServing: *maxServing,
-		serveBPS: *serveMiB << 20, upBPS: *upKBps * 1000, downBPS: *downKBps * 1000, fanout: k, warnings: warn}
-	nodes := make([]*node, n)
-	joined := make([]bool, n)
+	var pins []string
+	for p := range pinned {
+		pins = append(pins, p)
+	}
+	var refs []imageRef
+	for _, img := range s.images {
+		refs = append(refs, imageRef{Repo: img.repo, Manifest: img.manifest})
+	}
+	procs := (n + *perProcess - 1) / *perProcess
+	workers := make([]*worker, 0, procs)
 	defer func() {
-		for i, nd := range nodes {
-			if nd != nil {
-				nd.stop(joined[i])
-			}
+		for _, w := range workers {
+			w.kill()
 		}
 	}()
-	for i := range n {
-		if nodes[i], err = newNode(dir, i, certs[i], o); err != nil {
+	for p := range procs {
+		lo, hi := p*n/procs, (p+1)*n/procs
+		w, err := startWorker(workerSpec{Dir: dir, Lo: lo, Hi: hi, N: n, Addrs: addrs, Creds: certs[lo:hi], CA: caFile, RegistryConf: regConf,
+			EmptyDir: emptyDir, Pinned: pins, Images: refs, MaxServing: *maxServing, ServeBPS: *serveMiB << 20, UpBPS: *upKBps * 1000,
+			DownBPS: *downKBps * 1000, Fanout: k, PullWidth: *pullWidth, Stagger: *stagger, Timeout: *timeout,
+			Ports: fdPorts{Peer: port, Link: portOf(link.Addr), Registry: portOf(s.registry)}})
+		if err != nil {
+			return result{}, err
+		}
+		workers = append(workers, w)
+	}
+	for _, w := range workers {
+		if err := w.expect("ready", nil); err != nil {
 			return result{}, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	if *stagger == 0 {
-		// All at once: every peer server listens before the first pull.
-		for i, nd := range nodes {
-			joined[i] = true
-			if err := nd.join(ctx); err != nil {
-				return result{}, err
-			}
-		}
-	}
+	// Every worker starts its nodes at the same instant.
+	start := time.Now().Add(100 * time.Millisecond)
 	egress0 := link.Down.Load()
 	cpu0 := cpuTime()
-	start := time.Now()
-	finishes := make([]time.Duration, n)
-	retries := make([]int, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, nd := range nodes {
-		at := time.Duration(0)
-		if *stagger > 0 {
-			at = *stagger * time.Duration(i) / time.Duration(n)
+	for _, w := range workers {
+		if err := w.send(fmt.Sprintf("go %d", start.UnixNano())); err != nil {
+			return result{}, err
 		}
+	}
+	dones := make([]workerDone, len(workers))
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			joinedAt := start
-			if *stagger > 0 {
-				select {
-				case <-time.After(at - time.Since(start)):
-				case <-ctx.Done():
-					errs[i] = ctx.Err()
-					return
-				}
-				joinedAt = time.Now()
-				joined[i] = true
-				if errs[i] = nd.join(ctx); errs[i] != nil {
-					return
-				}
-			}
-			retries[i], errs[i] = nd.pull(ctx, s, *pullWidth)
-			finishes[i] = time.Since(joinedAt)
+			errs[i] = w.expect("done", &dones[i])
 		}()
 	}
 	wg.Wait()
 	took := time.Since(start)
-	res := result{took: took, finishes: finishes, egress: link.Down.Load() - egress0, setAside: warn.setAside.Load(),
-		cpu: (cpuTime() - cpu0).Seconds() / (took.Seconds() * float64(runtime.NumCPU())), rssKiB: rssKiB(), load: loadavg()}
-	res.finishes = nil
-	for i, nd := range nodes {
-		res.maxUp = max(res.maxUp, nd.stats.ToPeers.Load())
-		res.retries += retries[i]
-		if errs[i] == nil {
-			res.done++
-			res.finishes = append(res.finishes, finishes[i])
-		} else if errors.Is(errs[i], context.DeadlineExceeded) {
-			// Cut by -timeout: reported as a node not holding the set.
-			errs[i] = nil
+	if err := errors.Join(errs...); err != nil {
+		return result{}, err
+	}
+	res := result{took: took, egress: link.Down.Load() - egress0, load: loadavg(), procs: len(workers), rssKiB: rssKiB()}
+	cpu := cpuTime() - cpu0
+	var nodeErrs []error
+	for _, d := range dones {
+		cpu += d.CPU
+		res.rssKiB += d.RSSKiB
+		if d.FDs.total() > res.fds.total() {
+			res.fds = d.FDs
+		}
+		for _, r := range d.Nodes {
+			res.retries += r.Retries
+			if r.Done {
+				res.done++
+				res.finishes = append(res.finishes, r.Finish)
+			} else if r.Err != "" {
+				nodeErrs = append(nodeErrs, errors.New(r.Err))
+			}
 		}
 	}
-	cancel()
-	err = errors.Join(errs...)
+	res.cpu = cpu.Seconds() / (took.Seconds() * float64(runtime.NumCPU()))
+	var samples []string
+	for _, w := range workers {
+		if err := w.send("stop"); err != nil {
+			return result{}, err
+		}
+		var f workerFinal
+		if err := w.expect("final", &f); err != nil {
+			return result{}, err
+		}
+		for _, up := range f.ToPeers {
+			res.maxUp = max(res.maxUp, up)
+		}
+		res.setAside += f.SetAside
+		samples = append(samples, f.Samples...)
+	}
+	for _, w := range workers {
+		if err := w.wait(); err != nil {
+			return result{}, fmt.Errorf("worker %d: %w", w.cmd.Process.Pid, err)
+		}
+	}
+	workers = nil
+	err = errors.Join(nodeErrs...)
 	if err != nil || *verbose {
-		for _, w := range warn.samples {
+		for _, w := range samples[:min(len(samples), 5)] {
 			fmt.Fprintln(os.Stderr, "   ", w)
 		}
 	}
@@ -330,8 +360,8 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 	if treeNote != "" {
 		fmt.Printf("%s\n\n", treeNote)
 	}
-	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load | processes | most open files in one |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
 		alone := median(tooks(results[m][1]))
 		for _, n := range counts {
@@ -346,6 +376,7 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			var cpu []float64
 			var rss int64
 			var loads []string
+			procs, files := 0, 0
 			done := n
 			for _, r := range rs {
 				runs = append(runs, fmt.Sprintf("%.2f", r.took.Seconds()))
@@ -359,17 +390,27 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 				rss = max(rss, r.rssKiB)
 				loads = append(loads, r.load)
 				done = min(done, r.done)
+				procs = max(procs, r.procs)
+				files = max(files, r.fds.total())
 			}
 			until := fmt.Sprintf("%.2f s", med.Seconds())
 			if done < n {
 				until = fmt.Sprintf("not within %s", *timeout)
 			}
-			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s |\n",
+			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s | %d | %d |\n",
 				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
-				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10, strings.Join(loads, ", "))
+				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10, strings.Join(loads, ", "), procs, files)
 		}
 	}
-	fmt.Printf("\nBench resident memory: at most %d MiB (measured at the end of each run, before its nodes stop).\n\n", peakRSS>>10)
+	fmt.Printf("\nBench resident memory (the bench and its workers together): at most %d MiB (measured when the nodes hold the set, before they stop). "+
+		"The nodes run in worker processes of at most %d nodes each (-per-process), each with its own table of open files, as each real node has; "+
+		"a simulated runtime reaches its node's mirror in memory.\n\n", peakRSS>>10, *perProcess)
+}
+
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 func kbps(v int64) string {
@@ -462,5 +503,8 @@ func raiseFileLimit() {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+	if *workerMode {
+		return
+	}
 	fmt.Fprintf(os.Stderr, "scalebench: up to %d open files\n", l.Cur)
 }

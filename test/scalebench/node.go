@@ -39,8 +39,8 @@ func setFanout(s *peers.Source, k int) bool {
 
 // creds are one node's certificates (node name, serving and client PEM files).
 type creds struct {
-	ip              string
-	serving, client string
+	IP              string
+	Serving, Client string
 }
 
 // node is one simulated node: the daemon's node-local mirror (mirror.Mirror with a
@@ -106,12 +106,12 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	reg := peers.CountRegistry(pacedSource{mirror.FromRegistry(rc), down}, n.stats)
 
 	// As peers.Node.share.
-	client, err := peers.Client(c.client, o.ca)
+	client, err := peers.Client(c.Client, o.ca)
 	if err != nil {
 		return nil, err
 	}
 	paceClient(client, down)
-	serverTLS, err := peers.ServerTLS(c.serving, o.ca)
+	serverTLS, err := peers.ServerTLS(c.Serving, o.ca)
 	if err != nil {
 		return nil, err
 	}
@@ -127,15 +127,12 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	n.serverTLS = serverTLS
 	n.peerHTTP = client
 
-	// The node-local mirror the runtime pulls through (loopback, plain HTTP).
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	n.localAddr = l.Addr().String()
+	// The node-local mirror the runtime pulls through (plain HTTP, in memory: pipe.go).
+	l := newPipeListener()
+	n.localAddr = "mirror.local"
 	n.local = &http.Server{Handler: m.Handler(n.src, &mirror.Stats{}), ReadHeaderTimeout: 10 * time.Second}
 	go n.local.Serve(l)
-	n.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+	n.client = &http.Client{Transport: &http.Transport{DialContext: l.dial, MaxIdleConnsPerHost: 64, DisableCompression: true}}
 	return n, nil
 }
 
@@ -175,12 +172,12 @@ func (n *node) stop(joined bool) {
 // does: each image's manifest, then its config and layers at once, each checked
 // against its digest; width images at a time. A blob whose copy is cut is asked
 // again a second later (the pull's retry). It returns how many retries it took.
-func (n *node) pull(ctx context.Context, s set, width int) (int, error) {
+func (n *node) pull(ctx context.Context, images []imageRef, width int) (int, error) {
 	var retries atomic.Int64
 	sem := make(chan struct{}, width)
 	var wg sync.WaitGroup
-	errs := make(chan error, len(s.images))
-	for _, img := range s.images {
+	errs := make(chan error, len(images))
+	for _, img := range images {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -196,9 +193,9 @@ func (n *node) pull(ctx context.Context, s set, width int) (int, error) {
 	return int(retries.Load()), <-errs
 }
 
-func (n *node) pullImage(ctx context.Context, img image, retries *atomic.Int64) error {
-	repo := mirror.PathFor(img.repo)
-	data, err := n.get(ctx, repo, "manifests", img.manifest, retries)
+func (n *node) pullImage(ctx context.Context, img imageRef, retries *atomic.Int64) error {
+	repo := mirror.PathFor(img.Repo)
+	data, err := n.get(ctx, repo, "manifests", img.Manifest, retries)
 	if err != nil {
 		return err
 	}

@@ -153,16 +153,23 @@ func (r *registry) push(repo string, n int, layers []descriptor) (image, error) 
 	return image{repo: repo, manifest: digest.FromBytes(man), size: int64(len(man)), blobs: append([]descriptor{c}, layers...)}, nil
 }
 
+// imageRef is an image as a node pins it: by the link's address.
+type imageRef struct {
+	Repo     string
+	Manifest digest.Digest
+}
+
 // set is what every node pins: its images, and one copy's bytes (distinct blobs and
 // manifests).
 type set struct {
-	images []image
-	bytes  int64
+	images   []image
+	bytes    int64
+	registry string // the registry's address (behind the link)
 }
 
 // makeSet pushes images × (one of the shared base layers + layers of their own).
 func (r *registry) makeSet(bases int, baseSize int64, images, layers int, layerSize int64) (set, error) {
-	var s set
+	s := set{registry: r.host}
 	var shared []descriptor
 	seed := uint64(1)
 	for range bases {
