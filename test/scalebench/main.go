@@ -43,6 +43,7 @@ var (
 	fanout     = flag.Int("fanout", peers.DefaultFanout, "the tree's fanout")
 	bases      = flag.Int("bases", 1, "shared base layers (each image is on one of them)")
 	baseMiB    = flag.Int64("base-mib", 16, "size of each base layer, MiB (a 1 GiB OS layer scaled by 1/64)")
+	allBases   = flag.String("all-bases-kib", "", "base layers every image is on, KiB each, comma-separated (a release payload's shape: 4096,2048); replaces -bases and -base-mib")
 	images     = flag.Int("images", 30, "images in the set")
 	layers     = flag.Int("layers", 1, "layers of its own per image")
 	layerKiB   = flag.Int64("layer-kib", 64, "size of each image's own layers, KiB (4 MiB scaled by 1/64)")
@@ -59,6 +60,7 @@ var (
 	verbose    = flag.Bool("v", false, "print the first warnings the nodes logged in each run")
 	perProcess = flag.Int("per-process", 50, "nodes in each worker process (each process has a table of open files of its own, as each node does)")
 	workerMode = flag.Bool("worker", false, "run as a worker process (the bench starts them)")
+	release    = flag.Bool("release", false, "mimic docs/numbers.md's release-shaped set on real CRI-O nodes (test/bench -peer-set release -peer-images 40 -peer-links 100ms:1000:1, no per-node bounds): sets the flags not given")
 	p5         = flag.Bool("p5", false, "mimic docs/numbers.md P5 (test/bench -peer-links 100ms:1000:1, its 12-image set, no per-node bounds): sets the flags not given")
 )
 
@@ -71,16 +73,30 @@ var p5Flags = map[string]string{
 	"link-latency": "100ms", "link-kbps": "1000", "up-kbps": "0", "down-kbps": "0", "serve-mib": "0",
 }
 
+// releaseFlags are test/bench's peers section with -peer-set release: 40 images each
+// on the same two base layers (4 MiB and 2 MiB) with one 192 KiB layer of its own,
+// behind 100 ms and 1 MB/s for all nodes together, nodes on loopback, the tree.
+var releaseFlags = map[string]string{
+	"nodes": "5", "reps": "1", "modes": "tree", "all-bases-kib": "4096,2048", "images": "40", "layers": "1", "layer-kib": "192",
+	"link-latency": "100ms", "link-kbps": "1000", "up-kbps": "0", "down-kbps": "0", "serve-mib": "0",
+}
+
 func main() {
 	flag.Parse()
 	// The peer servers' own log (http.Server.ErrorLog: a TLS handshake cut short, as
 	// the probe of a node's listener makes) is noise here; the nodes' warnings are
 	// counted (-v prints them).
 	log.SetOutput(io.Discard)
-	if *p5 {
+	for _, preset := range []struct {
+		on    bool
+		flags map[string]string
+	}{{*p5, p5Flags}, {*release, releaseFlags}} {
+		if !preset.on {
+			continue
+		}
 		given := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		for k, v := range p5Flags {
+		for k, v := range preset.flags {
 			if !given[k] {
 				flag.Set(k, v)
 			}
@@ -110,9 +126,11 @@ type result struct {
 	setAside int64
 	cpu      float64 // the bench's CPU time ÷ (wall × cores)
 	load     string  // the machine's load average at the end (other work on it)
+	busy     float64 // the machine's CPU busy over the run, all processes ÷ (wall × cores)
 	rssKiB   int64
 	fds      fdCensus // the most open files sampled in one worker process, by kind
 	procs    int      // worker processes
+	ups      []int64  // what each node sent its peers
 	// done are the nodes holding the set when the run ended (-timeout: all of them, or
 	// the run was cut there).
 	done int
@@ -150,7 +168,23 @@ func run() error {
 		return err
 	}
 	defer reg.close()
-	s, err := reg.makeSet(*bases, *baseMiB<<20, *images, *layers, *layerKiB<<10)
+	var baseSizes []int64
+	perImage := 1 // shared base layers each image is on
+	if *allBases == "" {
+		for range *bases {
+			baseSizes = append(baseSizes, *baseMiB<<20)
+		}
+	} else {
+		for _, f := range strings.Split(*allBases, ",") {
+			kib, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil || kib < 1 {
+				return fmt.Errorf("-all-bases-kib %q: %q is not a size in KiB", *allBases, f)
+			}
+			baseSizes = append(baseSizes, kib<<10)
+		}
+		perImage = len(baseSizes)
+	}
+	s, err := reg.makeSet(baseSizes, perImage, *images, *layers, *layerKiB<<10)
 	if err != nil {
 		return err
 	}
@@ -220,10 +254,11 @@ func run() error {
 				}
 				peakRSS = max(peakRSS, res.rssKiB)
 				results[m][n] = append(results[m][n], res)
-				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB, load %s\n",
+				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%% (machine busy %.0f%%), RSS %d MiB, load %s\n",
 					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
-					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.rssKiB>>10, res.load)
+					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.busy*100, res.rssKiB>>10, res.load)
 				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
+				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s\n", uploads(res.ups, s.bytes))
 			}
 		}
 	}
@@ -278,6 +313,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	start := time.Now().Add(100 * time.Millisecond)
 	egress0 := link.Down.Load()
 	cpu0 := cpuTime()
+	busy0, all0 := machineCPU()
 	for _, w := range workers {
 		if err := w.send(fmt.Sprintf("go %d", start.UnixNano())); err != nil {
 			return result{}, err
@@ -299,6 +335,9 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 		return result{}, err
 	}
 	res := result{took: took, egress: link.Down.Load() - egress0, load: loadavg(), procs: len(workers), rssKiB: rssKiB()}
+	if busy1, all1 := machineCPU(); all1 > all0 {
+		res.busy = float64(busy1-busy0) / float64(all1-all0)
+	}
 	cpu := cpuTime() - cpu0
 	var nodeErrs []error
 	for _, d := range dones {
@@ -329,6 +368,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 		}
 		for _, up := range f.ToPeers {
 			res.maxUp = max(res.maxUp, up)
+			res.ups = append(res.ups, up)
 		}
 		res.setAside += f.SetAside
 		samples = append(samples, f.Samples...)
@@ -351,17 +391,21 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 func report(modes []string, counts []int, results map[string]map[int][]result, s set, peakRSS int64, treeNote string) {
 	fmt.Printf("## Sharing at scale (test/scalebench): N in-process nodes behind one shared registry link\n\n")
 	fmt.Printf("`go run ./test/scalebench %s`, %s, %d cores.\n\n", strings.Join(os.Args[1:], " "), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU())
-	fmt.Printf("The set: %d images, %d shared base layer(s) of %d MiB, %d layer(s) of %d KiB of their own each: one copy %.2f MiB (distinct blobs and manifests). "+
+	bases := fmt.Sprintf("on one of %d shared base layer(s) of %d MiB", *bases, *baseMiB)
+	if *allBases != "" {
+		bases = fmt.Sprintf("each on the shared base layers of %s KiB", *allBases)
+	}
+	fmt.Printf("The set: %d images, %s, %d layer(s) of %d KiB of their own each: one copy %.2f MiB (distinct blobs and manifests). "+
 		"Registry link: +%s a request, %d KB/s for all nodes together. Each node: upload %s, download %s; max_serving %d. Medians over %d repetitions (N ≥ %d: one).\n\n",
-		len(s.images), *bases, *baseMiB, *layers, *layerKiB, float64(s.bytes)/(1<<20), *linkLat, *linkKBps, kbps(*upKBps), kbps(*downKBps), *maxServing, *reps, *onceFrom)
+		len(s.images), bases, *layers, *layerKiB, float64(s.bytes)/(1<<20), *linkLat, *linkKBps, kbps(*upKBps), kbps(*downKBps), *maxServing, *reps, *onceFrom)
 	if *stagger > 0 {
 		fmt.Printf("Nodes join spread over %s; a node's finish time is from its own join.\n\n", *stagger)
 	}
 	if treeNote != "" {
 		fmt.Printf("%s\n\n", treeNote)
 	}
-	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load | processes | most open files in one |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | machine CPU busy | bench RSS | machine load | processes | most open files in one |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
 		alone := median(tooks(results[m][1]))
 		for _, n := range counts {
@@ -373,7 +417,7 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			var runs []string
 			var egress, up, p50, p90 []float64
 			var retries, aside []float64
-			var cpu []float64
+			var cpu, busy []float64
 			var rss int64
 			var loads []string
 			procs, files := 0, 0
@@ -387,6 +431,7 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 				retries = append(retries, float64(r.retries))
 				aside = append(aside, float64(r.setAside))
 				cpu = append(cpu, r.cpu)
+				busy = append(busy, r.busy)
 				rss = max(rss, r.rssKiB)
 				loads = append(loads, r.load)
 				done = min(done, r.done)
@@ -397,14 +442,37 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			if done < n {
 				until = fmt.Sprintf("not within %s", *timeout)
 			}
-			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s | %d | %d |\n",
+			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %.0f%% | %d MiB | %s | %d | %d |\n",
 				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
-				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10, strings.Join(loads, ", "), procs, files)
+				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, fmedian(busy)*100, rss>>10, strings.Join(loads, ", "), procs, files)
 		}
 	}
 	fmt.Printf("\nBench resident memory (the bench and its workers together): at most %d MiB (measured when the nodes hold the set, before they stop). "+
 		"The nodes run in worker processes of at most %d nodes each (-per-process), each with its own table of open files, as each real node has; "+
 		"a simulated runtime reaches its node's mirror in memory.\n\n", peakRSS>>10, *perProcess)
+}
+
+// uploads sorts what the nodes uploaded by copies of the set: how many nodes sent up
+// to ½, 1, 1½, 2, 3 and more copies.
+func uploads(ups []int64, copy int64) string {
+	bounds := []float64{0.5, 1, 1.5, 2, 3}
+	counts := make([]int, len(bounds)+1)
+	for _, u := range ups {
+		i, c := 0, float64(u)/float64(copy)
+		for i < len(bounds) && c > bounds[i] {
+			i++
+		}
+		counts[i]++
+	}
+	var parts []string
+	for i, n := range counts {
+		if i < len(bounds) {
+			parts = append(parts, fmt.Sprintf("≤%g: %d", bounds[i], n))
+		} else {
+			parts = append(parts, fmt.Sprintf(">%g: %d", bounds[len(bounds)-1], n))
+		}
+	}
+	return strings.Join(parts, ", ") + " nodes"
 }
 
 func portOf(addr string) int {
@@ -448,6 +516,24 @@ func fmedian(xs []float64) float64 {
 		return 0
 	}
 	return s[(len(s)-1)/2]
+}
+
+// machineCPU are the machine's busy and total CPU ticks so far (/proc/stat: all but
+// idle and iowait are busy).
+func machineCPU() (busy, all int64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		all += v
+		if i != 3 && i != 4 {
+			busy += v
+		}
+	}
+	return busy, all
 }
 
 // loadavg is the machine's one-minute load average.

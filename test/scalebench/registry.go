@@ -167,13 +167,15 @@ type set struct {
 	registry string // the registry's address (behind the link)
 }
 
-// makeSet pushes images × (one of the shared base layers + layers of their own).
-func (r *registry) makeSet(bases int, baseSize int64, images, layers int, layerSize int64) (set, error) {
+// makeSet pushes images × (shared base layers of baseSizes + layers of their own):
+// each image on every base when perImage covers them all, else (perImage 1) image i
+// on base i mod len(baseSizes).
+func (r *registry) makeSet(baseSizes []int64, perImage, images, layers int, layerSize int64) (set, error) {
 	s := set{registry: r.host}
 	var shared []descriptor
 	seed := uint64(1)
-	for range bases {
-		d, err := r.randomBlob(baseSize, seed)
+	for _, size := range baseSizes {
+		d, err := r.randomBlob(size, seed)
 		if err != nil {
 			return s, err
 		}
@@ -183,7 +185,10 @@ func (r *registry) makeSet(bases int, baseSize int64, images, layers int, layerS
 	}
 	for i := range images {
 		var ls []descriptor
-		if len(shared) > 0 {
+		switch {
+		case len(shared) > 0 && perImage >= len(shared):
+			ls = append(ls, shared...)
+		case len(shared) > 0:
 			ls = append(ls, shared[i%len(shared)])
 		}
 		for range layers {
