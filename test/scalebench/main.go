@@ -131,6 +131,7 @@ type result struct {
 	fds      fdCensus // the most open files sampled in one worker process, by kind
 	procs    int      // worker processes
 	ups      []int64  // what each node sent its peers
+	asideWhy map[string]int64
 	// done are the nodes holding the set when the run ended (-timeout: all of them, or
 	// the run was cut there).
 	done int
@@ -259,6 +260,9 @@ func run() error {
 					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.busy*100, res.rssKiB>>10, res.load)
 				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
 				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s\n", uploads(res.ups, s.bytes))
+				if len(res.asideWhy) > 0 {
+					fmt.Fprintf(os.Stderr, "    peers set aside: %v\n", res.asideWhy)
+				}
 			}
 		}
 	}
@@ -371,6 +375,12 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 			res.ups = append(res.ups, up)
 		}
 		res.setAside += f.SetAside
+		for k, v := range f.AsideWhy {
+			if res.asideWhy == nil {
+				res.asideWhy = map[string]int64{}
+			}
+			res.asideWhy[k] += v
+		}
 		samples = append(samples, f.Samples...)
 	}
 	for _, w := range workers {

@@ -332,6 +332,37 @@ type warnCounter struct {
 	setAside, cut, other atomic.Int64
 	mu                   sync.Mutex
 	samples              []string
+	asideWhy             map[string]int64 // the peers set aside by what was asked and why
+}
+
+// asideKind is what a peer set aside was asked (a manifest or a blob) and why it was
+// set aside, in a few words.
+func asideKind(e *logrus.Entry) string {
+	why := fmt.Sprint(e.Data[logrus.ErrorKey])
+	what := "other"
+	switch {
+	case strings.Contains(why, "/manifests/"):
+		what = "manifest"
+	case strings.Contains(why, "/blobs/"):
+		what = "blob"
+	}
+	switch {
+	case strings.Contains(why, "context deadline exceeded"):
+		why = "no answer in time (TLS handshake, 5 s)"
+	case strings.Contains(why, "i/o timeout"):
+		why = "dial timeout (3 s)"
+	case strings.Contains(why, "busy for"):
+		why = "busy for a minute"
+	case strings.Contains(why, "sent nothing"):
+		why = "stalled"
+	case strings.Contains(why, "connection refused"), strings.Contains(why, "connection reset"):
+		why = "connection refused or reset"
+	default:
+		if len(why) > 60 {
+			why = why[:60] + "…"
+		}
+	}
+	return what + ": " + why
 }
 
 func (w *warnCounter) Levels() []logrus.Level {
@@ -342,6 +373,12 @@ func (w *warnCounter) Fire(e *logrus.Entry) error {
 	switch {
 	case strings.Contains(e.Message, "setting a peer aside"):
 		w.setAside.Add(1)
+		w.mu.Lock()
+		if w.asideWhy == nil {
+			w.asideWhy = map[string]int64{}
+		}
+		w.asideWhy[asideKind(e)]++
+		w.mu.Unlock()
 	case strings.Contains(e.Message, "not served whole"):
 		w.cut.Add(1)
 	default:

@@ -66,6 +66,7 @@ type workerDone struct {
 type workerFinal struct {
 	ToPeers  []int64
 	SetAside int64
+	AsideWhy map[string]int64
 	Samples  []string
 }
 
@@ -172,6 +173,7 @@ func runWorker() error {
 	}
 	warn.mu.Lock()
 	final.Samples = warn.samples
+	final.AsideWhy = warn.asideWhy
 	warn.mu.Unlock()
 	return sendLine(os.Stdout, "final", final)
 }
