@@ -7,7 +7,9 @@
 // checks each against its digest. Each node has its own upload and download bound
 // (token buckets); all nodes reach the registry (go-containerregistry's, in process)
 // through one shared link (one token bucket for all, latency added to each request,
-// test/env.StartLink). It prints, per N and mode, the time until every node holds the
+// test/env.StartLink). The nodes run in worker processes (worker.go), each reaching
+// its mirror in memory (pipe.go); the bench keeps the registry and the link. It
+// prints, per N and mode, the time until every node holds the
 // set ÷ one node alone, the registry's egress and the most any node uploaded ÷ one
 // copy of the set, and the nodes' median and p90 finish times.
 package main
@@ -59,6 +61,7 @@ var (
 	dirFlag    = flag.String("dir", os.TempDir(), "where the nodes' blob stores go (removed at the end)")
 	verbose    = flag.Bool("v", false, "print the first warnings the nodes logged in each run")
 	perProcess = flag.Int("per-process", 50, "nodes in each worker process (each process has a table of open files of its own, as each node does)")
+	cpuProfile = flag.String("cpuprofile", "", "each worker writes a CPU profile of its nodes' pulls to this path + its first node's index")
 	workerMode = flag.Bool("worker", false, "run as a worker process (the bench starts them)")
 	release    = flag.Bool("release", false, "mimic docs/numbers.md's release-shaped set on real CRI-O nodes (test/bench -peer-set release -peer-images 40 -peer-links 100ms:1000:1, no per-node bounds): sets the flags not given")
 	p5         = flag.Bool("p5", false, "mimic docs/numbers.md P5 (test/bench -peer-links 100ms:1000:1, its 12-image set, no per-node bounds): sets the flags not given")
@@ -399,7 +402,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 }
 
 func report(modes []string, counts []int, results map[string]map[int][]result, s set, peakRSS int64, treeNote string) {
-	fmt.Printf("## Sharing at scale (test/scalebench): N in-process nodes behind one shared registry link\n\n")
+	fmt.Printf("## Sharing at scale (test/scalebench): N simulated nodes behind one shared registry link\n\n")
 	fmt.Printf("`go run ./test/scalebench %s`, %s, %d cores.\n\n", strings.Join(os.Args[1:], " "), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU())
 	bases := fmt.Sprintf("on one of %d shared base layer(s) of %d MiB", *bases, *baseMiB)
 	if *allBases != "" {

@@ -358,6 +358,9 @@ func asideKind(e *logrus.Entry) string {
 	case strings.Contains(why, "connection refused"), strings.Contains(why, "connection reset"):
 		why = "connection refused or reset"
 	default:
+		if _, rest, ok := strings.Cut(why, "\": "); ok {
+			why = rest // the error after the URL
+		}
 		if len(why) > 60 {
 			why = why[:60] + "…"
 		}

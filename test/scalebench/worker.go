@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -128,6 +129,14 @@ func runWorker() error {
 	defer cancel()
 	fds := watchFDs(w.Ports, 3*time.Second)
 	time.Sleep(time.Until(start))
+	if *cpuProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.%d", *cpuProfile, w.Lo))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		pprof.StartCPUProfile(f)
+	}
 	cpu0 := cpuTime()
 	res := make([]nodeResult, count)
 	var wg sync.WaitGroup
@@ -159,6 +168,9 @@ func runWorker() error {
 		}()
 	}
 	wg.Wait()
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	done := workerDone{Nodes: res, CPU: cpuTime() - cpu0, RSSKiB: rssKiB(), FDs: fds.end()}
 	if err := sendLine(os.Stdout, "done", done); err != nil {
 		return err
@@ -199,7 +211,11 @@ func startWorker(spec workerSpec) (*worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-worker")
+	args := []string{"-worker"}
+	if *cpuProfile != "" {
+		args = append(args, "-cpuprofile", *cpuProfile)
+	}
+	cmd := exec.Command(self, args...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
