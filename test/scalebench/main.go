@@ -579,12 +579,12 @@ func rssKiB() int64 {
 	return 0
 }
 
-// raiseFileLimit lifts the bench's open-file limit as far as it may go (as root: to
-// the kernel's fs.nr_open). The N nodes are N daemons in one process: each node's
-// sockets (its runtime's connections to its mirror, its peers' connections) and
-// ingest files count against one limit, where N real nodes have a limit each; at
-// N = 50 the runtime's connections alone are about 6,000 files. A process out of
-// files fails its accepts, its dials and its store's writes alike, and measures that.
+// raiseFileLimit lifts the process's open-file limit as far as it may go (with
+// CAP_SYS_RESOURCE: to the kernel's fs.nr_open; without it, the soft limit to the
+// hard one). A worker's nodes share one limit, where real nodes have one each (both
+// ends of their peer connections count here, and each node's store files): a process
+// out of files fails its accepts, its dials and its store's writes alike, and
+// measures that; -per-process bounds how many nodes share one.
 func raiseFileLimit() {
 	var l syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
