@@ -135,6 +135,8 @@ type result struct {
 	procs    int      // worker processes
 	ups      []int64  // what each node sent its peers
 	asideWhy map[string]int64
+	// registryDone is when the link had carried 99% of its bytes of the run.
+	registryDone time.Duration
 	// done are the nodes holding the set when the run ended (-timeout: all of them, or
 	// the run was cut there).
 	done int
@@ -262,7 +264,8 @@ func run() error {
 					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
 					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.busy*100, res.rssKiB>>10, res.load)
 				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
-				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s\n", uploads(res.ups, s.bytes))
+				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s; the registry link had carried 99%% of its bytes after %s\n",
+					uploads(res.ups, s.bytes), res.registryDone.Round(250*time.Millisecond))
 				if len(res.asideWhy) > 0 {
 					fmt.Fprintf(os.Stderr, "    peers set aside: %v\n", res.asideWhy)
 				}
@@ -326,6 +329,27 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 			return result{}, err
 		}
 	}
+	// The link's bytes over time: when the registry had sent (nearly) all it sent.
+	type sample struct {
+		at    time.Duration
+		bytes int64
+	}
+	var linkSamples []sample
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-t.C:
+				linkSamples = append(linkSamples, sample{time.Since(start), link.Down.Load() - egress0})
+			}
+		}
+	}()
 	dones := make([]workerDone, len(workers))
 	errs := make([]error, len(workers))
 	var wg sync.WaitGroup
@@ -342,6 +366,14 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 		return result{}, err
 	}
 	res := result{took: took, egress: link.Down.Load() - egress0, load: loadavg(), procs: len(workers), rssKiB: rssKiB()}
+	close(stopSampling)
+	<-sampled
+	for _, sm := range linkSamples {
+		if sm.bytes >= res.egress*99/100 {
+			res.registryDone = sm.at
+			break
+		}
+	}
 	if busy1, all1 := machineCPU(); all1 > all0 {
 		res.busy = float64(busy1-busy0) / float64(all1-all0)
 	}
