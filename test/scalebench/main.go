@@ -7,13 +7,14 @@
 // checks each against its digest. Each node has its own upload and download bound
 // (token buckets); all nodes reach the registry (go-containerregistry's, in process)
 // through one shared link (one token bucket for all, latency added to each request,
-// test/env.StartLink). It prints, per N and mode, the time until every node holds the
+// test/env.StartLink). The nodes run in worker processes (worker.go), each reaching
+// its mirror in memory (pipe.go); the bench keeps the registry and the link. It
+// prints, per N and mode, the time until every node holds the
 // set ÷ one node alone, the registry's egress and the most any node uploaded ÷ one
 // copy of the set, and the nodes' median and p90 finish times.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,6 +45,7 @@ var (
 	fanout     = flag.Int("fanout", peers.DefaultFanout, "the tree's fanout")
 	bases      = flag.Int("bases", 1, "shared base layers (each image is on one of them)")
 	baseMiB    = flag.Int64("base-mib", 16, "size of each base layer, MiB (a 1 GiB OS layer scaled by 1/64)")
+	allBases   = flag.String("all-bases-kib", "", "base layers every image is on, KiB each, comma-separated (a release payload's shape: 4096,2048); replaces -bases and -base-mib")
 	images     = flag.Int("images", 30, "images in the set")
 	layers     = flag.Int("layers", 1, "layers of its own per image")
 	layerKiB   = flag.Int64("layer-kib", 64, "size of each image's own layers, KiB (4 MiB scaled by 1/64)")
@@ -58,6 +60,10 @@ var (
 	timeout    = flag.Duration("timeout", 20*time.Minute, "bound on one run")
 	dirFlag    = flag.String("dir", os.TempDir(), "where the nodes' blob stores go (removed at the end)")
 	verbose    = flag.Bool("v", false, "print the first warnings the nodes logged in each run")
+	perProcess = flag.Int("per-process", 50, "nodes in each worker process (each process has a table of open files of its own, as each node does)")
+	cpuProfile = flag.String("cpuprofile", "", "each worker writes a CPU profile of its nodes' pulls to this path + its first node's index")
+	workerMode = flag.Bool("worker", false, "run as a worker process (the bench starts them)")
+	release    = flag.Bool("release", false, "mimic docs/numbers.md's release-shaped set on real CRI-O nodes (test/bench -peer-set release -peer-images 40 -peer-links 100ms:1000:1, no per-node bounds): sets the flags not given")
 	p5         = flag.Bool("p5", false, "mimic docs/numbers.md P5 (test/bench -peer-links 100ms:1000:1, its 12-image set, no per-node bounds): sets the flags not given")
 )
 
@@ -70,22 +76,43 @@ var p5Flags = map[string]string{
 	"link-latency": "100ms", "link-kbps": "1000", "up-kbps": "0", "down-kbps": "0", "serve-mib": "0",
 }
 
+// releaseFlags are test/bench's peers section with -peer-set release: 40 images each
+// on the same two base layers (4 MiB and 2 MiB) with one 192 KiB layer of its own,
+// behind 100 ms and 1 MB/s for all nodes together, nodes on loopback, the tree.
+var releaseFlags = map[string]string{
+	"nodes": "5", "reps": "1", "modes": "tree", "all-bases-kib": "4096,2048", "images": "40", "layers": "1", "layer-kib": "192",
+	"link-latency": "100ms", "link-kbps": "1000", "up-kbps": "0", "down-kbps": "0", "serve-mib": "0",
+}
+
 func main() {
 	flag.Parse()
 	// The peer servers' own log (http.Server.ErrorLog: a TLS handshake cut short, as
 	// the probe of a node's listener makes) is noise here; the nodes' warnings are
 	// counted (-v prints them).
 	log.SetOutput(io.Discard)
-	if *p5 {
+	for _, preset := range []struct {
+		on    bool
+		flags map[string]string
+	}{{*p5, p5Flags}, {*release, releaseFlags}} {
+		if !preset.on {
+			continue
+		}
 		given := map[string]bool{}
 		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		for k, v := range p5Flags {
+		for k, v := range preset.flags {
 			if !given[k] {
 				flag.Set(k, v)
 			}
 		}
 	}
 	raiseFileLimit()
+	if *workerMode {
+		if err := runWorker(); err != nil {
+			fmt.Fprintln(os.Stderr, "scalebench worker:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "scalebench:", err)
 		os.Exit(1)
@@ -102,7 +129,14 @@ type result struct {
 	setAside int64
 	cpu      float64 // the bench's CPU time ÷ (wall × cores)
 	load     string  // the machine's load average at the end (other work on it)
+	busy     float64 // the machine's CPU busy over the run, all processes ÷ (wall × cores)
 	rssKiB   int64
+	fds      fdCensus // the most open files sampled in one worker process, by kind
+	procs    int      // worker processes
+	ups      []int64  // what each node sent its peers
+	asideWhy map[string]int64
+	// registryDone is when the link had carried 99% of its bytes of the run.
+	registryDone time.Duration
 	// done are the nodes holding the set when the run ended (-timeout: all of them, or
 	// the run was cut there).
 	done int
@@ -140,7 +174,23 @@ func run() error {
 		return err
 	}
 	defer reg.close()
-	s, err := reg.makeSet(*bases, *baseMiB<<20, *images, *layers, *layerKiB<<10)
+	var baseSizes []int64
+	perImage := 1 // shared base layers each image is on
+	if *allBases == "" {
+		for range *bases {
+			baseSizes = append(baseSizes, *baseMiB<<20)
+		}
+	} else {
+		for _, f := range strings.Split(*allBases, ",") {
+			kib, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+			if err != nil || kib < 1 {
+				return fmt.Errorf("-all-bases-kib %q: %q is not a size in KiB", *allBases, f)
+			}
+			baseSizes = append(baseSizes, kib<<10)
+		}
+		perImage = len(baseSizes)
+	}
+	s, err := reg.makeSet(baseSizes, perImage, *images, *layers, *layerKiB<<10)
 	if err != nil {
 		return err
 	}
@@ -187,7 +237,7 @@ func run() error {
 			if err != nil {
 				return err
 			}
-			certs = append(certs, creds{ip: ip, serving: serving, client: client})
+			certs = append(certs, creds{IP: ip, Serving: serving, Client: client})
 		}
 		r := *reps
 		if n >= *onceFrom {
@@ -210,9 +260,15 @@ func run() error {
 				}
 				peakRSS = max(peakRSS, res.rssKiB)
 				results[m][n] = append(results[m][n], res)
-				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%%, RSS %d MiB, load %s\n",
+				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%% (machine busy %.0f%%), RSS %d MiB, load %s\n",
 					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
-					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.rssKiB>>10, res.load)
+					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.busy*100, res.rssKiB>>10, res.load)
+				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
+				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s; the registry link had carried 99%% of its bytes after %s\n",
+					uploads(res.ups, s.bytes), res.registryDone.Round(250*time.Millisecond))
+				if len(res.asideWhy) > 0 {
+					fmt.Fprintf(os.Stderr, "    peers set aside: %v\n", res.asideWhy)
+				}
 			}
 		}
 	}
@@ -220,7 +276,8 @@ func run() error {
 	return nil
 }
 
-// runOnce starts n fresh nodes with empty stores and has each pull the set.
+// runOnce starts n fresh nodes with empty stores, spread over worker processes
+// (worker.go), and has each pull the set.
 func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile, regConf, emptyDir string, pinned map[string]bool) (result, error) {
 	defer os.RemoveAll(dir)
 	port, err := env.FreePort()
@@ -229,89 +286,147 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	}
 	addrs := make([]string, n)
 	for i := range n {
-		addrs[i] = net.JoinHostPort(certs[i].ip, strconv.Itoa(port))
+		addrs[i] = net.JoinHostPort(certs[i].IP, strconv.Itoa(port))
 	}
-	warn := &warnCounter{}
-	o := nodeOptions{addrs: addrs, ca: caFile, registryConf: regConf, emptyDir: emptyDir, pinned: pinned, maxServing: *maxServing,
-		serveBPS: *serveMiB << 20, upBPS: *upKBps * 1000, downBPS: *downKBps * 1000, fanout: k, warnings: warn}
-	nodes := make([]*node, n)
-	joined := make([]bool, n)
+	var pins []string
+	for p := range pinned {
+		pins = append(pins, p)
+	}
+	var refs []imageRef
+	for _, img := range s.images {
+		refs = append(refs, imageRef{Repo: img.repo, Manifest: img.manifest})
+	}
+	procs := (n + *perProcess - 1) / *perProcess
+	workers := make([]*worker, 0, procs)
 	defer func() {
-		for i, nd := range nodes {
-			if nd != nil {
-				nd.stop(joined[i])
-			}
+		for _, w := range workers {
+			w.kill()
 		}
 	}()
-	for i := range n {
-		if nodes[i], err = newNode(dir, i, certs[i], o); err != nil {
+	for p := range procs {
+		lo, hi := p*n/procs, (p+1)*n/procs
+		w, err := startWorker(workerSpec{Dir: dir, Lo: lo, Hi: hi, N: n, Addrs: addrs, Creds: certs[lo:hi], CA: caFile, RegistryConf: regConf,
+			EmptyDir: emptyDir, Pinned: pins, Images: refs, MaxServing: *maxServing, ServeBPS: *serveMiB << 20, UpBPS: *upKBps * 1000,
+			DownBPS: *downKBps * 1000, Fanout: k, PullWidth: *pullWidth, Stagger: *stagger, Timeout: *timeout,
+			Ports: fdPorts{Peer: port, Link: portOf(link.Addr), Registry: portOf(s.registry)}})
+		if err != nil {
+			return result{}, err
+		}
+		workers = append(workers, w)
+	}
+	for _, w := range workers {
+		if err := w.expect("ready", nil); err != nil {
 			return result{}, err
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	if *stagger == 0 {
-		// All at once: every peer server listens before the first pull.
-		for i, nd := range nodes {
-			joined[i] = true
-			if err := nd.join(ctx); err != nil {
-				return result{}, err
-			}
-		}
-	}
+	// Every worker starts its nodes at the same instant.
+	start := time.Now().Add(100 * time.Millisecond)
 	egress0 := link.Down.Load()
 	cpu0 := cpuTime()
-	start := time.Now()
-	finishes := make([]time.Duration, n)
-	retries := make([]int, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, nd := range nodes {
-		at := time.Duration(0)
-		if *stagger > 0 {
-			at = *stagger * time.Duration(i) / time.Duration(n)
+	busy0, all0 := machineCPU()
+	for _, w := range workers {
+		if err := w.send(fmt.Sprintf("go %d", start.UnixNano())); err != nil {
+			return result{}, err
 		}
+	}
+	// The link's bytes over time: when the registry had sent (nearly) all it sent.
+	type sample struct {
+		at    time.Duration
+		bytes int64
+	}
+	var linkSamples []sample
+	stopSampling := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopSampling:
+				return
+			case <-t.C:
+				linkSamples = append(linkSamples, sample{time.Since(start), link.Down.Load() - egress0})
+			}
+		}
+	}()
+	dones := make([]workerDone, len(workers))
+	errs := make([]error, len(workers))
+	var wg sync.WaitGroup
+	for i, w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			joinedAt := start
-			if *stagger > 0 {
-				select {
-				case <-time.After(at - time.Since(start)):
-				case <-ctx.Done():
-					errs[i] = ctx.Err()
-					return
-				}
-				joinedAt = time.Now()
-				joined[i] = true
-				if errs[i] = nd.join(ctx); errs[i] != nil {
-					return
-				}
-			}
-			retries[i], errs[i] = nd.pull(ctx, s, *pullWidth)
-			finishes[i] = time.Since(joinedAt)
+			errs[i] = w.expect("done", &dones[i])
 		}()
 	}
 	wg.Wait()
 	took := time.Since(start)
-	res := result{took: took, finishes: finishes, egress: link.Down.Load() - egress0, setAside: warn.setAside.Load(),
-		cpu: (cpuTime() - cpu0).Seconds() / (took.Seconds() * float64(runtime.NumCPU())), rssKiB: rssKiB(), load: loadavg()}
-	res.finishes = nil
-	for i, nd := range nodes {
-		res.maxUp = max(res.maxUp, nd.stats.ToPeers.Load())
-		res.retries += retries[i]
-		if errs[i] == nil {
-			res.done++
-			res.finishes = append(res.finishes, finishes[i])
-		} else if errors.Is(errs[i], context.DeadlineExceeded) {
-			// Cut by -timeout: reported as a node not holding the set.
-			errs[i] = nil
+	if err := errors.Join(errs...); err != nil {
+		return result{}, err
+	}
+	res := result{took: took, egress: link.Down.Load() - egress0, load: loadavg(), procs: len(workers), rssKiB: rssKiB()}
+	close(stopSampling)
+	<-sampled
+	for _, sm := range linkSamples {
+		if sm.bytes >= res.egress*99/100 {
+			res.registryDone = sm.at
+			break
 		}
 	}
-	cancel()
-	err = errors.Join(errs...)
+	if busy1, all1 := machineCPU(); all1 > all0 {
+		res.busy = float64(busy1-busy0) / float64(all1-all0)
+	}
+	cpu := cpuTime() - cpu0
+	var nodeErrs []error
+	for _, d := range dones {
+		cpu += d.CPU
+		res.rssKiB += d.RSSKiB
+		if d.FDs.total() > res.fds.total() {
+			res.fds = d.FDs
+		}
+		for _, r := range d.Nodes {
+			res.retries += r.Retries
+			if r.Done {
+				res.done++
+				res.finishes = append(res.finishes, r.Finish)
+			} else if r.Err != "" {
+				nodeErrs = append(nodeErrs, errors.New(r.Err))
+			}
+		}
+	}
+	res.cpu = cpu.Seconds() / (took.Seconds() * float64(runtime.NumCPU()))
+	var samples []string
+	for _, w := range workers {
+		if err := w.send("stop"); err != nil {
+			return result{}, err
+		}
+		var f workerFinal
+		if err := w.expect("final", &f); err != nil {
+			return result{}, err
+		}
+		for _, up := range f.ToPeers {
+			res.maxUp = max(res.maxUp, up)
+			res.ups = append(res.ups, up)
+		}
+		res.setAside += f.SetAside
+		for k, v := range f.AsideWhy {
+			if res.asideWhy == nil {
+				res.asideWhy = map[string]int64{}
+			}
+			res.asideWhy[k] += v
+		}
+		samples = append(samples, f.Samples...)
+	}
+	for _, w := range workers {
+		if err := w.wait(); err != nil {
+			return result{}, fmt.Errorf("worker %d: %w", w.cmd.Process.Pid, err)
+		}
+	}
+	workers = nil
+	err = errors.Join(nodeErrs...)
 	if err != nil || *verbose {
-		for _, w := range warn.samples {
+		for _, w := range samples[:min(len(samples), 5)] {
 			fmt.Fprintln(os.Stderr, "   ", w)
 		}
 	}
@@ -319,19 +434,23 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 }
 
 func report(modes []string, counts []int, results map[string]map[int][]result, s set, peakRSS int64, treeNote string) {
-	fmt.Printf("## Sharing at scale (test/scalebench): N in-process nodes behind one shared registry link\n\n")
+	fmt.Printf("## Sharing at scale (test/scalebench): N simulated nodes behind one shared registry link\n\n")
 	fmt.Printf("`go run ./test/scalebench %s`, %s, %d cores.\n\n", strings.Join(os.Args[1:], " "), time.Now().UTC().Format("2006-01-02"), runtime.NumCPU())
-	fmt.Printf("The set: %d images, %d shared base layer(s) of %d MiB, %d layer(s) of %d KiB of their own each: one copy %.2f MiB (distinct blobs and manifests). "+
+	bases := fmt.Sprintf("on one of %d shared base layer(s) of %d MiB", *bases, *baseMiB)
+	if *allBases != "" {
+		bases = fmt.Sprintf("each on the shared base layers of %s KiB", *allBases)
+	}
+	fmt.Printf("The set: %d images, %s, %d layer(s) of %d KiB of their own each: one copy %.2f MiB (distinct blobs and manifests). "+
 		"Registry link: +%s a request, %d KB/s for all nodes together. Each node: upload %s, download %s; max_serving %d. Medians over %d repetitions (N ≥ %d: one).\n\n",
-		len(s.images), *bases, *baseMiB, *layers, *layerKiB, float64(s.bytes)/(1<<20), *linkLat, *linkKBps, kbps(*upKBps), kbps(*downKBps), *maxServing, *reps, *onceFrom)
+		len(s.images), bases, *layers, *layerKiB, float64(s.bytes)/(1<<20), *linkLat, *linkKBps, kbps(*upKBps), kbps(*downKBps), *maxServing, *reps, *onceFrom)
 	if *stagger > 0 {
 		fmt.Printf("Nodes join spread over %s; a node's finish time is from its own join.\n\n", *stagger)
 	}
 	if treeNote != "" {
 		fmt.Printf("%s\n\n", treeNote)
 	}
-	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | bench RSS | machine load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | machine CPU busy | bench RSS | machine load | processes | most open files in one |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
 		alone := median(tooks(results[m][1]))
 		for _, n := range counts {
@@ -343,9 +462,10 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			var runs []string
 			var egress, up, p50, p90 []float64
 			var retries, aside []float64
-			var cpu []float64
+			var cpu, busy []float64
 			var rss int64
 			var loads []string
+			procs, files := 0, 0
 			done := n
 			for _, r := range rs {
 				runs = append(runs, fmt.Sprintf("%.2f", r.took.Seconds()))
@@ -356,20 +476,54 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 				retries = append(retries, float64(r.retries))
 				aside = append(aside, float64(r.setAside))
 				cpu = append(cpu, r.cpu)
+				busy = append(busy, r.busy)
 				rss = max(rss, r.rssKiB)
 				loads = append(loads, r.load)
 				done = min(done, r.done)
+				procs = max(procs, r.procs)
+				files = max(files, r.fds.total())
 			}
 			until := fmt.Sprintf("%.2f s", med.Seconds())
 			if done < n {
 				until = fmt.Sprintf("not within %s", *timeout)
 			}
-			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %d MiB | %s |\n",
+			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %.0f%% | %d MiB | %s | %d | %d |\n",
 				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
-				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, rss>>10, strings.Join(loads, ", "))
+				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, fmedian(busy)*100, rss>>10, strings.Join(loads, ", "), procs, files)
 		}
 	}
-	fmt.Printf("\nBench resident memory: at most %d MiB (measured at the end of each run, before its nodes stop).\n\n", peakRSS>>10)
+	fmt.Printf("\nBench resident memory (the bench and its workers together): at most %d MiB (measured when the nodes hold the set, before they stop). "+
+		"The nodes run in worker processes of at most %d nodes each (-per-process), each with its own table of open files, as each real node has; "+
+		"a simulated runtime reaches its node's mirror in memory.\n\n", peakRSS>>10, *perProcess)
+}
+
+// uploads sorts what the nodes uploaded by copies of the set: how many nodes sent up
+// to ½, 1, 1½, 2, 3 and more copies.
+func uploads(ups []int64, copy int64) string {
+	bounds := []float64{0.5, 1, 1.5, 2, 3}
+	counts := make([]int, len(bounds)+1)
+	for _, u := range ups {
+		i, c := 0, float64(u)/float64(copy)
+		for i < len(bounds) && c > bounds[i] {
+			i++
+		}
+		counts[i]++
+	}
+	var parts []string
+	for i, n := range counts {
+		if i < len(bounds) {
+			parts = append(parts, fmt.Sprintf("≤%g: %d", bounds[i], n))
+		} else {
+			parts = append(parts, fmt.Sprintf(">%g: %d", bounds[len(bounds)-1], n))
+		}
+	}
+	return strings.Join(parts, ", ") + " nodes"
+}
+
+func portOf(addr string) int {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 func kbps(v int64) string {
@@ -409,6 +563,24 @@ func fmedian(xs []float64) float64 {
 	return s[(len(s)-1)/2]
 }
 
+// machineCPU are the machine's busy and total CPU ticks so far (/proc/stat: all but
+// idle and iowait are busy).
+func machineCPU() (busy, all int64) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	for i, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseInt(f, 10, 64)
+		all += v
+		if i != 3 && i != 4 {
+			busy += v
+		}
+	}
+	return busy, all
+}
+
 // loadavg is the machine's one-minute load average.
 func loadavg() string {
 	data, err := os.ReadFile("/proc/loadavg")
@@ -439,12 +611,12 @@ func rssKiB() int64 {
 	return 0
 }
 
-// raiseFileLimit lifts the bench's open-file limit as far as it may go (as root: to
-// the kernel's fs.nr_open). The N nodes are N daemons in one process: each node's
-// sockets (its runtime's connections to its mirror, its peers' connections) and
-// ingest files count against one limit, where N real nodes have a limit each; at
-// N = 50 the runtime's connections alone are about 6,000 files. A process out of
-// files fails its accepts, its dials and its store's writes alike, and measures that.
+// raiseFileLimit lifts the process's open-file limit as far as it may go (with
+// CAP_SYS_RESOURCE: to the kernel's fs.nr_open; without it, the soft limit to the
+// hard one). A worker's nodes share one limit, where real nodes have one each (both
+// ends of their peer connections count here, and each node's store files): a process
+// out of files fails its accepts, its dials and its store's writes alike, and
+// measures that; -per-process bounds how many nodes share one.
 func raiseFileLimit() {
 	var l syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
@@ -462,5 +634,8 @@ func raiseFileLimit() {
 		syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
 	syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+	if *workerMode {
+		return
+	}
 	fmt.Fprintf(os.Stderr, "scalebench: up to %d open files\n", l.Cur)
 }

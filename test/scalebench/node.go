@@ -39,8 +39,8 @@ func setFanout(s *peers.Source, k int) bool {
 
 // creds are one node's certificates (node name, serving and client PEM files).
 type creds struct {
-	ip              string
-	serving, client string
+	IP              string
+	Serving, Client string
 }
 
 // node is one simulated node: the daemon's node-local mirror (mirror.Mirror with a
@@ -106,12 +106,12 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	reg := peers.CountRegistry(pacedSource{mirror.FromRegistry(rc), down}, n.stats)
 
 	// As peers.Node.share.
-	client, err := peers.Client(c.client, o.ca)
+	client, err := peers.Client(c.Client, o.ca)
 	if err != nil {
 		return nil, err
 	}
 	paceClient(client, down)
-	serverTLS, err := peers.ServerTLS(c.serving, o.ca)
+	serverTLS, err := peers.ServerTLS(c.Serving, o.ca)
 	if err != nil {
 		return nil, err
 	}
@@ -127,15 +127,12 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	n.serverTLS = serverTLS
 	n.peerHTTP = client
 
-	// The node-local mirror the runtime pulls through (loopback, plain HTTP).
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	n.localAddr = l.Addr().String()
+	// The node-local mirror the runtime pulls through (plain HTTP, in memory: pipe.go).
+	l := newPipeListener()
+	n.localAddr = "mirror.local"
 	n.local = &http.Server{Handler: m.Handler(n.src, &mirror.Stats{}), ReadHeaderTimeout: 10 * time.Second}
 	go n.local.Serve(l)
-	n.client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}}
+	n.client = &http.Client{Transport: &http.Transport{DialContext: l.dial, MaxIdleConnsPerHost: 64, DisableCompression: true}}
 	return n, nil
 }
 
@@ -175,12 +172,12 @@ func (n *node) stop(joined bool) {
 // does: each image's manifest, then its config and layers at once, each checked
 // against its digest; width images at a time. A blob whose copy is cut is asked
 // again a second later (the pull's retry). It returns how many retries it took.
-func (n *node) pull(ctx context.Context, s set, width int) (int, error) {
+func (n *node) pull(ctx context.Context, images []imageRef, width int) (int, error) {
 	var retries atomic.Int64
 	sem := make(chan struct{}, width)
 	var wg sync.WaitGroup
-	errs := make(chan error, len(s.images))
-	for _, img := range s.images {
+	errs := make(chan error, len(images))
+	for _, img := range images {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -196,9 +193,9 @@ func (n *node) pull(ctx context.Context, s set, width int) (int, error) {
 	return int(retries.Load()), <-errs
 }
 
-func (n *node) pullImage(ctx context.Context, img image, retries *atomic.Int64) error {
-	repo := mirror.PathFor(img.repo)
-	data, err := n.get(ctx, repo, "manifests", img.manifest, retries)
+func (n *node) pullImage(ctx context.Context, img imageRef, retries *atomic.Int64) error {
+	repo := mirror.PathFor(img.Repo)
+	data, err := n.get(ctx, repo, "manifests", img.Manifest, retries)
 	if err != nil {
 		return err
 	}
@@ -335,6 +332,40 @@ type warnCounter struct {
 	setAside, cut, other atomic.Int64
 	mu                   sync.Mutex
 	samples              []string
+	asideWhy             map[string]int64 // the peers set aside by what was asked and why
+}
+
+// asideKind is what a peer set aside was asked (a manifest or a blob) and why it was
+// set aside, in a few words.
+func asideKind(e *logrus.Entry) string {
+	why := fmt.Sprint(e.Data[logrus.ErrorKey])
+	what := "other"
+	switch {
+	case strings.Contains(why, "/manifests/"):
+		what = "manifest"
+	case strings.Contains(why, "/blobs/"):
+		what = "blob"
+	}
+	switch {
+	case strings.Contains(why, "context deadline exceeded"):
+		why = "no answer in time (TLS handshake, 5 s)"
+	case strings.Contains(why, "i/o timeout"):
+		why = "dial timeout (3 s)"
+	case strings.Contains(why, "busy for"):
+		why = "busy for a minute"
+	case strings.Contains(why, "sent nothing"):
+		why = "stalled"
+	case strings.Contains(why, "connection refused"), strings.Contains(why, "connection reset"):
+		why = "connection refused or reset"
+	default:
+		if _, rest, ok := strings.Cut(why, "\": "); ok {
+			why = rest // the error after the URL
+		}
+		if len(why) > 60 {
+			why = why[:60] + "…"
+		}
+	}
+	return what + ": " + why
 }
 
 func (w *warnCounter) Levels() []logrus.Level {
@@ -345,6 +376,12 @@ func (w *warnCounter) Fire(e *logrus.Entry) error {
 	switch {
 	case strings.Contains(e.Message, "setting a peer aside"):
 		w.setAside.Add(1)
+		w.mu.Lock()
+		if w.asideWhy == nil {
+			w.asideWhy = map[string]int64{}
+		}
+		w.asideWhy[asideKind(e)]++
+		w.mu.Unlock()
 	case strings.Contains(e.Message, "not served whole"):
 		w.cut.Add(1)
 	default:

@@ -153,20 +153,29 @@ func (r *registry) push(repo string, n int, layers []descriptor) (image, error) 
 	return image{repo: repo, manifest: digest.FromBytes(man), size: int64(len(man)), blobs: append([]descriptor{c}, layers...)}, nil
 }
 
+// imageRef is an image as a node pins it: by the link's address.
+type imageRef struct {
+	Repo     string
+	Manifest digest.Digest
+}
+
 // set is what every node pins: its images, and one copy's bytes (distinct blobs and
 // manifests).
 type set struct {
-	images []image
-	bytes  int64
+	images   []image
+	bytes    int64
+	registry string // the registry's address (behind the link)
 }
 
-// makeSet pushes images × (one of the shared base layers + layers of their own).
-func (r *registry) makeSet(bases int, baseSize int64, images, layers int, layerSize int64) (set, error) {
-	var s set
+// makeSet pushes images × (shared base layers of baseSizes + layers of their own):
+// each image on every base when perImage covers them all, else (perImage 1) image i
+// on base i mod len(baseSizes).
+func (r *registry) makeSet(baseSizes []int64, perImage, images, layers int, layerSize int64) (set, error) {
+	s := set{registry: r.host}
 	var shared []descriptor
 	seed := uint64(1)
-	for range bases {
-		d, err := r.randomBlob(baseSize, seed)
+	for _, size := range baseSizes {
+		d, err := r.randomBlob(size, seed)
 		if err != nil {
 			return s, err
 		}
@@ -176,7 +185,10 @@ func (r *registry) makeSet(bases int, baseSize int64, images, layers int, layerS
 	}
 	for i := range images {
 		var ls []descriptor
-		if len(shared) > 0 {
+		switch {
+		case len(shared) > 0 && perImage >= len(shared):
+			ls = append(ls, shared...)
+		case len(shared) > 0:
 			ls = append(ls, shared[i%len(shared)])
 		}
 		for range layers {
