@@ -242,7 +242,6 @@ func mustImage(t *testing.T) v1.Image {
 	return img
 }
 
-
 // The cost of one seed for the whole cluster at larger sizes (go test -bench
 // SeededCluster ./peers/): requests a blob a node, with the summaries and without.
 func BenchmarkSeededCluster(b *testing.B) {
