@@ -27,6 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
 	"github.com/imagepin/imagepin/test/testcerts"
@@ -405,9 +406,18 @@ func TestOneSeedForTheWholeCluster(t *testing.T) {
 		t.Fatalf("imagepinctl seed: %v\n%s", err, out)
 	}
 	t.Logf("imagepinctl seed:\n%s", out)
-	seeded.waitFor("node-0's seed directory seeded", 30*time.Second, func(n status.Node) bool {
-		return n.Node.Seeded != nil && n.Node.Seeded.Seeds == 2
-	})
+	seeds := seed.Dir(filepath.Join(seeded.dir, "state"))
+	completeSeeds := func() int {
+		recs, _ := seed.Records(seeds)
+		n := 0
+		for _, r := range recs {
+			if r.Complete {
+				n++
+			}
+		}
+		return n
+	}
+	waitUntil(t, "node-0's seed directory seeded", 30*time.Second, func() bool { return completeSeeds() == 2 })
 	t.Logf("node-0 seeded from its directory and imagepinctl in %s", time.Since(start).Round(time.Millisecond))
 
 	first := []*world{seeded, c.start(1), c.start(2)}
@@ -439,10 +449,13 @@ func TestOneSeedForTheWholeCluster(t *testing.T) {
 	if p := peerBytes(seeded); p.ToPeers < total {
 		t.Fatalf("the seeded node served %d bytes, the set's layers are %d", p.ToPeers, total)
 	}
-	for _, w := range first[1:] {
+	// The fourth node, listed but not started yet, is the only peer set aside.
+	for _, w := range first {
 		log, _ := os.ReadFile(filepath.Join(w.dir, "imagepind.log"))
-		if strings.Contains(string(log), "setting a peer aside") {
-			t.Errorf("%s set a peer aside: no peer failed here", w.nodeName)
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, "setting a peer aside") && !strings.Contains(line, `peer="`+c.addrs[3]+`"`) {
+				t.Errorf("%s set a running peer aside: %s", w.nodeName, line)
+			}
 		}
 	}
 
@@ -463,8 +476,15 @@ func TestOneSeedForTheWholeCluster(t *testing.T) {
 	if err := os.Remove(filepath.Join(seedDir, "release.tar")); err != nil {
 		t.Fatal(err)
 	}
-	seeded.waitFor("node-0's seed of the removed archive gone", 30*time.Second, func(n status.Node) bool {
-		return n.Node.Seeded != nil && n.Node.Seeded.Seeds == 1
-	})
+	waitUntil(t, "node-0's seed of the removed archive gone", 30*time.Second, func() bool { return completeSeeds() == 1 })
 	seeded.requirePinned(refs...)
+	if sd := seeded.readStatus().Node.Seeded; sd == nil || sd.Seeds < 1 {
+		t.Fatalf("node-0's status: seeds %+v", sd)
+	}
+	log, _ := os.ReadFile(filepath.Join(seeded.dir, "imagepind.log"))
+	for _, want := range []string{"seed directory: seeded", "seed directory: medium taken away or replaced; its seed is removed"} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("node-0's log lacks %q", want)
+		}
+	}
 }
