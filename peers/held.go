@@ -98,11 +98,12 @@ func (h *heldServer) summary() ([]byte, string, error) {
 	return h.body, h.etag, h.err
 }
 
-// heldFor is how long a peer's summary is used before it is asked again; heldWait
-// bounds the wait for the summaries not fetched yet.
+// heldFor is how long a peer's summary is used before it is asked again (heldRetry
+// after a failure); heldWait bounds the wait for the summaries not fetched yet.
 var (
-	heldFor  = 30 * time.Second
-	heldWait = 5 * time.Second
+	heldFor   = 30 * time.Second
+	heldRetry = 2 * time.Second
+	heldWait  = 5 * time.Second
 )
 
 // holdings are the peers' summaries as this node fetched them, shared by its Sources.
@@ -186,12 +187,14 @@ func (h *holdings) fetch(node string, s *summary, etag string) {
 	has, newTag, err := h.get(ctx, node, etag)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	s.at = time.Now()
 	if err != nil {
+		// Asked again sooner than a summary that came.
+		s.at = s.at.Add(heldRetry - heldFor)
 		h.log.WithError(err).WithField("peer", node).Debug("peers: no summary of what the peer's seeds hold")
 	} else if has != nil {
 		s.has, s.etag = has, newTag
 	}
-	s.at = time.Now()
 	close(s.done)
 	s.done = nil
 }

@@ -334,7 +334,8 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 const maxManifest = 4 << 20
 
 // holders are the peers (not this node) whose seeds hold d, in d's order, those set
-// aside left out.
+// aside last: the registry may well not have it, and asking the nodes one by one
+// finds only them.
 func (s *Source) holders(ctx context.Context, d digest.Digest) []string {
 	if s.held == nil {
 		return nil
@@ -352,7 +353,16 @@ func (s *Source) holders(ctx context.Context, d digest.Digest) []string {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.DeleteFunc(held, func(n string) bool { return now.Before(s.bad[n]) })
+	slices.SortStableFunc(held, func(a, b string) int {
+		switch aa, ba := now.Before(s.bad[a]), now.Before(s.bad[b]); {
+		case aa == ba:
+			return 0
+		case ba:
+			return -1
+		}
+		return 1
+	})
+	return held
 }
 
 // peerManifest is d from node, read with the blobs' stall bound (a peer that stops
