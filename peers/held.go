@@ -180,7 +180,7 @@ wait:
 }
 
 // fetch asks node for its summary (etag: the one held) and keeps what it answers; a
-// failure keeps the last summary until heldFor passes.
+// failure keeps the last summary, and the peer is asked again after heldRetry.
 func (h *holdings) fetch(node string, s *summary, etag string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*heldWait)
 	defer cancel()
