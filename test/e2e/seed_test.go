@@ -488,3 +488,92 @@ func TestOneSeedForTheWholeCluster(t *testing.T) {
 		}
 	}
 }
+
+// imagepinctl seed killed (-9) in the middle of a layer, then run again: nothing of the
+// image is served meanwhile (CRI-O cannot pull it, the set is not Ready), and the
+// second run goes on from what the first wrote and completes it; the set is then Ready
+// with every layer right.
+func TestSeedKilledMidwayResumes(t *testing.T) {
+	const host = "seeded.example.invalid"
+	dir := t.TempDir()
+	w := worldOn(t, dir, nil)
+	w.run(w.crio.Start, w.crio.Cleanup)
+	port, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\n", port)})
+	img, err := random.Image(96<<20, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout := filepath.Join(dir, "medium")
+	p, err := ggcrlayout.Write(layout, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.AppendImage(img, ggcrlayout.WithAnnotations(map[string]string{ocispec.AnnotationRefName: host + "/big:v1"})); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(dir, "big.tar")
+	tarDir(t, layout, archive)
+	if err := os.RemoveAll(layout); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	ref := host + "/big@" + d.String()
+	w.startDaemon()
+	w.writeSet("big.yaml", alphaSet("big", ref))
+
+	// Killed once a layer is partly written (a "seed-" ingest holding bytes).
+	ctl := filepath.Join(binDir, "imagepinctl")
+	cmd := exec.Command(ctl, "seed", "--config", w.config, archive)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ingests := filepath.Join(dir, "state", "blobs", "ingest")
+	partly := func() bool {
+		refs, _ := filepath.Glob(filepath.Join(ingests, "*", "ref"))
+		for _, r := range refs {
+			b, _ := os.ReadFile(r)
+			if fi, err := os.Stat(filepath.Join(filepath.Dir(r), "data")); err == nil && strings.HasPrefix(string(b), "seed-") && fi.Size() > 1<<20 {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !partly() {
+		if time.Now().After(deadline) {
+			t.Fatal("imagepinctl seed wrote no layer within 60s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	out, err := exec.Command(ctl, "seed", "--config", w.config, "--list").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "incomplete") {
+		t.Fatalf("imagepinctl seed --list after the kill: %v\n%s", err, out)
+	}
+	t.Logf("killed mid-seed; --list:\n%s", out)
+	// Nothing half imported is served: the image cannot be pulled, the set waits.
+	time.Sleep(3 * time.Second)
+	if im := w.image(ref); im.Present {
+		t.Fatalf("%s is in CRI-O after a seed cut short", ref)
+	}
+	if n := w.readStatus(); n.Set("big") != nil && n.Set("big").Phase == status.Ready {
+		t.Fatal("the set is Ready after a seed cut short")
+	}
+
+	out, err = exec.Command(ctl, "seed", "--config", w.config, archive).CombinedOutput()
+	if err != nil {
+		t.Fatalf("imagepinctl seed again: %v\n%s", err, out)
+	}
+	t.Logf("seeded again:\n%s", out)
+	if !strings.Contains(string(out), "an interrupted seed had written") {
+		t.Fatalf("the second run did not go on from the first's bytes:\n%s", out)
+	}
+	w.waitFor("big Ready", 120*time.Second, phaseIs("big", status.Ready))
+	w.requirePinned(ref)
+	w.requireLayers(map[string]v1.Image{ref: img})
+}
