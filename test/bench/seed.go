@@ -11,12 +11,22 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	ggcrlayout "github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 var seedSizes = flag.String("seed-mib", "512,2048", "archive sizes for the seed section, MiB")
@@ -90,7 +100,7 @@ func (b *bench) seedBench(ctx context.Context) error {
 		os.Remove(archive)
 	}
 	fmt.Println()
-	return nil
+	return b.seedReady(ctx)
 }
 
 func mibps(n int64, d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
@@ -237,4 +247,186 @@ func (r *randReader) Read(p []byte) (int, error) {
 func digestOf(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// seedReadyHost is the images' host in the seeded rounds: it does not resolve.
+const seedReadyHost = "seeded.example.invalid"
+
+// seedReady measures 3 CRI-O nodes with [peers] on pre-loading the first images of
+// the bench set: from the registry on loopback (the peers section's round), and from
+// one seed (an OCI archive of the same images under a host that does not resolve,
+// seeded on the first node before the set comes; no registry).
+func (b *bench) seedReady(ctx context.Context) error {
+	const nodes = 3
+	imgs := b.imgs[:min(*peerImages, len(b.imgs))]
+	dir := filepath.Join(b.dir, "seed-ready")
+	archive, seededRefs, err := b.seedArchiveOf(ctx, imgs, dir)
+	if err != nil {
+		return err
+	}
+	link, err := env.StartLink(b.reg.Host, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer link.Close()
+	var regRefs []string
+	for _, img := range imgs {
+		regRefs = append(regRefs, strings.Replace(img.Ref(), b.reg.Host, link.Addr, 1))
+	}
+	ca, err := testcerts.NewCA(b.dir, "seed-ready-ca")
+	if err != nil {
+		return err
+	}
+	var fromReg, fromSeed, seeding []time.Duration
+	for r := range *reps {
+		took, err := b.peerRound(ctx, link, regRefs, nodes, 2, ca, fmt.Sprintf("seed-ready-reg-%d", r))
+		if err != nil {
+			return fmt.Errorf("from the registry: %w", err)
+		}
+		fromReg = append(fromReg, took)
+		seedTook, took, err := b.seedRound(ctx, archive, seededRefs, nodes, ca, fmt.Sprintf("seed-ready-seed-%d", r))
+		if err != nil {
+			return fmt.Errorf("from one seed: %w", err)
+		}
+		fromSeed, seeding = append(fromSeed, took), append(seeding, seedTook)
+		fmt.Fprintf(os.Stderr, "  seed-ready %d: from the registry %s, from one seed %s (seeding %s)\n", r, fromReg[r].Round(time.Millisecond), took.Round(time.Millisecond), seedTook.Round(time.Millisecond))
+	}
+	fi, _ := os.Stat(archive)
+	fmt.Printf("## Seeding: %d CRI-O nodes ([peers] on) Ready from one seed against from a registry on loopback\n\n", nodes)
+	fmt.Printf("The first %d images of the bench set (%.1f MiB archive). From the registry: the registry on loopback, every node pulling through its mirror and peers. From one seed: no registry, the images under %s (does not resolve), the archive seeded on one node with `imagepinctl seed` before the set comes; the others read it from their peers. Time from the set written on every node until every node is Ready. %d repetitions; medians.\n\n",
+		len(imgs), float64(fi.Size())/(1<<20), seedReadyHost, *reps)
+	fmt.Printf("| source | until %d nodes Ready | runs (s) | ÷ from the registry |\n|---|---|---|---|\n", nodes)
+	reg := median(fromReg)
+	fmt.Printf("| registry on loopback | %.2f s | %s | 1.00 |\n", reg.Seconds(), runs(fromReg))
+	fmt.Printf("| one seed (no registry) | %.2f s | %s | **%.2f** |\n", median(fromSeed).Seconds(), runs(fromSeed), median(fromSeed).Seconds()/reg.Seconds())
+	fmt.Printf("\nSeeding the archive on the one node took %.2f s (median) before that.\n\n", median(seeding).Seconds())
+	return nil
+}
+
+// seedArchiveOf writes the images as an OCI archive, named under seedReadyHost, and
+// says their references there.
+func (b *bench) seedArchiveOf(ctx context.Context, imgs []env.Image, dir string) (string, []string, error) {
+	layout := filepath.Join(dir, "layout")
+	p, err := ggcrlayout.Write(layout, empty.Index)
+	if err != nil {
+		return "", nil, err
+	}
+	var refs []string
+	for _, img := range imgs {
+		ref, err := name.NewDigest(img.Ref(), name.Insecure)
+		if err != nil {
+			return "", nil, err
+		}
+		im, err := remote.Image(ref, remote.WithContext(ctx))
+		if err != nil {
+			return "", nil, err
+		}
+		repo := strings.Replace(img.Repo, b.reg.Host, seedReadyHost, 1)
+		if err := p.AppendImage(im, ggcrlayout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": repo + ":latest"})); err != nil {
+			return "", nil, err
+		}
+		refs = append(refs, repo+"@"+img.Digest)
+	}
+	archive := filepath.Join(dir, "set.tar")
+	f, err := os.Create(archive)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	if err := tw.AddFS(os.DirFS(layout)); err != nil {
+		return "", nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return "", nil, err
+	}
+	return archive, refs, os.RemoveAll(layout)
+}
+
+// seedRound starts n fresh CRI-O nodes with no registry and [peers] on, seeds archive
+// on the first, then writes the set on every node: it says how long the seed took, and
+// the time from the set until the last node was Ready.
+func (b *bench) seedRound(ctx context.Context, archive string, refs []string, n int, ca *testcerts.CA, name string) (time.Duration, time.Duration, error) {
+	port, err := env.FreePort()
+	if err != nil {
+		return 0, 0, err
+	}
+	var addrs []string
+	for i := range n {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.%d:%d", 2+i, port))
+	}
+	var nodes []*node
+	var daemons []*daemon
+	defer func() {
+		for _, d := range daemons {
+			d.stop()
+		}
+		for _, c := range nodes {
+			c.cleanup()
+		}
+	}()
+	var cfg0 string
+	for i := range n {
+		dir := filepath.Join(b.dir, name, fmt.Sprint(i))
+		c, err := env.NewCRIO(dir, env.CRIOOptions{})
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := c.Start(ctx); err != nil {
+			return 0, 0, err
+		}
+		nd := &node{runtime: "cri-o", socket: c.Socket, crio: c}
+		nodes = append(nodes, nd)
+		who := fmt.Sprintf("node-%d", i)
+		serving, err := ca.NodeServing(dir, who, net.ParseIP(fmt.Sprintf("127.0.0.%d", 2+i)))
+		if err != nil {
+			return 0, 0, err
+		}
+		client, err := ca.Node(dir, who)
+		if err != nil {
+			return 0, 0, err
+		}
+		mport, err := env.FreePort()
+		if err != nil {
+			return 0, 0, err
+		}
+		extra := fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\naddress = %q\nnodes = [\"%s\"]\ncert = %q\nca = %q\nclient_cert = %q\nclient_ca = %q\nserve_mib_per_second = 0\n",
+			mport, addrs[i], strings.Join(addrs, `", "`), serving, ca.File, client, ca.File)
+		exe := filepath.Join(dir, "imagepind")
+		if err := copyFile(filepath.Join(*binDir, "imagepind"), exe); err != nil {
+			return 0, 0, err
+		}
+		nd.exe = exe
+		d, err := b.startDaemon(nd, filepath.Join(name, fmt.Sprint(i), "d"), 0, "2m", extra)
+		if err != nil {
+			return 0, 0, err
+		}
+		daemons = append(daemons, d)
+		if i == 0 {
+			cfg0 = filepath.Join(b.dir, name, "0", "d", "imagepind.toml")
+		}
+	}
+	seedTook, _, err := timed(exec.CommandContext(ctx, filepath.Join(*binDir, "imagepinctl"), "seed", "--config", cfg0, archive))
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			daemons[i].writeSet("bench", refs)
+			errs[i] = daemons[i].waitReady("bench")
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return seedTook, took, nil
 }
