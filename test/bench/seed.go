@@ -29,7 +29,7 @@ import (
 	"github.com/imagepin/imagepin/test/testcerts"
 )
 
-var seedSizes = flag.String("seed-mib", "512,2048", "archive sizes for the seed section, MiB")
+var seedSizes = flag.String("seed-mib", "512,2048", "archive sizes for the seed section, MiB (\"\": only the nodes Ready from one seed)")
 
 // seedLayer is the size of each layer of the seed section's archives.
 const seedLayer = 64 << 20
@@ -45,6 +45,9 @@ func (b *bench) seedBench(ctx context.Context) error {
 	dir := filepath.Join(b.dir, "seed")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if *seedSizes == "" {
+		return b.seedReady(ctx)
 	}
 	fmt.Printf("## Seeding: `imagepinctl seed` of an OCI archive, against `cp` of the same archive\n\n")
 	fmt.Printf("One image of %d MiB layers of random bytes in an OCI layout tar, on the same filesystem as the store and the copy (%s). ", seedLayer>>20, dir)
