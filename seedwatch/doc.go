@@ -6,7 +6,9 @@
 // archives (package seed reads them). A medium is seeded once it is complete: its
 // files, sizes and modification times unchanged for Config.Settle, and no process on
 // the node holding one of its files open for writing. One that turns out bad is not
-// tried again until it changes. A medium recorded by a seed (whoever ran it) that is
+// tried again until it changes. Each medium is seeded once a run of imagepind, and again
+// when it changes: one seeded before (a copy may keep its modification times) is read
+// again at start, which writes nothing when the store holds it all. A medium recorded by a seed (whoever ran it) that is
 // no longer in the directory, or is an empty directory (a mount point whose medium was
 // unmounted), is taken out of its seed's record; a seed left with no medium goes with
 // what of it no set pins and no other seed names (seed.Seeder.Forget), as

@@ -167,10 +167,6 @@ func (w *Watcher) Scan(ctx context.Context) (next time.Time) {
 			soon(m.since.Add(w.cfg.Settle))
 			continue
 		}
-		if at, ok := recorded[path]; ok && !at.Before(fp.mtime) {
-			m.done = fp // seeded after its last change (by this watcher before a restart, or by hand)
-			continue
-		}
 		if busy, err := w.deps.Writing(path); err != nil || busy {
 			if err != nil {
 				w.deps.Log.WithError(err).WithField("medium", path).Debug("seed directory: cannot tell whether the medium is being written")
@@ -215,7 +211,7 @@ func (w *Watcher) seed(ctx context.Context, path string, m *medium, now time.Tim
 
 // forget takes the media recorded in the directory but gone from it (or empty now)
 // out of their seeds.
-func (w *Watcher) forget(ctx context.Context, present map[string]fingerprint, recorded map[string]time.Time) {
+func (w *Watcher) forget(ctx context.Context, present map[string]fingerprint, recorded map[string]bool) {
 	for path := range recorded {
 		if filepath.Dir(path) != w.cfg.Dir {
 			continue // seeded from elsewhere
@@ -293,26 +289,16 @@ func partial(name string) bool {
 	return false
 }
 
-// recorded are the media the seed records name (complete or pending), by path, with
-// when each was seeded last.
-func (w *Watcher) recorded() (map[string]time.Time, error) {
+// recorded are the media the seed records name (complete or pending), by path.
+func (w *Watcher) recorded() (map[string]bool, error) {
 	recs, err := seed.Records(w.cfg.SeedsDir)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]time.Time{}
+	out := map[string]bool{}
 	for _, r := range recs {
 		for _, m := range r.Media {
-			if !r.Complete {
-				// Cut short: seeded again, whatever its time.
-				if _, ok := out[m.Path]; !ok {
-					out[m.Path] = time.Time{}.Add(-1)
-				}
-				continue
-			}
-			if at, ok := out[m.Path]; !ok || m.SeededAt.After(at) {
-				out[m.Path] = m.SeededAt
-			}
+			out[m.Path] = true
 		}
 	}
 	return out, nil

@@ -24,11 +24,16 @@ import (
 type counting struct {
 	*seed.Seeder
 	seeds, forgets atomic.Int32
+	written        atomic.Int64
 }
 
 func (c *counting) Seed(ctx context.Context, path string) (*seed.Summary, error) {
 	c.seeds.Add(1)
-	return c.Seeder.Seed(ctx, path)
+	sum, err := c.Seeder.Seed(ctx, path)
+	if err == nil {
+		c.written.Add(sum.Written)
+	}
+	return sum, err
 }
 
 func (c *counting) Forget(ctx context.Context, path string, pinned []string, except string) ([]*seed.Removed, error) {
@@ -140,17 +145,20 @@ func TestAMediumSettlesThenIsSeededAndGoesWhenTakenAway(t *testing.T) {
 	if n := e.seeder.seeds.Load(); n != 1 || len(e.records(t)) != 1 {
 		t.Fatalf("settled and unwritten: %d seeds, %d records", n, len(e.records(t)))
 	}
+	first := e.seeder.written.Load()
 	e.scan(time.Hour)
 	e.scan(time.Hour)
 	if n := e.seeder.seeds.Load(); n != 1 {
 		t.Fatalf("seeded %d times, want once", n)
 	}
-	// A watcher started again (imagepind restarted) finds it recorded: not read again.
+	// A watcher started again (imagepind restarted) reads it once more, and writes
+	// nothing.
 	e.w = New(e.w.cfg, e.w.deps)
 	e.scan(settle)
 	e.scan(settle)
-	if n := e.seeder.seeds.Load(); n != 1 {
-		t.Fatalf("after a restart: seeded %d times, want once", n)
+	e.scan(settle)
+	if n := e.seeder.seeds.Load(); n != 2 || e.seeder.written.Load() != first {
+		t.Fatalf("after a restart: seeded %d times (want 2), %d bytes written in all (want the first run's %d)", n, e.seeder.written.Load(), first)
 	}
 	if e.blobs(t) == 0 {
 		t.Fatal("nothing in the store")
@@ -248,10 +256,9 @@ func TestAMediumReplacedAtItsPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	oci(t, med, "quay.io/ns/app:v2")
-	// Its files are newer than the first seed.
-	future := e.now.Add(time.Minute)
-	filepath.Walk(med, func(p string, _ os.FileInfo, _ error) error { return os.Chtimes(p, future, future) })
-	e.now = future.Add(time.Second)
+	// Copied keeping its files' times (rsync -a), older than the first seed.
+	past := time.Unix(1_000_000_000, 0)
+	filepath.Walk(med, func(p string, _ os.FileInfo, _ error) error { return os.Chtimes(p, past, past) })
 	e.scan(settle)
 	e.scan(settle)
 	recs := e.records(t)
