@@ -143,7 +143,8 @@ func TestOneSeedServesTheClusterInARequestABlob(t *testing.T) {
 	const n, layers = 16, 40
 	// The counts, not the timing: the first summaries are waited for however slow this
 	// machine is (sixteen nodes over TLS in one process, with -race).
-	defer func(w time.Duration) { heldWait = w }(heldWait)
+	old := heldWait
+	t.Cleanup(func() { heldWait = old }) // after the clusters' cleanups: nothing asks then
 	heldWait = time.Minute
 	with := seededCost(t, n, layers, false)
 	without := seededCost(t, n, layers, true)
