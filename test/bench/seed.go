@@ -29,7 +29,10 @@ import (
 	"github.com/imagepin/imagepin/test/testcerts"
 )
 
-var seedSizes = flag.String("seed-mib", "512,2048", "archive sizes for the seed section, MiB (\"\": only the nodes Ready from one seed)")
+var (
+	seedSizes = flag.String("seed-mib", "512,2048", "archive sizes for the seed section, MiB (\"\": only the nodes Ready from one seed)")
+	seedNodes = flag.Bool("seed-ready", true, "in the seed section, also 3 nodes Ready from one seed against from the registry")
+)
 
 // seedLayer is the size of each layer of the seed section's archives.
 const seedLayer = 64 << 20
@@ -103,6 +106,9 @@ func (b *bench) seedBench(ctx context.Context) error {
 		os.Remove(archive)
 	}
 	fmt.Println()
+	if !*seedNodes {
+		return nil
+	}
 	return b.seedReady(ctx)
 }
 
