@@ -252,8 +252,8 @@ func (s *Seeder) copyAll(ctx context.Context, m *media, p *plan, sum *Summary) (
 	}
 }
 
-// copyWorkers is how many blobs a seed copies at once: the copy is bound by hashing
-// every byte (SHA-256) more than by the disk on a node's local storage.
+// copyWorkers is how many blobs a seed copies at once: each is hashed (SHA-256) as it
+// streams, and two use two cores.
 const copyWorkers = 2
 
 // copyBuf is the size of each read from the medium.
