@@ -167,10 +167,12 @@ func (w *Watcher) Scan(ctx context.Context) (next time.Time) {
 			soon(m.since.Add(w.cfg.Settle))
 			continue
 		}
-		if busy, err := w.deps.Writing(path); err != nil || busy {
-			if err != nil {
-				w.deps.Log.WithError(err).WithField("medium", path).Debug("seed directory: cannot tell whether the medium is being written")
-			}
+		busy, err := w.deps.Writing(path)
+		if err != nil {
+			// The settle time alone decides.
+			w.deps.Log.WithError(err).WithField("medium", path).Debug("seed directory: cannot tell whether the medium is being written")
+		}
+		if busy {
 			// Being written: it settles again from now.
 			m.since = now
 			soon(now.Add(w.cfg.Settle))
