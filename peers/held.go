@@ -129,9 +129,11 @@ func newHoldings(client *http.Client, log logrus.FieldLogger) *holdings {
 	return &holdings{client: client, log: log, by: map[string]*summary{}}
 }
 
-// of are the nodes whose summary names d, in d's rendezvous order. Summaries never
-// fetched or older than heldFor are fetched first, all at once, waiting at most
-// heldWait (a peer that does not answer in time counts as holding nothing for now).
+// of are the nodes whose summary names d, in d's rendezvous order. A peer's summary is
+// fetched the first time it is wanted, all at once, waited for at most heldWait (a peer
+// that does not answer in time counts as holding nothing for now); one older than
+// heldFor (heldRetry after a failure) is fetched again in the background, the last one
+// used meanwhile: a peer that is down costs the wait once, not at every blob.
 func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []string {
 	if h == nil {
 		return nil
@@ -145,13 +147,17 @@ func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []st
 			s = &summary{}
 			h.by[n] = s
 		case s.done != nil:
-			waits = append(waits, s.done)
+			if s.at.IsZero() {
+				waits = append(waits, s.done) // its first fetch
+			}
 			continue
 		case time.Since(s.at) < heldFor:
 			continue
 		}
 		s.done = make(chan struct{})
-		waits = append(waits, s.done)
+		if s.at.IsZero() {
+			waits = append(waits, s.done)
+		}
 		h.fetches++
 		go h.fetch(n, s, s.etag)
 	}
