@@ -36,6 +36,18 @@ type Config struct {
 	Cluster    ClusterConfig    `toml:"cluster"`
 	Kubelet    KubeletConfig    `toml:"kubelet"`
 	Peers      PeersConfig      `toml:"peers"`
+	Seed       SeedConfig       `toml:"seed"`
+}
+
+// SeedConfig is the seed directory imagepind watches (docs/seeding.md): a medium an
+// administrator copies or mounts there is seeded once it is complete, and the seed of
+// a medium taken away is removed.
+type SeedConfig struct {
+	// Directory is the watched directory ("": none). It needs [peers] enabled.
+	Directory string `toml:"directory"`
+	// Settle is how long a medium must stay unchanged, with no process writing to it,
+	// before it is seeded.
+	Settle Duration `toml:"settle"`
 }
 
 // PeersConfig is the node-local mirror of pinned images and the sharing of their
@@ -233,6 +245,7 @@ func Default() Config {
 		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", TagAddress: "127.0.0.1:7445", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
 			MaxServing: 64, ServeMiBPerSecond: 50, Fanout: 2},
 		Cluster: ClusterConfig{NodeCondition: NodeConditionReady},
+		Seed:    SeedConfig{Settle: Duration(10 * time.Second)},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",
@@ -311,6 +324,7 @@ func (c *Config) Validate() error {
 		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
 		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
 		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir}, {"kubelet.binary", c.Kubelet.Binary}, {"peers.store_dir", c.Peers.StoreDir},
+		{"seed.directory", c.Seed.Directory},
 		{"cluster.kubeconfig", c.Cluster.Kubeconfig},
 		{"containerd.address", strings.TrimPrefix(c.Containerd.Address, "unix://")},
 	} {
@@ -373,6 +387,12 @@ func (c *Config) Validate() error {
 		if c.Peers.Fanout < 1 || c.Peers.Fanout > 10000 {
 			bad("peers.fanout", "must be 1 to 10000, got %d", c.Peers.Fanout)
 		}
+	}
+	if c.Seed.Directory != "" && !c.Peers.Enabled {
+		bad("seed.directory", "needs [peers] enabled = true: seeds go to the node-local mirror's store, which exists only then")
+	}
+	if c.Seed.Settle < Duration(time.Second) || c.Seed.Settle > Duration(time.Hour) {
+		bad("seed.settle", "must be 1s to 1h, got %s", time.Duration(c.Seed.Settle))
 	}
 	// Every path under config_path is joined to it: an empty one would make imagepind
 	// read (and, with [peers] on, write <registry>/hosts.toml) relative to its working

@@ -27,6 +27,11 @@
 // trees) and the next node up the tree is asked, resuming with Range; what reaches the
 // runtime is checked against its digest (containers/image checks again).
 //
+// Seeded content (package seed) may be on one node only, with no registry anywhere:
+// each node says at HeldPath what its seeds hold, and a node whose turn would be the
+// registry (a blob's head, or any node for a manifest) asks a node holding it first,
+// for what it holds only; the others get the blob down its tree as from a registry.
+//
 // Peers talk HTTPS with the nodes' certificates (Server: a client must present a node's
 // client certificate of the cluster, CN system:node:<name>, O system:nodes), and a node
 // serves a bounded number of requests at once, at a bounded rate.

@@ -151,8 +151,8 @@ func (n *Node) share(reg mirror.Source) error {
 	src := NewSource(n.cfg.Address, n.nodes, reg, client, &n.Bytes, log)
 	src.Fanout = n.cfg.Fanout
 	n.local = n.mirror.Handler(src, &n.Served)
-	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: n.cfg.MaxServing,
-		BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
+	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir,
+		MaxServing: n.cfg.MaxServing, BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
 	n.serverTLS = serverTLS
 	log.WithField("address", n.cfg.Address).WithField("peers", len(n.cfg.Nodes)).Info("[peers] sharing pinned images with other nodes")
 	return nil

@@ -27,6 +27,7 @@ import (
 
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/test/testcerts"
 )
 
@@ -38,6 +39,8 @@ type fakeRegistry struct {
 	blobs    map[digest.Digest][]byte
 	delay    time.Duration
 	down     atomic.Bool
+	// attempts counts every request, the registry up or down.
+	attempts atomic.Int64
 
 	mu    sync.Mutex
 	calls map[digest.Digest]int
@@ -68,6 +71,7 @@ func registryOf(img v1.Image) *fakeRegistry {
 }
 
 func (r *fakeRegistry) count(d digest.Digest) error {
+	r.attempts.Add(1)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.down.Load() {
@@ -153,6 +157,8 @@ type clusterOpts struct {
 	bytesPerSecond int64
 	// nodes are the peers node i knows (nil: all).
 	nodes func(i int, addrs []string) []string
+	// noHolders: the nodes ask no peer what its seeds hold (HeldPath).
+	noHolders bool
 }
 
 func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *cluster {
@@ -212,13 +218,17 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 		}
 		nd.src = NewSource(addrs[i], func() []string { return known }, reg, client, stats, log)
 		nd.src.Fanout = o.fanout
+		if o.noHolders {
+			nd.src.held = nil
+		}
 		src := nd.src
 		nd.local = httptest.NewServer(m.Handler(src, &mirror.Stats{}))
 		var peerHandler http.Handler = m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{})
 		if wrap != nil {
 			peerHandler = wrap(i, peerHandler)
 		}
-		server := &Server{Mirror: peerHandler, MaxServing: o.maxServing, BytesPerSecond: o.bytesPerSecond, Stats: stats, Log: log}
+		server := &Server{Mirror: peerHandler, SeedsDir: seed.Dir(filepath.Join(dir, "state-"+strconv.Itoa(i))), MaxServing: o.maxServing,
+			BytesPerSecond: o.bytesPerSecond, Stats: stats, Log: log}
 		server.init()
 		nd.server = server
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}

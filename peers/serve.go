@@ -37,7 +37,10 @@ import (
 // (the chain above the blob), and that peer's blob slots may all be taken by requests
 // waiting on this node.
 type Server struct {
-	Mirror         http.Handler // the mirror's handler for peers (chained, filling from the registry)
+	Mirror http.Handler // the mirror's handler for peers (chained, filling from the registry)
+	// SeedsDir holds the node's seed records: what they name is the node's answer at
+	// HeldPath ("": it holds no seed).
+	SeedsDir       string
 	MaxServing     int
 	BytesPerSecond int64
 	Stats          *Stats
@@ -46,6 +49,7 @@ type Server struct {
 	once                 sync.Once
 	slots, manifestSlots chan struct{}
 	limiter              *rate.Limiter
+	held                 *heldServer
 
 	mu      sync.Mutex
 	serving map[string]*slot // by blob digest
@@ -79,6 +83,7 @@ func (s *Server) init() {
 		s.slots = make(chan struct{}, max(s.MaxServing, 1))
 		s.manifestSlots = make(chan struct{}, max(s.MaxServing, 1))
 		s.serving = map[string]*slot{}
+		s.held = &heldServer{dir: s.SeedsDir}
 		if s.BytesPerSecond > 0 {
 			s.limiter = rate.NewLimiter(rate.Limit(s.BytesPerSecond), burst)
 		}
@@ -93,6 +98,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, err := nodecert.Name(r.TLS.VerifiedChains); err != nil {
 		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
+	if r.URL.Path == HeldPath {
+		s.held.ServeHTTP(w, r)
 		return
 	}
 	// A request waits its turn for a while (a pre-load asks for many blobs at once);

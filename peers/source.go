@@ -91,12 +91,15 @@ type health struct {
 	bad map[string]time.Time // a peer set aside until then
 	// notPinning are the peers found not to pin an image (peer and root manifest).
 	notPinning map[[2]string]time.Time
+	// held are the peers' summaries of what their seeds hold (HeldPath); nil: none
+	// asked.
+	held *holdings
 }
 
 // NewSource is a Source (see its fields).
 func NewSource(self string, nodes func() []string, registry mirror.Source, client *http.Client, stats *Stats, log logrus.FieldLogger) *Source {
 	return &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log,
-		health: &health{bad: map[string]time.Time{}, notPinning: map[[2]string]time.Time{}}}
+		health: &health{bad: map[string]time.Time{}, notPinning: map[[2]string]time.Time{}, held: newHoldings(client, log)}}
 }
 
 // Forwarding is this Source for what a node needs to answer a peer's request (the
@@ -118,6 +121,10 @@ const (
 	// climbing asks again while the peer does not pin the image yet; a busy peer is
 	// left at once (the next ancestor is asked): a blob's tree.
 	climbing
+	// holding asks a peer whose seeds hold the digest (HeldPath) for what it holds only
+	// (mirror.StoredOnlyHeader), again while it does not pin the image yet or is busy,
+	// as waiting does: it is the one node known to have it.
+	holding
 	// once asks once.
 	once
 	// storedOnly asks once for what the peer holds already (mirror.StoredOnlyHeader):
@@ -141,7 +148,7 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 	}
 	start := time.Now()
 	for {
-		resp, err := s.get(ctx, node, repo, kind, chain, d, from, how == storedOnly)
+		resp, err := s.get(ctx, node, repo, kind, chain, d, from, how == storedOnly || how == holding)
 		if how >= once {
 			return resp, err
 		}
@@ -285,10 +292,24 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	return nil, fmt.Errorf("%s: %s", url, resp.Status)
 }
 
-// Manifest asks the nodes in d's order, checking what each sends against d.
+// Manifest asks the nodes whose seeds hold d (HeldPath), then the nodes in d's order,
+// checking what each sends against d.
 func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
 	var errs []error
+	holders := s.holders(ctx, d)
+	for _, node := range holders {
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, holding)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
+			continue
+		}
+		s.Stats.FromPeers.Add(int64(len(data)))
+		return data, mt, nil
+	}
 	for _, node := range s.order(d) {
+		if slices.Contains(holders, node) {
+			continue
+		}
 		if node == self {
 			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d)
 			if err == nil {
@@ -297,7 +318,7 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d)
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, waiting)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
 			continue
@@ -312,13 +333,45 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 // mirror's): a peer sending more is sending wrong bytes.
 const maxManifest = 4 << 20
 
+// holders are the peers (not this node) whose seeds hold d, in d's order, those set
+// aside last: the registry may well not have it, and asking the nodes one by one
+// finds only them.
+func (s *Source) holders(ctx context.Context, d digest.Digest) []string {
+	if s.held == nil {
+		return nil
+	}
+	var nodes []string
+	for _, n := range s.Nodes() {
+		if n != s.Self && !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	held := s.held.of(ctx, nodes, d)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	slices.SortStableFunc(held, func(a, b string) int {
+		switch aa, ba := now.Before(s.bad[a]), now.Before(s.bad[b]); {
+		case aa == ba:
+			return 0
+		case ba:
+			return -1
+		}
+		return 1
+	})
+	return held
+}
+
 // peerManifest is d from node, read with the blobs' stall bound (a peer that stops
 // sending is left after stallAfter, and every request joined to the fetch with it)
 // and at most maxManifest bytes; it sets the peer aside when it fails.
-func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, how asking) ([]byte, string, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, waiting)
+	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, how)
 	if err != nil {
 		if !errors.Is(err, errNotThere) && parent.Err() == nil {
 			s.setAside(node, failedFor, err)
@@ -430,7 +483,8 @@ type turn struct {
 
 // plan is who to ask for a blob, one after another: this node's ancestors in the
 // blob's tree, nearest first (a busy one is left for the next at once; when all were
-// busy, all are asked again after pinPoll, for up to busyWait); then the registry;
+// busy, all are asked again after pinPoll, for up to busyWait); then the nodes whose
+// seeds hold it (HeldPath), for what they hold only; then the registry;
 // then, when the registry fails too (gone), the other nodes once each: those weighing
 // more asked as ancestors are, the others only for what they hold (storedOnly), so
 // that a node joining with the registry gone gets a blob from whoever has it.
@@ -487,8 +541,13 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 			continue
 		}
 		p.climbed = true
-		p.rest = p.others()
-		return turn{self, once}, true
+		for _, n := range p.s.holders(ctx, p.d) {
+			if !p.asked[n] {
+				p.rest = append(p.rest, turn{n, holding})
+			}
+		}
+		p.rest = append(p.rest, turn{self, once})
+		p.rest = append(p.rest, p.others()...)
 	}
 	for len(p.rest) > 0 {
 		t := p.rest[0]

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
@@ -39,6 +40,61 @@ func (s *Seeder) Remove(ctx context.Context, idOrPath string, pinned []string) (
 	if err != nil {
 		return nil, err
 	}
+	return s.remove(ctx, id, pinned)
+}
+
+// Forget takes the medium at path (absolute; it may be gone already) out of the seed
+// records that name it, but seed except's (the seed the medium holds now, when it was
+// replaced by another at the same path): a seed with another medium left keeps its
+// content, and one left with none is removed as Remove removes it. It says what was
+// removed (nil: no seed went; ErrNoSeed: no other record names the medium).
+func (s *Seeder) Forget(ctx context.Context, path string, pinned []string, except string) ([]*Removed, error) {
+	unlock, err := lock(s.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	recs, err := Records(s.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Removed
+	found := false
+	for _, r := range recs {
+		if r.ID == except {
+			continue
+		}
+		kept := slices.DeleteFunc(slices.Clone(r.Media), func(m Media) bool { return m.Path == path })
+		if len(kept) == len(r.Media) {
+			continue
+		}
+		found = true
+		if len(kept) > 0 {
+			r.Media = kept
+			ext := recordExt
+			if !r.Complete {
+				ext = pendingExt
+			}
+			if err := writeRecord(s.cfg.Dir, r, ext); err != nil {
+				return out, err
+			}
+			continue
+		}
+		rm, err := s.remove(ctx, r.ID, pinned)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, rm)
+	}
+	if !found {
+		return nil, fmt.Errorf("%s: %w (no seed record names it)", path, ErrNoSeed)
+	}
+	return out, nil
+}
+
+// remove removes seed id's record, then what of it nothing else keeps (Remove); the
+// caller holds the lock.
+func (s *Seeder) remove(ctx context.Context, id string, pinned []string) (*Removed, error) {
 	rec, err := readRecord(filepath.Join(s.cfg.Dir, id+recordExt))
 	if errors.Is(err, os.ErrNotExist) {
 		rec, err = readRecord(filepath.Join(s.cfg.Dir, id+pendingExt))

@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/internal/bytesize"
@@ -183,34 +185,61 @@ func summarize(p *plan, rec *Record) *Summary {
 	return sum
 }
 
-// copyAll writes what the store lacks, in plan order (a manifest after what it names),
-// then checks the store holds all of it (a prune of an imagepind that knows no seeds
-// may take a blob between writes: it is written again). It returns what it committed.
+// copyAll writes what the store lacks: the blobs copyWorkers at a time, then the
+// manifests in plan order (each after what it names); then it checks the store holds
+// all of it (a prune of an imagepind that knows no seeds may take a blob between
+// writes: it is written again). It returns what it committed.
 func (s *Seeder) copyAll(ctx context.Context, m *media, p *plan, sum *Summary) ([]digest.Digest, error) {
 	need, _, _ := p.need()
 	pr := &progress{total: need, start: s.deps.Now(), last: s.deps.Now(), now: s.deps.Now, fn: s.deps.Progress}
-	var committed []digest.Digest
+	var (
+		mu        sync.Mutex
+		committed []digest.Digest
+	)
+	copied := func(it *item, wrote, resumed int64, err error) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sum.Written += wrote
+		sum.Resumed += resumed
+		if err == nil {
+			it.present = true
+			committed = append(committed, it.Digest)
+		}
+		return err
+	}
 	for pass := 0; ; pass++ {
+		// Blobs: each streams through its own hash, so two at once use two cores.
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(copyWorkers)
+		for _, d := range p.order {
+			it := p.items[d]
+			if it.present || it.manifest {
+				continue
+			}
+			g.Go(func() error {
+				wrote, resumed, err := s.copyOne(gctx, m, it, pr)
+				return copied(it, wrote, resumed, err)
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return committed, err
+		}
 		for _, d := range p.order {
 			it := p.items[d]
 			if it.present {
 				continue
 			}
 			wrote, resumed, err := s.copyOne(ctx, m, it, pr)
-			sum.Written += wrote
-			sum.Resumed += resumed
-			if err != nil {
+			if err := copied(it, wrote, resumed, err); err != nil {
 				return committed, err
 			}
-			it.present = true
-			committed = append(committed, d)
 		}
 		lost := 0
 		for _, d := range p.order {
 			if _, ok := s.deps.Store.Size(ctx, d); !ok {
 				it := p.items[d]
 				it.present = false
-				pr.total += it.Size
+				pr.grow(it.Size)
 				lost++
 			}
 		}
@@ -222,6 +251,10 @@ func (s *Seeder) copyAll(ctx context.Context, m *media, p *plan, sum *Summary) (
 		}
 	}
 }
+
+// copyWorkers is how many blobs a seed copies at once: each is hashed (SHA-256) as it
+// streams, and two use two cores.
+const copyWorkers = 2
 
 // copyBuf is the size of each read from the medium.
 const copyBuf = 256 << 10
@@ -312,13 +345,23 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 
 // progress reports the copy at most once a second.
 type progress struct {
+	mu          sync.Mutex
 	done, total int64
 	start, last time.Time
 	now         func() time.Time
 	fn          func(Progress)
 }
 
+// grow adds n bytes to copy.
+func (p *progress) grow(n int64) {
+	p.mu.Lock()
+	p.total += n
+	p.mu.Unlock()
+}
+
 func (p *progress) add(n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.done += n
 	if p.fn == nil {
 		return

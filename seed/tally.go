@@ -41,3 +41,28 @@ func Tally(dir string) (Totals, error) {
 	t.Images = len(images)
 	return t, nil
 }
+
+// Held are the manifests and blobs the complete seeds recorded in dir name, each once:
+// what this node tells its peers it holds (pending seeds are not seeded yet).
+func Held(dir string) ([]digest.Digest, error) {
+	recs, err := Records(dir)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[digest.Digest]bool{}
+	var out []digest.Digest
+	for _, r := range recs {
+		if !r.Complete {
+			continue
+		}
+		for _, cs := range [][]Content{r.Manifests, r.Blobs} {
+			for _, c := range cs {
+				if !seen[c.Digest] {
+					seen[c.Digest] = true
+					out = append(out, c.Digest)
+				}
+			}
+		}
+	}
+	return out, nil
+}

@@ -96,6 +96,14 @@ func TestStatus(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("a set not Ready: code %d", code)
 	}
+	// One seed of one image: in the singular.
+	n.Node.Seeded = &status.Seeded{Seeds: 1, Images: 1, Bytes: 1 << 20}
+	if err := status.WriteFile(statusFile, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, out, _ = ctl(t, "status", "--config", cfg); !strings.Contains(out, "seeded: 1 seed, 1 image, 1.0 MiB in the store") {
+		t.Errorf("one seed of one image:\n%s", out)
+	}
 	code, out, _ = ctl(t, "status", "--config", cfg, "-o", "json")
 	if code != 1 || !strings.Contains(out, `"phase": "Failed"`) {
 		t.Fatalf("json: %d\n%s", code, out)

@@ -118,6 +118,14 @@ func nodeExit(n status.Node) int {
 	return exitOK
 }
 
+// counted is n and noun, in the plural unless n is 1.
+func counted(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func printStatus(w io.Writer, n status.Node, wide bool) {
 	fmt.Fprintf(w, "node %s (%s), %s %s, updated %s\n", n.Node.Name, n.Node.Architecture,
 		n.Node.Runtime.Name, n.Node.Runtime.Version, n.Updated.Local().Format(time.DateTime))
@@ -126,8 +134,8 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 			bytesize.Human(uint64(p.FromRegistry)), bytesize.Human(uint64(p.FromPeers)), bytesize.Human(uint64(p.ToPeers)), bytesize.Human(uint64(p.Stored)))
 	}
 	if sd := n.Node.Seeded; sd != nil {
-		fmt.Fprintf(w, "seeded: %d seeds, %d images, %s in the store until removed (imagepinctl seed --list)\n",
-			sd.Seeds, sd.Images, bytesize.Human(uint64(sd.Bytes)))
+		fmt.Fprintf(w, "seeded: %s, %s, %s in the store until removed (imagepinctl seed --list)\n",
+			counted(sd.Seeds, "seed"), counted(sd.Images, "image"), bytesize.Human(uint64(sd.Bytes)))
 	}
 	if len(n.Sets) == 0 {
 		fmt.Fprintln(w, "no sets apply to this node")

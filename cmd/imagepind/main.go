@@ -206,6 +206,9 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		g.Go(func() error { return peers.Serve(ctx) })
 		g.Go(func() error { return peers.ServePeers(ctx) })
 	}
+	if sw := wire.SeedWatch(cfg, peers, store, log); sw != nil {
+		g.Go(func() error { return sw.Run(ctx) })
+	}
 	if cfg.Metrics.Address != "" {
 		g.Go(func() error { return m.Serve(ctx, cfg.Metrics.Address) })
 	}

@@ -1,0 +1,241 @@
+package peers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
+
+	"github.com/imagepin/imagepin/seed"
+)
+
+// HeldPath is where a node tells its peers what its seeds hold: the digests of every
+// manifest and blob of its complete seeds (package seed), as JSON, with an ETag. A node
+// that holds no seed answers an empty list.
+//
+// It is how one seeded node serves a whole cluster with no registry anywhere: a node
+// about to ask the registry for a digest (the head of a blob's tree, or any node for a
+// manifest) asks a node whose summary names it first, for what it holds only. Every
+// other node gets the blob down the tree from the head as with a registry, so a blob
+// costs each node one request, not one per peer in turn. A summary is fetched once
+// per peer and asked again (If-None-Match) after heldFor, when it is wanted; it is
+// not trusted beyond saying whom to ask first: what a holder sends is checked against
+// its digest as what any peer sends is.
+const HeldPath = "/imagepin/v1/held"
+
+// heldSummary is HeldPath's body.
+type heldSummary struct {
+	Digests []digest.Digest `json:"digests"`
+}
+
+// maxHeld bounds a summary read from a peer (about 70 bytes a digest: a million
+// manifests and blobs).
+const maxHeld = 80 << 20
+
+// heldServer serves this node's summary, read again from the seed records when their
+// directory changed (a record written, renamed or removed) or a minute passed.
+type heldServer struct {
+	dir string // "": no seeds
+
+	mu    sync.Mutex
+	mtime time.Time
+	at    time.Time
+	body  []byte
+	etag  string
+	err   error
+}
+
+func (h *heldServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, etag, err := h.summary()
+	if err != nil {
+		// An unreadable record: a peer asks the registry and the tree as without it.
+		http.Error(w, "the seed records cannot be read", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("ETag", etag)
+	if r.Header.Get("If-None-Match") == etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(body)
+}
+
+func (h *heldServer) summary() ([]byte, string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var mtime time.Time
+	if h.dir != "" {
+		if fi, err := os.Stat(h.dir); err == nil {
+			mtime = fi.ModTime()
+		}
+	}
+	if h.body != nil && mtime.Equal(h.mtime) && time.Since(h.at) < time.Minute {
+		return h.body, h.etag, h.err
+	}
+	h.mtime, h.at = mtime, time.Now()
+	var ds []digest.Digest
+	if h.dir != "" {
+		ds, h.err = seed.Held(h.dir)
+	}
+	if ds == nil {
+		ds = []digest.Digest{}
+	}
+	slices.Sort(ds)
+	h.body, _ = json.Marshal(heldSummary{Digests: ds})
+	sum := sha256.Sum256(h.body)
+	h.etag = `"` + hex.EncodeToString(sum[:8]) + `"`
+	return h.body, h.etag, h.err
+}
+
+// heldFor is how long a peer's summary is used before it is asked again (heldRetry
+// after a failure); heldWait bounds the wait for the summaries not fetched yet.
+var (
+	heldFor   = 30 * time.Second
+	heldRetry = 2 * time.Second
+	heldWait  = 5 * time.Second
+)
+
+// holdings are the peers' summaries as this node fetched them, shared by its Sources.
+type holdings struct {
+	client *http.Client
+	log    logrus.FieldLogger
+
+	mu sync.Mutex
+	by map[string]*summary // by peer address
+	// fetches counts the summaries asked of peers (a test's measure).
+	fetches int
+}
+
+// summary is one peer's summary.
+type summary struct {
+	etag string
+	has  map[digest.Digest]bool
+	at   time.Time     // when fetched (or failed)
+	done chan struct{} // open while a fetch runs
+}
+
+func newHoldings(client *http.Client, log logrus.FieldLogger) *holdings {
+	return &holdings{client: client, log: log, by: map[string]*summary{}}
+}
+
+// of are the nodes whose summary names d, in d's rendezvous order. A peer's summary is
+// fetched the first time it is wanted, all at once, waited for at most heldWait (a peer
+// that does not answer in time counts as holding nothing for now); one older than
+// heldFor (heldRetry after a failure) is fetched again in the background, the last one
+// used meanwhile: a peer that is down costs the wait once, not at every blob.
+func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []string {
+	if h == nil {
+		return nil
+	}
+	var waits []chan struct{}
+	h.mu.Lock()
+	for _, n := range nodes {
+		s := h.by[n]
+		switch {
+		case s == nil:
+			s = &summary{}
+			h.by[n] = s
+		case s.done != nil:
+			if s.at.IsZero() {
+				waits = append(waits, s.done) // its first fetch
+			}
+			continue
+		case time.Since(s.at) < heldFor:
+			continue
+		}
+		s.done = make(chan struct{})
+		if s.at.IsZero() {
+			waits = append(waits, s.done)
+		}
+		h.fetches++
+		go h.fetch(n, s, s.etag)
+	}
+	h.mu.Unlock()
+	timeout := time.NewTimer(heldWait)
+	defer timeout.Stop()
+wait:
+	for _, c := range waits {
+		select {
+		case <-c:
+		case <-timeout.C:
+			break wait
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	var out []string
+	h.mu.Lock()
+	for _, n := range Order(d, nodes) {
+		if s := h.by[n]; s != nil && s.has[d] {
+			out = append(out, n)
+		}
+	}
+	h.mu.Unlock()
+	return out
+}
+
+// fetch asks node for its summary (etag: the one held) and keeps what it answers; a
+// failure keeps the last summary, and the peer is asked again after heldRetry.
+func (h *holdings) fetch(node string, s *summary, etag string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*heldWait)
+	defer cancel()
+	has, newTag, err := h.get(ctx, node, etag)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.at = time.Now()
+	if err != nil {
+		// Asked again sooner than a summary that came.
+		s.at = s.at.Add(heldRetry - heldFor)
+		h.log.WithError(err).WithField("peer", node).Debug("peers: no summary of what the peer's seeds hold")
+	} else if has != nil {
+		s.has, s.etag = has, newTag
+	}
+	close(s.done)
+	s.done = nil
+}
+
+// get is node's summary: nil and etag when it did not change.
+func (h *holdings) get(ctx context.Context, node, etag string) (map[digest.Digest]bool, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+node+HeldPath, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+		return nil, etag, nil
+	case http.StatusOK:
+	default:
+		return nil, "", fmt.Errorf("%s: %s", HeldPath, resp.Status)
+	}
+	var sum heldSummary
+	dec := json.NewDecoder(io.LimitReader(resp.Body, maxHeld))
+	if err := dec.Decode(&sum); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", HeldPath, err)
+	}
+	has := make(map[digest.Digest]bool, len(sum.Digests))
+	for _, d := range sum.Digests {
+		if d.Validate() == nil {
+			has[d] = true
+		}
+	}
+	return has, resp.Header.Get("ETag"), nil
+}

@@ -1,0 +1,280 @@
+package peers
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	ggcrlayout "github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepin/imagepin/seed"
+)
+
+// seedNode seeds img on c's node i, as imagepinctl seed does.
+func (c *cluster) seedNode(i int, img v1.Image) {
+	c.t.Helper()
+	dir := filepath.Join(c.dir, "media-"+c.nodes[i].addr)
+	p, err := ggcrlayout.Write(dir, empty.Index)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := p.AppendImage(img, ggcrlayout.WithAnnotations(map[string]string{ocispec.AnnotationRefName: repo + ":v1"})); err != nil {
+		c.t.Fatal(err)
+	}
+	state := filepath.Join(c.dir, "state-"+strconv.Itoa(i))
+	seeder := seed.New(seed.Config{Dir: seed.Dir(state), StoreDir: filepath.Join(c.dir, "node-"+strconv.Itoa(i))}, seed.Deps{Store: c.nodes[i].store})
+	if _, err := seeder.Seed(context.Background(), dir); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// peerRequests records the requests the nodes serve each other: blobs by asker and
+// digest, manifests counted.
+type peerRequests struct {
+	requests
+	manifests atomic.Int64
+}
+
+func (q *peerRequests) wrap(i int, h http.Handler) http.Handler {
+	return q.requests.wrap(i, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/manifests/") {
+			q.manifests.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// mostForOneBlob is the most requests one node made for one blob, one after another.
+func (q *peerRequests) mostForOneBlob() int {
+	n := map[request]int{}
+	most := 0
+	for _, r := range q.all() {
+		k := request{asker: r.asker, d: r.d}
+		n[k]++
+		most = max(most, n[k])
+	}
+	return most
+}
+
+// cost is what reading one seeded image on every node but the seeded one cost.
+type cost struct {
+	nodes, blobs int
+	// blobRequests, manifestRequests: served between nodes; summaries: HeldPath asked;
+	// registry: requests to the (gone) registry.
+	blobRequests, manifestRequests, summaries, registry int64
+	// mostForOneBlob: the most requests one node made for one blob.
+	mostForOneBlob int
+	took           time.Duration
+}
+
+// perBlob are the blob requests a node made for a blob, on average.
+func (c cost) perBlob() float64 {
+	return float64(c.blobRequests) / float64(c.blobs*(c.nodes-1))
+}
+
+// summariesPerNode are the summaries a node asked its peers for, on average.
+func (c cost) summariesPerNode() float64 {
+	return float64(c.summaries) / float64(c.nodes-1)
+}
+
+func (c cost) String() string {
+	return fmt.Sprintf("%d nodes, %d blobs: %.2f requests a blob a node (at most %d for one blob), %.1f summaries a node, %d manifest requests, %d registry requests, %s",
+		c.nodes, c.blobs, c.perBlob(), c.mostForOneBlob, c.summariesPerNode(), c.manifestRequests, c.registry, c.took.Round(time.Millisecond))
+}
+
+// seededCost seeds an image of layers blobs on node 0 of n, with no registry at all,
+// and has the other nodes read it at once. With warm, each node has its peers'
+// summaries before (asked again until every one came: a test counting the blobs'
+// requests on a machine too slow for the first dials); they are counted all the same.
+func seededCost(t testing.TB, n, layers int, noHolders, warm bool) cost {
+	img, err := random.Image(2<<10, int64(layers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registryOf(img)
+	reg.down.Store(true)
+	q := &peerRequests{}
+	c := newClusterOpts(t, reg, n, clusterOpts{wrap: q.wrap, noHolders: noHolders, maxServing: 16})
+	c.seedNode(0, img)
+	if warm && !noHolders {
+		md := digest.FromBytes(reg.manifest)
+		for _, nd := range c.nodes[1:] {
+			deadline := time.Now().Add(time.Minute)
+			for len(nd.src.held.of(context.Background(), c.addrs(), md)) == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: no summary names the seeded manifest after a minute", nd.addr)
+				}
+				time.Sleep(heldRetry)
+			}
+		}
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, nd := range c.nodes[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.pull(nd); err != nil {
+				t.Errorf("%s: %v", nd.addr, err)
+			}
+		}()
+	}
+	wg.Wait()
+	out := cost{nodes: n, blobs: len(reg.blobs), blobRequests: int64(len(q.all())), manifestRequests: q.manifests.Load(),
+		registry: reg.attempts.Load(), mostForOneBlob: q.mostForOneBlob(), took: time.Since(start)}
+	for _, nd := range c.nodes {
+		if h := nd.src.held; h != nil {
+			h.mu.Lock()
+			out.summaries += int64(h.fetches)
+			h.mu.Unlock()
+		}
+	}
+	return out
+}
+
+// One node of many holds a seed and there is no registry anywhere: every other node
+// reads it in about one request a blob (its parent in the blob's tree; the head asks
+// the seeded node, whose summary says it holds it), asks the registry nothing and the
+// seeded node once for the manifest; without the summaries each manifest costs a node
+// a round of its peers, each asking theirs, and each blob's head asks the registry,
+// then the others in turn.
+func TestOneSeedServesTheClusterInARequestABlob(t *testing.T) {
+	const n, layers = 16, 40
+	// The counts, not the timing: the summaries are had before the pulls, however slow
+	// this machine is (sixteen nodes over TLS in one process, with -race); the cold start
+	// is BenchmarkSeededCluster's.
+	with := seededCost(t, n, layers, false, true)
+	without := seededCost(t, n, layers, true, false)
+	t.Logf("with the summaries: %s", with)
+	t.Logf("without: %s", without)
+	if got := with.perBlob(); got > 1.05 || with.mostForOneBlob > 2 {
+		t.Errorf("with the summaries, %.2f requests a blob a node (at most %d for one), want about 1", got, with.mostForOneBlob)
+	}
+	if got := with.summariesPerNode(); got < n-1 {
+		t.Errorf("%.1f summaries a node, want each peer's at least once (%d)", got, n-1)
+	}
+	if with.registry != 0 {
+		t.Errorf("with the summaries, %d requests to the registry, want none", with.registry)
+	}
+	// A node asks the seeded node for the manifest; again when it was busy (a 503).
+	if max := int64(2 * (n - 1)); with.manifestRequests > max {
+		t.Errorf("with the summaries, %d manifest requests, want about one a node (%d)", with.manifestRequests, n-1)
+	}
+	if with.blobRequests+with.manifestRequests >= without.blobRequests+without.manifestRequests {
+		t.Errorf("the summaries saved nothing: %d requests with, %d without",
+			with.blobRequests+with.manifestRequests, without.blobRequests+without.manifestRequests)
+	}
+}
+
+// A node's summary is its complete seeds' digests, with an ETag a peer asks again
+// with (304 while nothing changed); a new seed changes it.
+func TestHeldSummary(t *testing.T) {
+	img, err := random.Image(2<<10, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registryOf(img)
+	c := newCluster(t, reg, 2)
+	ctx := context.Background()
+	asker := c.nodes[1].src.held
+	peer := c.nodes[0].addr
+	get := func(etag string) (map[digest.Digest]bool, string) {
+		t.Helper()
+		has, tag, err := asker.get(ctx, peer, etag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return has, tag
+	}
+	has, tag := get("")
+	if len(has) != 0 || tag == "" {
+		t.Fatalf("no seed: %d digests, etag %q", len(has), tag)
+	}
+	if again, tag2 := get(tag); again != nil || tag2 != tag {
+		t.Fatalf("nothing changed: %v %q, want a 304", again, tag2)
+	}
+	c.seedNode(0, img)
+	has, tag2 := get(tag)
+	if tag2 == tag || len(has) != len(reg.blobs)+1 {
+		t.Fatalf("after a seed: %d digests (etag %q), want %d and a new etag", len(has), tag2, len(reg.blobs)+1)
+	}
+	for d := range reg.blobs {
+		if !has[d] {
+			t.Fatalf("the summary lacks %s", d)
+		}
+	}
+	if got := asker.of(ctx, []string{peer}, digest.FromBytes(reg.manifest)); len(got) != 1 || got[0] != peer {
+		t.Fatalf("holders of the manifest: %v", got)
+	}
+}
+
+// A summary is read bounded and as data only: digests that do not parse are dropped,
+// a body that is not one is an error, and a peer without a node's certificate gets
+// none.
+func TestHeldSummaryFromABadPeer(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(map[string]any{"digests": []string{"sha256:" + strings.Repeat("a", 64), "../../etc", "sha256:short"}})
+	}))
+	defer srv.Close()
+	h := newHoldings(srv.Client(), nil)
+	has, _, err := h.get(context.Background(), strings.TrimPrefix(srv.URL, "https://"), "")
+	if err != nil || len(has) != 1 {
+		t.Fatalf("%v %v: want the one good digest", has, err)
+	}
+	bad := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("{not json")) }))
+	defer bad.Close()
+	if _, _, err := newHoldings(bad.Client(), nil).get(context.Background(), strings.TrimPrefix(bad.URL, "https://"), ""); err == nil {
+		t.Fatal("a body that is no summary: no error")
+	}
+	// The peers' server asks for a node's certificate before anything.
+	c := newCluster(t, registryOf(mustImage(t)), 1)
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	resp, err := anon.Get("https://" + c.nodes[0].addr + HeldPath)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("no client certificate: %s", resp.Status)
+	}
+}
+
+func mustImage(t *testing.T) v1.Image {
+	img, err := random.Image(1<<10, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// The cost of one seed for the whole cluster at larger sizes (go test -bench
+// SeededCluster ./peers/): requests a blob a node, with the summaries and without.
+func BenchmarkSeededCluster(b *testing.B) {
+	for _, n := range []int{10, 50} {
+		for _, noHolders := range []bool{false, true} {
+			name := fmt.Sprintf("nodes=%d/summaries=%t", n, !noHolders)
+			b.Run(name, func(b *testing.B) {
+				for range b.N {
+					c := seededCost(b, n, 100, noHolders, false)
+					b.ReportMetric(c.perBlob(), "requests/blob/node")
+					b.ReportMetric(float64(c.mostForOneBlob), "most-requests/blob")
+					b.ReportMetric(c.summariesPerNode(), "summaries/node")
+					b.ReportMetric(float64(c.registry), "registry-requests")
+					b.Logf("%s", c)
+				}
+			})
+		}
+	}
+}
