@@ -24,6 +24,9 @@ const (
 	// ReasonRegistryDependent: every set is Ready, but pods would still need the
 	// registry to start from some set's images (the kubelet's credential verification).
 	ReasonRegistryDependent = "RegistryDependent"
+	// ReasonTagsNotHeld: every set is Ready, but the runtime does not hold every tag the
+	// sets pin yet: a pod naming such a tag would pull it.
+	ReasonTagsNotHeld = "TagsNotHeld"
 )
 
 // Mode is what True asks of each set.
@@ -49,8 +52,9 @@ const maxNamed = 10
 // Compute is the condition of a node from imagepind's status. ok is false while the
 // status cannot tell which sets target the node (the cluster sync has not written its
 // first lists yet): nothing is written then.
-// Which fact wins: a Failed set (Degraded), then sets not Ready, then (in
-// RegistryIndependent mode) sets pods would still need the registry for.
+// Which fact wins: a Failed set (Degraded), then sets not Ready, then pinned tags the
+// runtime does not hold yet, then (in RegistryIndependent mode) sets pods would still
+// need the registry for (pinned tags that are not pre-loaded at all among them).
 func Compute(n status.Node, mode Mode) (Condition, bool) {
 	for _, f := range n.Faults {
 		if f == clustersync.NotSynced {
@@ -83,6 +87,14 @@ func Compute(n status.Node, mode Mode) (Condition, bool) {
 		return Condition{Status: status.False, Reason: ReasonSetsDegraded, Message: msg}, true
 	case len(pending) > 0:
 		return Condition{Status: status.False, Reason: ReasonSetsNotReady, Message: "sets not Ready yet: " + list(pending)}, true
+	case n.Tags != nil && n.Tags.Kept && n.Tags.Held < n.Tags.Pinned:
+		return Condition{Status: status.False, Reason: ReasonTagsNotHeld,
+			Message: fmt.Sprintf("sets Ready; %d of %d pinned tags not given to the runtime yet (a pod naming one would pull it)",
+				n.Tags.Pinned-n.Tags.Held, n.Tags.Pinned)}, true
+	case mode == RegistryIndependent && n.Tags != nil && !n.Tags.Kept && n.Tags.Pinned > 0:
+		dependent = append(dependent, fmt.Sprintf("%d pinned tags (not pre-loaded on this node)", n.Tags.Pinned))
+		return Condition{Status: status.False, Reason: ReasonRegistryDependent,
+			Message: "sets Ready, but pods would need the registry to start from their images: " + list(dependent)}, true
 	case len(dependent) > 0:
 		return Condition{Status: status.False, Reason: ReasonRegistryDependent,
 			Message: "sets Ready, but pods would need the registry to start from their images: " + list(dependent)}, true

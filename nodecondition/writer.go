@@ -247,7 +247,7 @@ func (w *Writer) write(ctx context.Context, s *state, want Condition) error {
 	}
 	now := w.cfg.Clock.Now()
 	if s.held {
-		if want.Reason == ReasonSetsNotReady && now.Before(s.started.Add(w.cfg.StartupGrace)) {
+		if (want.Reason == ReasonSetsNotReady || want.Reason == ReasonTagsNotHeld) && now.Before(s.started.Add(w.cfg.StartupGrace)) {
 			return errHeld
 		}
 		s.held = false

@@ -6,9 +6,12 @@ import "time"
 // the runtime holds as their pinned digests, and those whose registry now names
 // another digest (the pinned one is still what the node has and serves).
 type Tags struct {
-	Pinned int        `json:"pinned"`
-	Held   int        `json:"held"`
-	Moved  []MovedTag `json:"moved,omitempty"`
+	Pinned int `json:"pinned"`
+	Held   int `json:"held"`
+	// Kept says imagepind gives the runtime the pinned tags (false: they are not
+	// pre-loaded at all, and the node's faults say why; their digests are pinned).
+	Kept  bool       `json:"kept"`
+	Moved []MovedTag `json:"moved,omitempty"`
 }
 
 // MovedTag is a pinned tag its registry names another digest for.

@@ -44,7 +44,7 @@ func (p *TagParts) Status() (*status.Tags, []string) {
 	if len(tags) == 0 {
 		return nil, nil
 	}
-	st := &status.Tags{Pinned: len(tags), Moved: p.Checker.Moved()}
+	st := &status.Tags{Pinned: len(tags), Moved: p.Checker.Moved(), Kept: p.Keeper.Runs()}
 	for _, t := range tags {
 		if p.Keeper.Held(t.Name) {
 			st.Held++
