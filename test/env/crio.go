@@ -257,9 +257,14 @@ func (c *CRIO) Stop() {
 	c.cmd = nil
 }
 
-// Cleanup stops CRI-O and unmounts what it left under Dir.
+// Cleanup removes the pods a kubelet left, stops CRI-O, kills any pod monitor (conmon)
+// still running from its directory, and unmounts what it left under Dir.
 func (c *CRIO) Cleanup() {
+	if c.cmd != nil {
+		RemovePods(c.Socket)
+	}
 	c.Stop()
+	killLeftovers(c.Dir + "/")
 	unmountUnder(c.Dir)
 }
 

@@ -1,0 +1,637 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/env"
+)
+
+// What the whole-cluster scenario asserts beyond what imagepin does everywhere else;
+// each switches on a step that needs it.
+const (
+	// withNodeCondition: imagepind publishes the Node condition nodeCondition, and the
+	// aggregator's leader removes startupTaint once it is True.
+	withNodeCondition = false
+	// withSetsFromRuns: imagepinctl writes a set from a Deployment's template.
+	withSetsFromRuns = false
+	// withTags: a set pins repo:tag@sha256:…, so pods that name the tag start from it.
+	withTags = false
+
+	nodeCondition = "PinnedImagesReady"
+	startupTaint  = "imagepin.io/images-not-ready"
+)
+
+// wholeCluster is one real cluster shared by the scenario's steps: three registered
+// nodes (node-2 on containerd), a private registry behind a counting link, the images
+// of an app in three versions, a node agent and the pause image.
+type wholeCluster struct {
+	t    *testing.T
+	dir  string
+	c    *env.Cluster
+	priv *env.Registry
+	link *env.Proxy
+	// Each image by tag (through the link) and by digest.
+	pause, appV1, appV2, appV3, agent taggedImage
+	// failed stops the later steps once one failed: they build on it.
+	failed bool
+	// Durations for the numbers.
+	rolloutGone, joinSetsReady, joinUntainted time.Duration
+}
+
+type taggedImage struct {
+	tag, digest string // repo:tag, repo@sha256:…
+}
+
+// pinned is the reference a set pins: repo:tag@sha256:… where sets pin tags.
+func (i taggedImage) pinned() string {
+	if withTags {
+		return i.tag + "@" + strings.SplitN(i.digest, "@", 2)[1]
+	}
+	return i.digest
+}
+
+// podRef is what a pod names once its image is pinned: the tag where a set pins tags.
+func (i taggedImage) podRef() string {
+	if withTags {
+		return i.tag
+	}
+	return i.digest
+}
+
+func newWholeCluster(t *testing.T) *wholeCluster {
+	t.Helper()
+	dir := t.TempDir()
+	ctx := t.Context()
+	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
+	priv, err := env.StartAuthRegistry(filepath.Join(dir, "registry"), "puller", "e2e-s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(priv.Stop)
+	link, err := env.StartLink(priv.Host, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Close)
+	w := &wholeCluster{t: t, dir: dir, priv: priv, link: link}
+	app := filepath.Join(dir, "podapp")
+	if err := env.GoBuild(app, "github.com/imagepin/imagepin/test/podapp", "-s -w"); err != nil {
+		t.Fatal(err)
+	}
+	// Each image its own 1 MiB layer besides the binary: something to move.
+	push := func(repo, tag string, extra bool) taggedImage {
+		var layers []v1.Layer
+		if extra {
+			l, err := env.RandomLayer(1 << 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			layers = append(layers, l)
+		}
+		img, err := priv.PushRunnableWith(ctx, repo, app, layers...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := priv.Tag(ctx, img, tag); err != nil {
+			t.Fatal(err)
+		}
+		repoViaLink := strings.Replace(img.Repo, priv.Host, link.Addr, 1)
+		return taggedImage{tag: repoViaLink + ":" + tag, digest: repoViaLink + "@" + img.Digest}
+	}
+	w.pause = push("pause", "3.10", false)
+	w.appV1, w.appV2, w.appV3 = push("shop/app", "v1", true), push("shop/app", "v2", true), push("shop/app", "v3", true)
+	w.agent = push("shop/agent", "v1", true)
+
+	secret := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, link.Addr, priv.Auth())
+	start := time.Now()
+	c, err := env.StartCluster(ctx, filepath.Join(dir, "cluster"), env.ClusterOptions{
+		Nodes: 3, ContainerdNodes: []int{2}, Bin: binDir, Packaging: filepath.Join("..", "..", "packaging", "aggregator"),
+		Insecure: []string{link.Addr}, PauseImage: w.pause.digest, PullSecret: []byte(secret),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.c = c
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cluster logs:\n%s", c.LogTails(25))
+		}
+		c.Stop()
+	})
+	t.Logf("cluster up in %s: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, 2 aggregators, 3 Ready nodes (node-0, node-1 on CRI-O, node-2 on containerd)",
+		time.Since(start).Round(100*time.Millisecond))
+	return w
+}
+
+// step runs one step of the scenario as a subtest; once one fails the rest are skipped.
+func (w *wholeCluster) step(name string, f func(t *testing.T)) {
+	w.t.Run(name, func(t *testing.T) {
+		if w.failed {
+			t.Skip("an earlier step failed")
+		}
+		defer func() { w.failed = w.failed || t.Failed() }()
+		f(t)
+	})
+}
+
+// kubectl runs the real kubectl as the admin and logs the command line; it fails the
+// test on an error.
+func (w *wholeCluster) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := w.c.Kubectl(t.Context(), args...)
+	t.Logf("$ %s\n%s", env.KubectlCommand(args...), strings.TrimRight(string(out), "\n"))
+	if err != nil {
+		t.Fatalf("%s: %v", env.KubectlCommand(args...), err)
+	}
+	return string(out)
+}
+
+// apply writes a manifest into the test's directory and applies it with kubectl.
+func (w *wholeCluster) apply(t *testing.T, name, manifest string) string {
+	t.Helper()
+	p := filepath.Join(w.dir, name)
+	if err := os.WriteFile(p, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.kubectl(t, "apply", "-f", p)
+	return p
+}
+
+func setManifest(name string, refs ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: %s}\nspec:\n  nodeSelector: {}\n  pinnedImages:\n", name)
+	for _, r := range refs {
+		fmt.Fprintf(&b, "  - name: %s\n", r)
+	}
+	return b.String()
+}
+
+// setStatus is a set's status from the API (current: observed its generation).
+func (w *wholeCluster) setStatus(name string) (v1alpha1.Status, bool) {
+	u, err := w.c.Dyn.Resource(v1alpha1.GroupVersionResource).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return v1alpha1.Status{}, false
+	}
+	var st v1alpha1.Status
+	m, _ := u.Object["status"].(map[string]any)
+	if m == nil || runtime.DefaultUnstructuredConverter.FromUnstructured(m, &st) != nil {
+		return v1alpha1.Status{}, false
+	}
+	return st, st.ObservedGeneration == u.GetGeneration()
+}
+
+// waitSetReady waits until the API says the set is Ready on n of n nodes and
+// RegistryIndependent.
+func (w *wholeCluster) waitSetReady(t *testing.T, name string, n int, timeout time.Duration) v1alpha1.Status {
+	t.Helper()
+	var last v1alpha1.Status
+	waitUntil(t, fmt.Sprintf("set %s Ready %d/%d and RegistryIndependent in the API", name, n, n), timeout, func() bool {
+		st, current := w.setStatus(name)
+		last = st
+		r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
+		ri := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent)
+		return current && r != nil && r.Status == metav1.ConditionTrue && st.ReadyNodes == n && st.TargetedNodes == n &&
+			ri != nil && ri.Status == metav1.ConditionTrue
+	})
+	return last
+}
+
+// pods are the pods whose labels match selector.
+func (w *wholeCluster) pods(t *testing.T, selector string) []corev1.Pod {
+	t.Helper()
+	l, err := w.c.CS.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+func running(p corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return false
+		}
+	}
+	return len(p.Status.ContainerStatuses) > 0
+}
+
+// requireRunning asserts from the API that the pods matching selector are want, all
+// Running with image, on distinct nodes when spread, and from each node's runtime that
+// a container of that pod runs there.
+func (w *wholeCluster) requireRunning(t *testing.T, selector, image string, want int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	waitUntil(t, fmt.Sprintf("%d pods %s Running with %s", want, selector, image), 120*time.Second, func() bool {
+		pods = nil
+		for _, p := range w.pods(t, selector) {
+			if p.DeletionTimestamp == nil {
+				pods = append(pods, p)
+			}
+		}
+		ok := len(pods) == want
+		for _, p := range pods {
+			ok = ok && running(p) && p.Spec.Containers[0].Image == image
+		}
+		return ok
+	})
+	for _, p := range pods {
+		n := w.c.Node(p.Spec.NodeName)
+		if n == nil {
+			t.Fatalf("pod %s on %q, not a node of this cluster", p.Name, p.Spec.NodeName)
+		}
+		out, err := n.Crictl(t.Context(), "ps", "--pod", podSandbox(t, n, p), "-o", "json")
+		if err != nil {
+			t.Fatalf("%s: crictl ps: %v\n%s", n.Name, err, out)
+		}
+		var ps struct {
+			Containers []struct {
+				State string `json:"state"`
+				Image struct {
+					Image string `json:"image"`
+				} `json:"image"`
+				ImageRef string `json:"imageRef"`
+			} `json:"containers"`
+		}
+		if err := json.Unmarshal(out, &ps); err != nil || len(ps.Containers) == 0 || ps.Containers[0].State != "CONTAINER_RUNNING" {
+			t.Fatalf("%s (%s): pod %s has no running container in the runtime: %v\n%s", n.Name, n.Runtime(), p.Name, err, out)
+		}
+	}
+	return pods
+}
+
+// podSandbox is the runtime's sandbox ID of a pod, by its UID label.
+func podSandbox(t *testing.T, n *env.ClusterNode, p corev1.Pod) string {
+	t.Helper()
+	out, err := n.Crictl(t.Context(), "pods", "-q", "--label", "io.kubernetes.pod.uid="+string(p.UID), "--state", "ready")
+	if err != nil || strings.TrimSpace(string(out)) == "" {
+		t.Fatalf("%s (%s): no ready sandbox for pod %s: %v %s", n.Name, n.Runtime(), p.Name, err, out)
+	}
+	return strings.Fields(string(out))[0]
+}
+
+// events are the events of the pods matching selector with the reason (Pulled,
+// Pulling, Failed, FailedScheduling...).
+func (w *wholeCluster) events(t *testing.T, pods []corev1.Pod, reason string) []corev1.Event {
+	t.Helper()
+	l, err := w.c.CS.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{FieldSelector: "reason=" + reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Event
+	for _, e := range l.Items {
+		for _, p := range pods {
+			if e.InvolvedObject.UID == p.UID {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+// imagepinctl runs imagepinctl and returns its output and exit code.
+func imagepinctl(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(binDir, "imagepinctl"), args...).CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("$ imagepinctl %s   (exit %d)\n%s", strings.Join(args, " "), code, strings.TrimRight(string(out), "\n"))
+	return string(out), code
+}
+
+func appManifest(image string, replicas int) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: default}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: app}}
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      hostNetwork: true
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 2
+      imagePullSecrets: [{name: regcred}]
+      # One replica per node: a replica added while a node is held back waits for it.
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
+         labelSelector: {matchLabels: {app: app}}, matchLabelKeys: [pod-template-hash]}
+      containers:
+      - {name: app, image: %s, imagePullPolicy: IfNotPresent}
+`, replicas, image)
+}
+
+func agentManifest(image string) string {
+	return fmt.Sprintf(`apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      hostNetwork: true
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 2
+      imagePullSecrets: [{name: regcred}]
+      containers:
+      - {name: agent, image: %s, imagePullPolicy: IfNotPresent}
+`, image)
+}
+
+// The whole cluster with the registry gone, as an administrator runs it: a
+// Deployment from a private registry; the sets for its next version; the registry cut;
+// the rollout; a node that joins held back until its images are in; and the control, an
+// image no set pins.
+func TestWholeClusterRegistryGone(t *testing.T) {
+	start := time.Now()
+	w := newWholeCluster(t)
+	w.step("a_app_v1_running_and_v2_set_ready", w.appV1AndSets)
+	w.step("b_rollout_to_v2_with_the_registry_gone", w.rolloutRegistryGone)
+	w.step("c_node_joins_held_back_until_its_sets_are_ready", w.nodeJoins)
+	w.step("d_control_an_unpinned_image_with_the_registry_gone", w.control)
+	t.Logf("numbers: rollout to v2 with the registry gone %s; the joining node: registration → sets Ready %s, → startup taint removed %s; the whole test %s",
+		w.rolloutGone.Round(100*time.Millisecond), w.joinSetsReady.Round(100*time.Millisecond), w.joinUntainted.Round(100*time.Millisecond),
+		time.Since(start).Round(time.Second))
+}
+
+// (a) The base set (pause and agent images) Ready, app v1 (3 replicas, by tag, with a
+// pull secret) and the agent DaemonSet Running, pulled by the kubelets from the private
+// registry; then the set for v2 Ready 3/3 and RegistryIndependent.
+func (w *wholeCluster) appV1AndSets(t *testing.T) {
+	w.apply(t, "base-set.yaml", setManifest("base", w.pause.pinned(), w.agent.pinned()))
+	w.waitSetReady(t, "base", 3, 180*time.Second)
+	w.kubectl(t, "create", "secret", "docker-registry", "regcred", "--docker-server", w.link.Addr,
+		"--docker-username", w.priv.User, "--docker-password", w.priv.Password)
+	w.apply(t, "app.yaml", appManifest(w.appV1.tag, 3))
+	w.apply(t, "agent.yaml", agentManifest(w.agent.podRef()))
+	w.kubectl(t, "rollout", "status", "deployment/app", "--timeout", "180s")
+	w.kubectl(t, "rollout", "status", "daemonset/agent", "--timeout", "180s")
+	pods := w.requireRunning(t, "app=app", w.appV1.tag, 3)
+	nodes := map[string]bool{}
+	for _, p := range pods {
+		nodes[p.Spec.NodeName] = true
+	}
+	if len(nodes) != 3 {
+		t.Fatalf("app v1 runs on %v: want one replica per node", nodes)
+	}
+	if pulled := w.events(t, pods, "Pulling"); len(pulled) == 0 {
+		t.Fatal("no kubelet pulled app v1: its pods cannot have used the pull secret")
+	}
+	w.requireRunning(t, "app=agent", w.agent.podRef(), 3)
+
+	// The set for v2.
+	set := filepath.Join(w.dir, "app-v2.yaml")
+	if withSetsFromRuns {
+		t.Fatal("withSetsFromRuns: the command is not wired into this test yet")
+	} else {
+		if err := os.WriteFile(set, []byte(setManifest("app-v2", w.appV2.pinned())), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.kubectl(t, "apply", "-f", set)
+	st := w.waitSetReady(t, "app-v2", 3, 180*time.Second)
+	t.Logf("app-v2: %s nodes Ready, %d images, %s", st.Nodes, st.ImagesReady, meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent).Message)
+	out := w.kubectl(t, "get", "pis")
+	if !strings.Contains(out, "app-v2") {
+		t.Fatalf("kubectl get pis does not list app-v2:\n%s", out)
+	}
+	// Each runtime holds v2, pinned, before any pod names it.
+	for _, n := range w.c.Nodes {
+		st := n.Status()
+		s := st.Set("app-v2")
+		if s == nil || s.Phase != status.Ready {
+			t.Fatalf("%s: imagepind's status of app-v2: %+v", n.Name, s)
+		}
+		out, err := n.Crictl(t.Context(), "inspecti", w.appV2.digest)
+		if err != nil {
+			t.Fatalf("%s (%s): crictl inspecti %s: %v\n%s", n.Name, n.Runtime(), w.appV2.digest, err, out)
+		}
+		if n.CRIO != nil && n.Containerd == nil && !strings.Contains(string(out), `"pinned": true`) {
+			t.Fatalf("%s: CRI-O does not say %s is pinned:\n%s", n.Name, w.appV2.digest, out)
+		}
+	}
+}
+
+// (b) The registry stopped; the Deployment rolled to v2 with kubectl: the rollout
+// completes, every v2 pod Running, and the link to the registry carried nothing.
+func (w *wholeCluster) rolloutRegistryGone(t *testing.T) {
+	set, _ := filepath.Abs(filepath.Join(w.dir, "app-v2-from-api.yaml"))
+	os.WriteFile(set, []byte(w.kubectl(t, "get", "pis", "app-v2", "-o", "yaml")), 0o644)
+	for _, n := range w.c.Nodes {
+		if out, code := imagepinctl(t, "check", "--registry-gone", "--config", n.Config, set); code != 0 || !strings.Contains(out, "registry gone: ready") {
+			t.Fatalf("%s: imagepinctl check --registry-gone: exit %d before the cut", n.Name, code)
+		}
+	}
+	fromRegistry := map[string]int64{}
+	for _, n := range w.c.Nodes {
+		fromRegistry[n.Name] = peerBytesOf(n).FromRegistry
+	}
+	w.priv.Stop()
+	down, requests := w.link.Down.Load(), w.link.Requests.Load()
+	start := time.Now()
+	w.kubectl(t, "set", "image", "deployment/app", "app="+w.appV2.podRef())
+	w.kubectl(t, "rollout", "status", "deployment/app", "--timeout", "180s")
+	w.rolloutGone = time.Since(start)
+	pods := w.requireRunning(t, "app=app", w.appV2.podRef(), 3)
+	t.Logf("rollout to v2 with the registry gone: %s", w.rolloutGone.Round(100*time.Millisecond))
+	if d := w.link.Down.Load() - down; d != 0 {
+		t.Fatalf("%d bytes came from the registry's link during the rollout", d)
+	}
+	if r := w.link.Requests.Load() - requests; r != 0 {
+		t.Logf("%d requests reached the link (refused: the registry is gone)", r)
+	}
+	if p := w.events(t, pods, "Pulling"); len(p) != 0 {
+		t.Fatalf("a kubelet pulled for a v2 pod: %s", p[0].Message)
+	}
+	pulled := w.events(t, pods, "Pulled")
+	for _, e := range pulled {
+		t.Logf("event %s/%s on %s: %s", e.InvolvedObject.Name, e.Reason, e.Source.Host, e.Message)
+		if !strings.Contains(e.Message, "already present on machine") {
+			t.Fatalf("a v2 pod's image was not already present: %s", e.Message)
+		}
+	}
+	if len(pulled) < 3 {
+		t.Fatalf("%d Pulled events for 3 v2 pods", len(pulled))
+	}
+	for _, n := range w.c.Nodes {
+		if got := peerBytesOf(n).FromRegistry; got != fromRegistry[n.Name] {
+			t.Fatalf("%s: imagepind fetched %d bytes from the registry during the rollout", n.Name, got-fromRegistry[n.Name])
+		}
+		for _, l := range n.Kubelet.Lines(w.appV2.podRef(), "already present") {
+			t.Logf("%s kubelet: %s", n.Name, l)
+			break
+		}
+	}
+}
+
+func peerBytesOf(n *env.ClusterNode) status.PeerBytes {
+	if p := n.Status().Node.Peers; p != nil {
+		return *p
+	}
+	return status.PeerBytes{}
+}
+
+// (c) A fourth node joins with the startup taint, the registry still gone: the
+// scheduler places nothing on it (a replica added meanwhile waits) until its sets are
+// Ready from its peers; then the taint goes and the replica and the agent start there.
+func (w *wholeCluster) nodeJoins(t *testing.T) {
+	n, err := w.c.AddNode(t.Context(), env.NodeOptions{Taints: []string{startupTaint + ":NoSchedule"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.c.WaitNodeReady(t.Context(), n.Name, 120*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	node, err := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint }) {
+		t.Fatalf("%s registered without the startup taint: %+v", n.Name, node.Spec.Taints)
+	}
+	w.kubectl(t, "scale", "deployment/app", "--replicas", "4")
+	onNode := func() []corev1.Pod {
+		l, err := w.c.CS.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Items
+	}
+	// Until its sets are Ready on it, nothing is scheduled there.
+	ready := func() bool {
+		st := n.Status()
+		for _, s := range []string{"base", "app-v2"} {
+			if x := st.Set(s); x == nil || x.Phase != status.Ready {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(180 * time.Second)
+	for !ready() {
+		if p := onNode(); len(p) > 0 {
+			t.Fatalf("pod %s was scheduled onto %s before its sets were Ready", p[0].Name, n.Name)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's sets not Ready after 180s: %+v", n.Name, n.Status().Sets)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.joinSetsReady = time.Since(n.Started)
+	p := peerBytesOf(n)
+	t.Logf("%s: sets Ready %s after its kubelet started, from its peers: %+v", n.Name, w.joinSetsReady.Round(100*time.Millisecond), p)
+	if p.FromRegistry != 0 || p.FromPeers == 0 {
+		t.Fatalf("%s: %d bytes from the registry, %d from peers", n.Name, p.FromRegistry, p.FromPeers)
+	}
+	// The scheduler's own word on the replica that waits.
+	var waiting []corev1.Pod
+	for _, pod := range append(w.pods(t, "app=app"), w.pods(t, "app=agent")...) {
+		if pod.Spec.NodeName == "" {
+			waiting = append(waiting, pod)
+		}
+	}
+	if len(waiting) == 0 {
+		t.Fatal("no pod waits for the held-back node: the scale-up proves nothing")
+	}
+	for _, e := range w.events(t, waiting, "FailedScheduling") {
+		t.Logf("scheduler: %s: %s", e.InvolvedObject.Name, e.Message)
+		if !strings.Contains(e.Message, startupTaint) {
+			t.Errorf("the scheduler's reason does not name the startup taint: %s", e.Message)
+		}
+		break
+	}
+	if !withNodeCondition {
+		// Back to three replicas, so that the next step starts from every replica running.
+		w.kubectl(t, "scale", "deployment/app", "--replicas", "3")
+		waitUntil(t, "the waiting replica gone", 60*time.Second, func() bool { return len(w.pods(t, "app=app")) == 3 })
+		t.Skip("the node condition and the taint's removal are not in this build: the held-back node stays tainted")
+	}
+	waitUntil(t, "the startup taint removed from "+n.Name, 120*time.Second, func() bool {
+		node, err := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+		return err == nil && !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint })
+	})
+	w.joinUntainted = time.Since(n.Started)
+	node, _ = w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+	for _, c := range node.Status.Conditions {
+		if string(c.Type) == nodeCondition {
+			t.Logf("%s condition %s=%s (%s): %s", n.Name, c.Type, c.Status, c.Reason, c.Message)
+		}
+	}
+	t.Logf("%s: startup taint removed %s after its kubelet started", n.Name, w.joinUntainted.Round(100*time.Millisecond))
+	apps := w.requireRunning(t, "app=app", w.appV2.podRef(), 4)
+	agents := w.requireRunning(t, "app=agent", w.agent.podRef(), 4)
+	var here []corev1.Pod
+	for _, p := range append(apps, agents...) {
+		if p.Spec.NodeName == n.Name {
+			here = append(here, p)
+		}
+	}
+	if len(here) != 2 {
+		t.Fatalf("%d pods run on %s, want the fourth replica and the agent", len(here), n.Name)
+	}
+	if p := w.events(t, here, "Pulling"); len(p) != 0 {
+		t.Fatalf("the kubelet on %s pulled: %s", n.Name, p[0].Message)
+	}
+}
+
+// (d) The control: the same rollout to an image no set pins, registry gone. imagepinctl
+// said so beforehand, and the new pod stays in ImagePullBackOff while the v2 pods run on.
+func (w *wholeCluster) control(t *testing.T) {
+	set := filepath.Join(w.dir, "app-v3.yaml")
+	if err := os.WriteFile(set, []byte(setManifest("app-v3", w.appV3.digest)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n0 := w.c.Nodes[0]
+	if out, code := imagepinctl(t, "check", "--registry-gone", "--config", n0.Config, set); code != 1 || strings.Contains(out, "registry gone: ready") {
+		t.Fatalf("imagepinctl check --registry-gone on an image no node holds: exit %d", code)
+	}
+	before := len(w.pods(t, "app=app"))
+	w.kubectl(t, "set", "image", "deployment/app", "app="+w.appV3.tag)
+	var v3 corev1.Pod
+	waitUntil(t, "a v3 pod in ImagePullBackOff", 120*time.Second, func() bool {
+		for _, p := range w.pods(t, "app=app") {
+			for _, cs := range p.Status.ContainerStatuses {
+				if p.Spec.Containers[0].Image == w.appV3.tag && cs.State.Waiting != nil && cs.State.Waiting.Reason == "ImagePullBackOff" {
+					v3 = p
+					return true
+				}
+			}
+		}
+		return false
+	})
+	t.Logf("pod %s on %s: %s", v3.Name, v3.Spec.NodeName, v3.Status.ContainerStatuses[0].State.Waiting.Message)
+	for _, e := range w.events(t, []corev1.Pod{v3}, "Failed") {
+		t.Logf("event %s/%s on %s: %s", e.InvolvedObject.Name, e.Reason, e.Source.Host, e.Message)
+		break
+	}
+	w.requireRunning(t, "app=app,pod-template-hash!="+v3.Labels["pod-template-hash"], w.appV2.podRef(), before)
+}
