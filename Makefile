@@ -1,6 +1,7 @@
 # imagepin. `make demo` and `make test` work on a bare Debian 12 machine as root:
 # hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.34 once, and
-# hack/kube-deps.sh kube-apiserver 1.34.2 and etcd 3.6.6, into $(IMAGEPIN_CACHE)
+# hack/kube-deps.sh Kubernetes 1.35.4 (kube-apiserver, controller-manager, scheduler,
+# kubectl, kubelet) and etcd 3.6.6, into $(IMAGEPIN_CACHE)
 # (default /var/cache/imagepin).
 
 GO        ?= go

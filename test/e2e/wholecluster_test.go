@@ -311,6 +311,29 @@ func (w *wholeCluster) events(t *testing.T, pods []corev1.Pod, reason string) []
 	return out
 }
 
+// quote logs a component's own lines (the first max) that contain every string: what
+// the closing note of a run quotes.
+func (w *wholeCluster) quote(t *testing.T, component string, max int, contains ...string) {
+	t.Helper()
+	lines := w.c.LogLines(component, contains...)
+	for i, l := range lines {
+		if i == max {
+			break
+		}
+		t.Logf("%s: %s", component, l)
+	}
+}
+
+// quoteKubelets logs, per node, the kubelet's first line that contains every string.
+func (w *wholeCluster) quoteKubelets(t *testing.T, contains ...string) {
+	t.Helper()
+	for _, n := range w.c.Nodes {
+		if l := n.Kubelet.Lines(contains...); len(l) > 0 {
+			t.Logf("%s kubelet: %s", n.Name, l[0])
+		}
+	}
+}
+
 // imagepinctl runs imagepinctl and returns its output and exit code.
 func imagepinctl(t *testing.T, args ...string) (string, int) {
 	t.Helper()
@@ -399,7 +422,9 @@ func (w *wholeCluster) appV1AndSets(t *testing.T) {
 	nodes := map[string]bool{}
 	for _, p := range pods {
 		nodes[p.Spec.NodeName] = true
+		w.quote(t, "kube-scheduler", 1, "Successfully bound pod", p.Name)
 	}
+	w.quoteKubelets(t, "Successfully pulled image", w.appV1.tag)
 	if len(nodes) != 3 {
 		t.Fatalf("app v1 runs on %v: want one replica per node", nodes)
 	}
@@ -463,6 +488,10 @@ func (w *wholeCluster) rolloutRegistryGone(t *testing.T) {
 	w.rolloutGone = time.Since(start)
 	pods := w.requireRunning(t, "app=app", w.appV2.podRef(), 3)
 	t.Logf("rollout to v2 with the registry gone: %s", w.rolloutGone.Round(100*time.Millisecond))
+	for _, p := range pods {
+		w.quote(t, "kube-scheduler", 1, "Successfully bound pod", p.Name)
+	}
+	w.quoteKubelets(t, w.appV2.podRef(), "already present on machine")
 	if d := w.link.Down.Load() - down; d != 0 {
 		t.Fatalf("%d bytes came from the registry's link during the rollout", d)
 	}
@@ -485,10 +514,6 @@ func (w *wholeCluster) rolloutRegistryGone(t *testing.T) {
 	for _, n := range w.c.Nodes {
 		if got := peerBytesOf(n).FromRegistry; got != fromRegistry[n.Name] {
 			t.Fatalf("%s: imagepind fetched %d bytes from the registry during the rollout", n.Name, got-fromRegistry[n.Name])
-		}
-		for _, l := range n.Kubelet.Lines(w.appV2.podRef(), "already present") {
-			t.Logf("%s kubelet: %s", n.Name, l)
-			break
 		}
 	}
 }
@@ -562,10 +587,14 @@ func (w *wholeCluster) nodeJoins(t *testing.T) {
 	if len(waiting) == 0 {
 		t.Fatal("no pod waits for the held-back node: the scale-up proves nothing")
 	}
+	for _, p := range waiting {
+		w.quote(t, "kube-scheduler", 1, "Unable to schedule pod", p.Name)
+	}
 	for _, e := range w.events(t, waiting, "FailedScheduling") {
 		t.Logf("scheduler: %s: %s", e.InvolvedObject.Name, e.Message)
-		if !strings.Contains(e.Message, startupTaint) {
-			t.Errorf("the scheduler's reason does not name the startup taint: %s", e.Message)
+		// The scheduler names no taint key: the node's taints are from the API above.
+		if !strings.Contains(e.Message, "1 node(s) had untolerated taint") {
+			t.Errorf("the scheduler's reason is not the held-back node's taint: %s", e.Message)
 		}
 		break
 	}
@@ -597,6 +626,12 @@ func (w *wholeCluster) nodeJoins(t *testing.T) {
 	}
 	if len(here) != 2 {
 		t.Fatalf("%d pods run on %s, want the fourth replica and the agent", len(here), n.Name)
+	}
+	for _, p := range here {
+		w.quote(t, "kube-scheduler", 1, "Successfully bound pod", p.Name)
+	}
+	if l := n.Kubelet.Lines(w.appV2.podRef(), "already present on machine"); len(l) > 0 {
+		t.Logf("%s kubelet: %s", n.Name, l[0])
 	}
 	if p := w.events(t, here, "Pulling"); len(p) != 0 {
 		t.Fatalf("the kubelet on %s pulled: %s", n.Name, p[0].Message)
@@ -633,5 +668,6 @@ func (w *wholeCluster) control(t *testing.T) {
 		t.Logf("event %s/%s on %s: %s", e.InvolvedObject.Name, e.Reason, e.Source.Host, e.Message)
 		break
 	}
+	w.quoteKubelets(t, w.appV3.tag, "Failed to pull image")
 	w.requireRunning(t, "app=app,pod-template-hash!="+v3.Labels["pod-template-hash"], w.appV2.podRef(), before)
 }

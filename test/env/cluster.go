@@ -87,6 +87,7 @@ func StartCluster(ctx context.Context, dir string, opts ClusterOptions) (c *Clus
 	c = &Cluster{Dir: dir, opts: opts}
 	defer func() {
 		if err != nil {
+			err = fmt.Errorf("%w\nlogs:\n%s", err, c.LogTails(20))
 			c.Stop()
 			c = nil
 		}
@@ -284,6 +285,23 @@ func (c *Cluster) LogTails(n int) string {
 		b.WriteString(node.LogTails(n))
 	}
 	return b.String()
+}
+
+// LogLines are the lines of a control plane component's log ("kube-apiserver",
+// "kube-controller-manager", "kube-scheduler") that contain every one of the strings.
+func (c *Cluster) LogLines(component string, contains ...string) []string {
+	b, _ := os.ReadFile(filepath.Join(c.Kube.Dir, component+".log"))
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		ok := line != ""
+		for _, s := range contains {
+			ok = ok && strings.Contains(line, s)
+		}
+		if ok {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // Node is the cluster node named name (nil if none).

@@ -68,8 +68,10 @@ func (c *Cluster) AddNode(ctx context.Context, o NodeOptions) (*ClusterNode, err
 	c.mu.Lock()
 	c.Nodes = append(c.Nodes, n)
 	c.mu.Unlock()
-	if err := os.MkdirAll(filepath.Join(n.Dir, "sets.d"), 0o755); err != nil {
-		return nil, err
+	for _, d := range []string{"sets.d", "kubelet"} {
+		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.startRuntime(ctx, c.opts, o.Containerd); err != nil {
 		return nil, err
@@ -226,9 +228,17 @@ func (n *ClusterNode) Status() status.Node {
 	return s
 }
 
-// Crictl runs crictl against the node's runtime.
+// Crictl runs crictl against the node's runtime and returns its standard output (its
+// standard error, on failure, in the error).
 func (n *ClusterNode) Crictl(ctx context.Context, args ...string) ([]byte, error) {
-	return exec.CommandContext(ctx, filepath.Join(CacheDir(), "crictl"), append([]string{"--runtime-endpoint", "unix://" + n.Socket()}, args...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, filepath.Join(CacheDir(), "crictl"), append([]string{"--runtime-endpoint", "unix://" + n.Socket()}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("crictl %s on %s: %w: %s", strings.Join(args, " "), n.Name, err, stderr.String())
+	}
+	return out, nil
 }
 
 // Stop stops imagepind, the kubelet (its pods removed from the runtime) and the runtime.
