@@ -363,10 +363,12 @@ spec:
       automountServiceAccountToken: false
       terminationGracePeriodSeconds: 2
       imagePullSecrets: [{name: regcred}]
-      # One replica per node: a replica added while a node is held back waits for it.
-      topologySpreadConstraints:
-      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
-         labelSelector: {matchLabels: {app: app}}, matchLabelKeys: [pod-template-hash]}
+      # At most one replica of a version per node: a replica added while a node is held
+      # back waits for that node.
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: app}}, matchLabelKeys: [pod-template-hash]}
       containers:
       - {name: app, image: %s, imagePullPolicy: IfNotPresent}
 `, replicas, image)
@@ -408,7 +410,8 @@ func TestWholeClusterRegistryGone(t *testing.T) {
 
 // (a) The base set (pause and agent images) Ready, app v1 (3 replicas, by tag, with a
 // pull secret) and the agent DaemonSet Running, pulled by the kubelets from the private
-// registry; then the set for v2 Ready 3/3 and RegistryIndependent.
+// registry; then the Deployment paused at its next template (v2), the set for it Ready
+// 3/3 and RegistryIndependent.
 func (w *wholeCluster) appV1AndSets(t *testing.T) {
 	w.apply(t, "base-set.yaml", setManifest("base", w.pause.pinned(), w.agent.pinned()))
 	w.waitSetReady(t, "base", 3, 180*time.Second)
@@ -433,17 +436,35 @@ func (w *wholeCluster) appV1AndSets(t *testing.T) {
 	}
 	w.requireRunning(t, "app=agent", w.agent.podRef(), 3)
 
-	// The set for v2.
-	set := filepath.Join(w.dir, "app-v2.yaml")
-	if withSetsFromRuns {
-		t.Fatal("withSetsFromRuns: the command is not wired into this test yet")
-	} else {
-		if err := os.WriteFile(set, []byte(setManifest("app-v2", w.appV2.pinned())), 0o644); err != nil {
-			t.Fatal(err)
+	// The next version, prepared: the Deployment paused and its template moved to v2
+	// (nothing rolls yet), the set for v2 made from that template, applied, waited for.
+	w.kubectl(t, "rollout", "pause", "deployment/app")
+	w.kubectl(t, "set", "image", "deployment/app", "app="+w.appV2.podRef())
+	time.Sleep(2 * time.Second)
+	for _, p := range w.pods(t, "app=app") {
+		if p.Spec.Containers[0].Image != w.appV1.tag {
+			t.Fatalf("pod %s of the paused Deployment runs %s", p.Name, p.Spec.Containers[0].Image)
 		}
 	}
+	set := filepath.Join(w.dir, "app-v2.yaml")
+	if withSetsFromRuns {
+		out, code := imagepinctl(t, "generate", "app-v2", "-n", "default", "--deployment", "app", "--node-selector", "",
+			"--kubeconfig", w.c.Admin, "--config", w.c.Nodes[0].Config, "--file", set)
+		if code != 0 {
+			t.Fatalf("imagepinctl generate: exit %d: %s", code, out)
+		}
+		b, _ := os.ReadFile(set)
+		t.Logf("%s:\n%s", set, b)
+		if !strings.Contains(string(b), strings.SplitN(w.appV2.digest, "@", 2)[1]) {
+			t.Fatalf("the set made from the Deployment's template does not pin v2 (%s)", w.appV2.digest)
+		}
+	} else if err := os.WriteFile(set, []byte(setManifest("app-v2", w.appV2.pinned())), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	w.kubectl(t, "apply", "-f", set)
-	st := w.waitSetReady(t, "app-v2", 3, 180*time.Second)
+	w.kubectl(t, "wait", "--for=condition=Ready", "pis/app-v2", "--timeout=180s")
+	w.kubectl(t, "wait", "--for=condition=RegistryIndependent", "pis/app-v2", "--timeout=60s")
+	st := w.waitSetReady(t, "app-v2", 3, 60*time.Second)
 	t.Logf("app-v2: %s nodes Ready, %d images, %s", st.Nodes, st.ImagesReady, meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent).Message)
 	out := w.kubectl(t, "get", "pis")
 	if !strings.Contains(out, "app-v2") {
@@ -466,8 +487,8 @@ func (w *wholeCluster) appV1AndSets(t *testing.T) {
 	}
 }
 
-// (b) The registry stopped; the Deployment rolled to v2 with kubectl: the rollout
-// completes, every v2 pod Running, and the link to the registry carried nothing.
+// (b) Checked on every node, the registry stopped, the Deployment resumed: the rollout
+// to v2 completes, every v2 pod Running, and the link to the registry carried nothing.
 func (w *wholeCluster) rolloutRegistryGone(t *testing.T) {
 	set, _ := filepath.Abs(filepath.Join(w.dir, "app-v2-from-api.yaml"))
 	os.WriteFile(set, []byte(w.kubectl(t, "get", "pis", "app-v2", "-o", "yaml")), 0o644)
@@ -483,7 +504,7 @@ func (w *wholeCluster) rolloutRegistryGone(t *testing.T) {
 	w.priv.Stop()
 	down, requests := w.link.Down.Load(), w.link.Requests.Load()
 	start := time.Now()
-	w.kubectl(t, "set", "image", "deployment/app", "app="+w.appV2.podRef())
+	w.kubectl(t, "rollout", "resume", "deployment/app")
 	w.kubectl(t, "rollout", "status", "deployment/app", "--timeout", "180s")
 	w.rolloutGone = time.Since(start)
 	pods := w.requireRunning(t, "app=app", w.appV2.podRef(), 3)
@@ -525,25 +546,16 @@ func peerBytesOf(n *env.ClusterNode) status.PeerBytes {
 	return status.PeerBytes{}
 }
 
-// (c) A fourth node joins with the startup taint, the registry still gone: the
-// scheduler places nothing on it (a replica added meanwhile waits) until its sets are
-// Ready from its peers; then the taint goes and the replica and the agent start there.
+// (c) A fourth node joins with the startup taint, the registry still gone: a replica
+// added before (one per node: it has nowhere to go) waits, and the DaemonSet makes no
+// pod for the node; the scheduler places nothing there until its sets are Ready from
+// its peers and the taint is gone; then the replica and the agent start there.
 func (w *wholeCluster) nodeJoins(t *testing.T) {
+	w.kubectl(t, "scale", "deployment/app", "--replicas", "4")
 	n, err := w.c.AddNode(t.Context(), env.NodeOptions{Taints: []string{startupTaint + ":NoSchedule"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.c.WaitNodeReady(t.Context(), n.Name, 120*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	node, err := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint }) {
-		t.Fatalf("%s registered without the startup taint: %+v", n.Name, node.Spec.Taints)
-	}
-	w.kubectl(t, "scale", "deployment/app", "--replicas", "4")
 	onNode := func() []corev1.Pod {
 		l, err := w.c.CS.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
 		if err != nil {
@@ -551,8 +563,11 @@ func (w *wholeCluster) nodeJoins(t *testing.T) {
 		}
 		return l.Items
 	}
-	// Until its sets are Ready on it, nothing is scheduled there.
-	ready := func() bool {
+	tainted := func() bool {
+		node, err := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+		return err != nil || slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint })
+	}
+	setsReady := func() bool {
 		st := n.Status()
 		for _, s := range []string{"base", "app-v2"} {
 			if x := st.Set(s); x == nil || x.Phase != status.Ready {
@@ -561,55 +576,88 @@ func (w *wholeCluster) nodeJoins(t *testing.T) {
 		}
 		return true
 	}
+	// Until the taint goes nothing is scheduled there, and it does not go before the
+	// node's sets are Ready. Meanwhile the node turns Ready, and the scheduler says why
+	// the replica waits (the DaemonSet controller makes no pod for a tainted node).
+	heldFor := 15 * time.Second // without the taint's removal: how long the hold is watched
+	waiting := map[string]corev1.Pod{}
+	// A pod waits for the startup taint when the scheduler's latest word is a taint and
+	// the node, Ready, has no taint but that one.
+	noteWaiting := func() {
+		node, err := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+		if err != nil || !env.NodeReady(node) || len(node.Spec.Taints) != 1 || node.Spec.Taints[0].Key != startupTaint {
+			return
+		}
+		for _, pod := range append(w.pods(t, "app=app"), w.pods(t, "app=agent")...) {
+			for _, c := range pod.Status.Conditions {
+				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "1 node(s) had untolerated taint") {
+					if _, seen := waiting[pod.Name]; !seen {
+						t.Logf("pod %s waits: %s", pod.Name, c.Message)
+					}
+					waiting[pod.Name] = pod
+				}
+			}
+		}
+	}
 	deadline := time.Now().Add(180 * time.Second)
-	for !ready() {
-		if p := onNode(); len(p) > 0 {
-			t.Fatalf("pod %s was scheduled onto %s before its sets were Ready", p[0].Name, n.Name)
+	for {
+		noteWaiting()
+		if p := onNode(); len(p) > 0 && (tainted() || !setsReady()) {
+			t.Fatalf("pod %s was scheduled onto %s while it is tainted or its sets are not Ready", p[0].Name, n.Name)
+		}
+		if w.joinSetsReady == 0 && setsReady() {
+			w.joinSetsReady = time.Since(n.Started)
+		}
+		if !tainted() || (!withNodeCondition && w.joinSetsReady > 0 && time.Since(n.Started) > w.joinSetsReady+heldFor) {
+			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s's sets not Ready after 180s: %+v", n.Name, n.Status().Sets)
+			t.Fatalf("%s after 180s: sets Ready %v, tainted %v", n.Name, setsReady(), tainted())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	w.joinSetsReady = time.Since(n.Started)
+	if err := w.c.WaitNodeReady(t.Context(), n.Name, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	p := peerBytesOf(n)
 	t.Logf("%s: sets Ready %s after its kubelet started, from its peers: %+v", n.Name, w.joinSetsReady.Round(100*time.Millisecond), p)
 	if p.FromRegistry != 0 || p.FromPeers == 0 {
 		t.Fatalf("%s: %d bytes from the registry, %d from peers", n.Name, p.FromRegistry, p.FromPeers)
 	}
-	// The scheduler's own word on the replica that waits.
-	var waiting []corev1.Pod
-	for _, pod := range append(w.pods(t, "app=app"), w.pods(t, "app=agent")...) {
-		if pod.Spec.NodeName == "" {
-			waiting = append(waiting, pod)
+	// The replica waited, and the scheduler said it was the node's taint (its latest
+	// reason is in the pod's PodScheduled condition).
+	if !withNodeCondition {
+		waitUntil(t, "the fourth replica waiting for the node's startup taint alone", 30*time.Second, func() bool {
+			noteWaiting()
+			return len(waiting) == 1
+		})
+		// The DaemonSet controller makes no pod for a node whose taint its pods do not
+		// tolerate.
+		ds, err := w.c.CS.AppsV1().DaemonSets("default").Get(t.Context(), "agent", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(waiting) == 0 {
-		t.Fatal("no pod waits for the held-back node: the scale-up proves nothing")
+		if ds.Status.DesiredNumberScheduled != 3 {
+			t.Fatalf("the agent DaemonSet wants %d pods with %s tainted; want 3", ds.Status.DesiredNumberScheduled, n.Name)
+		}
+		t.Logf("DaemonSet agent: %d desired, %d ready: none for %s while it is tainted", ds.Status.DesiredNumberScheduled, ds.Status.NumberReady, n.Name)
+	} else if len(waiting) == 0 {
+		// The taint can go before the kubelet reports the node Ready: then the node's
+		// not-ready taint held the pods as long as it.
+		t.Logf("%s: the startup taint went before the node was Ready", n.Name)
 	}
 	for _, p := range waiting {
-		w.quote(t, "kube-scheduler", 1, "Unable to schedule pod", p.Name)
-	}
-	for _, e := range w.events(t, waiting, "FailedScheduling") {
-		t.Logf("scheduler: %s: %s", e.InvolvedObject.Name, e.Message)
-		// The scheduler names no taint key: the node's taints are from the API above.
-		if !strings.Contains(e.Message, "1 node(s) had untolerated taint") {
-			t.Errorf("the scheduler's reason is not the held-back node's taint: %s", e.Message)
-		}
-		break
+		w.quote(t, "kube-scheduler", 1, "Unable to schedule pod", p.Name, "untolerated taint")
 	}
 	if !withNodeCondition {
+		t.Logf("%s: nothing scheduled there %s after its sets were Ready: the taint holds", n.Name, heldFor)
 		// Back to three replicas, so that the next step starts from every replica running.
 		w.kubectl(t, "scale", "deployment/app", "--replicas", "3")
 		waitUntil(t, "the waiting replica gone", 60*time.Second, func() bool { return len(w.pods(t, "app=app")) == 3 })
 		t.Skip("the node condition and the taint's removal are not in this build: the held-back node stays tainted")
 	}
-	waitUntil(t, "the startup taint removed from "+n.Name, 120*time.Second, func() bool {
-		node, err := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
-		return err == nil && !slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == startupTaint })
-	})
 	w.joinUntainted = time.Since(n.Started)
-	node, _ = w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
+	node, _ := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
 	for _, c := range node.Status.Conditions {
 		if string(c.Type) == nodeCondition {
 			t.Logf("%s condition %s=%s (%s): %s", n.Name, c.Type, c.Status, c.Reason, c.Message)

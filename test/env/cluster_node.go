@@ -49,6 +49,8 @@ type NodeOptions struct {
 	// Taints are the kubelet's registerWithTaints (key[=value]:Effect): a node that
 	// joins held back.
 	Taints []string
+	// NoPeers leaves [peers] off: the node pulls everything from the registry.
+	NoPeers bool
 }
 
 // loopbackCNI makes a runtime report NetworkReady (a registered kubelet's Node is not
@@ -90,7 +92,7 @@ func (c *Cluster) AddNode(ctx context.Context, o NodeOptions) (*ClusterNode, err
 	}); err != nil {
 		return nil, err
 	}
-	if err := n.writeImagepindConfig(c); err != nil {
+	if err := n.writeImagepindConfig(c, !o.NoPeers); err != nil {
 		return nil, err
 	}
 	n.Started = time.Now()
@@ -148,7 +150,7 @@ func (n *ClusterNode) Runtime() string {
 	return "cri-o"
 }
 
-func (n *ClusterNode) writeImagepindConfig(c *Cluster) error {
+func (n *ClusterNode) writeImagepindConfig(c *Cluster, peers bool) error {
 	serving, err := c.peersCA.NodeServing(n.Dir, n.Name, net.ParseIP(strings.Split(n.PeerAddr, ":")[0]))
 	if err != nil {
 		return err
@@ -186,7 +188,13 @@ cert = %q
 ca = %q
 [cluster]
 kubeconfig = %q
-[peers]
+`, filepath.Join(n.Dir, "sets.d"), filepath.Join(n.Dir, "state"), n.StatusFile, n.Name, filepath.Join(n.Dir, "node-labels.json"),
+		n.Socket(), filepath.Join(n.Dir, "config.json"), n.CRIO.Config, n.CRIO.ConfigDir,
+		n.CRIO.RegistriesConf(), n.CRIO.RegistriesConfDir(), n.CRIO.CertsDir(), n.Kubelet.Config, n.kroot,
+		c.AggregatorService.Addr, n.Cert, c.aggCA.File, n.Kubeconfig)
+	if peers {
+		// Its peers are the nodes the aggregator knows to pin the same sets.
+		cfg += fmt.Sprintf(`[peers]
 enabled = true
 mirror_address = "127.0.0.1:%d"
 address = %q
@@ -194,11 +202,8 @@ cert = %q
 ca = %q
 client_cert = %q
 client_ca = %q
-`, filepath.Join(n.Dir, "sets.d"), filepath.Join(n.Dir, "state"), n.StatusFile, n.Name, filepath.Join(n.Dir, "node-labels.json"),
-		n.Socket(), filepath.Join(n.Dir, "config.json"), n.CRIO.Config, n.CRIO.ConfigDir,
-		n.CRIO.RegistriesConf(), n.CRIO.RegistriesConfDir(), n.CRIO.CertsDir(), n.Kubelet.Config, n.kroot,
-		c.AggregatorService.Addr, n.Cert, c.aggCA.File, n.Kubeconfig,
-		mport, n.PeerAddr, serving, c.peersCA.File, n.Cert, c.Kube.ClientCA.File)
+`, mport, n.PeerAddr, serving, c.peersCA.File, n.Cert, c.Kube.ClientCA.File)
+	}
 	if n.Containerd != nil {
 		cfg += fmt.Sprintf("[containerd]\nconfig_path = %q\n", n.Containerd.HostsDir)
 	}
@@ -265,6 +270,29 @@ func (n *ClusterNode) Stop() {
 	if n.kroot != "" {
 		os.RemoveAll(n.kroot)
 	}
+}
+
+// RemoveNode stops a node and deletes its Node object, as a node taken out of the
+// cluster.
+func (c *Cluster) RemoveNode(ctx context.Context, name string) error {
+	c.mu.Lock()
+	var n *ClusterNode
+	for i, x := range c.Nodes {
+		if x.Name == name {
+			n = x
+			c.Nodes = append(c.Nodes[:i:i], c.Nodes[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+	if n == nil {
+		return fmt.Errorf("no node %s", name)
+	}
+	n.Stop()
+	if err := c.CS.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete Node %s: %w", name, err)
+	}
+	return nil
 }
 
 // LogTails is the end of the node's logs.
