@@ -1,7 +1,6 @@
 # imagepin. `make demo` and `make test` work on a bare Debian 12 machine as root:
 # hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.34 once, and
-# hack/kube-deps.sh Kubernetes 1.35.4 (kube-apiserver, controller-manager, scheduler,
-# kubectl, kubelet) and etcd 3.6.6, into $(IMAGEPIN_CACHE)
+# hack/kube-deps.sh the Kubernetes 1.35.4 binaries and etcd 3.6.6, into $(IMAGEPIN_CACHE)
 # (default /var/cache/imagepin).
 
 GO        ?= go
@@ -126,10 +125,11 @@ machineconfig:
 	$(GO) run ./packaging/machineconfig/render -out _output/machineconfig $(if $(SETS),-sets $(SETS))
 
 # The cluster's manifests: the PinnedImageSet CRD, RBAC (aggregator and nodes), the
-# aggregator (two replicas, a PodDisruptionBudget) with IMAGE set.
+# aggregator (two replicas, a PodDisruptionBudget) with IMAGE set, and its alerting rules
+# (a PrometheusRule: apply it where the Prometheus Operator runs).
 IMAGE ?= quay.io/imagepin/imagepin-aggregator:$(VERSION)
 manifests:
 	mkdir -p _output/manifests
 	cp api/v1alpha1/pinnedimagesets.yaml _output/manifests/00-crd.yaml
-	for f in namespace rbac service networkpolicy deployment pdb; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
+	for f in namespace rbac service networkpolicy deployment pdb prometheusrule; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
 	ls _output/manifests/*.yaml

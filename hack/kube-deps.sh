@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Builds real kube-apiserver (Kubernetes v1.34.2), kubelet (v1.35.4) and etcd (v3.6.6) once into the
-# cache, from the Go module proxy, for the cluster-loop and kubelet GC end-to-end tests.
+# Builds the real Kubernetes v1.35.4 control plane (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl), its kubelet and etcd (v3.6.6) once into the cache, from the Go module
+# proxy, for the cluster-loop, kubelet and multi-node cluster end-to-end tests. Every Kubernetes
+# binary is of one version, so no version skew is ever exercised.
 #
 #   hack/kube-deps.sh        build what is missing, print the cache's bin dir
 #
 # k8s.io/kubernetes's module zip holds neither staging/ nor vendor/, and its go.mod
 # replaces the staging modules with ./staging/src/...: each is pointed at the published
-# v0.34.2 (v0.35.4) module instead. etcd's server module replaces its siblings with ../: each is
-# pointed at v3.6.6. One build at a time (2 cores): about 10 + 3 minutes cold.
+# v0.35.4 module instead. etcd's server module replaces its siblings with ../: each is
+# pointed at v3.6.6. One build at a time (2 cores): about 15 + 3 minutes cold.
 set -euo pipefail
 
 CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
-KUBE_VERSION=v1.34.2
-KUBELET_VERSION=v1.35.4
+KUBE_VERSION=v1.35.4
 ETCD_VERSION=v3.6.6
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -21,7 +22,12 @@ log() { echo "kube-deps: $*" >&2; }
 
 . "$(dirname "$0")/lib.sh"
 
-has_version() { [ -x "$1" ] && "$1" --version 2>/dev/null | grep -q "$2"; }
+# has_version BINARY VERSION: kubectl tells its version with `version --client`, the rest with --version.
+has_version() {
+  [ -x "$1" ] || return 1
+  if [ "$(basename "$1")" = kubectl ]; then "$1" version --client 2>/dev/null | grep -q "$2"
+  else "$1" --version 2>/dev/null | grep -q "$2"; fi
+}
 
 # build_kube VERSION BINARY...: builds k8s.io/kubernetes's commands at VERSION, each
 # staging module pointed at its published v0.MINOR.PATCH.
@@ -54,11 +60,9 @@ build_kube() {
   rm -rf "$work"
 }
 
-# The API server for the cluster loop; the kubelet for the GC and pod-start tests, at
-# 1.35, where image pull credential verification (KEP-2535) is on by default. Only the
-# standalone kubelet runs (static pods), so the version skew is never exercised.
-build_kube "$KUBE_VERSION" kube-apiserver
-build_kube "$KUBELET_VERSION" kubelet
+# One k8s.io/kubernetes source tree and one Go build cache for all five: the packages they share
+# compile once. 1.35 is where image pull credential verification (KEP-2535) is on by default.
+build_kube "$KUBE_VERSION" kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl
 
 if ! has_version "$BIN/etcd" "${ETCD_VERSION#v}"; then
   log "building etcd $ETCD_VERSION into $BIN (a few minutes cold)"

@@ -40,6 +40,13 @@ type SetView struct {
 	RegistryDependentNodes int             `json:"registryDependentNodes"`
 }
 
+// RegistryGone says whether the set's pods start with the registry gone on every node it
+// targets (each node's RegistryIndependent is True): what the set's RegistryIndependent
+// condition, the status page and imagepinctl status --aggregator say.
+func (v SetView) RegistryGone() bool {
+	return v.Targeted > 0 && v.RegistryIndependentNodes == v.Targeted
+}
+
 // NodeCondition is one node's condition of a set.
 type NodeCondition struct {
 	Node    string `json:"node"`

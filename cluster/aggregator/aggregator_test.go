@@ -207,7 +207,9 @@ func TestReadinessTransitions(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`imagepin_aggregator_set_nodes{set="upgrade",state="ready"} 3`, `imagepin_aggregator_set_nodes{set="upgrade",state="progressing"} 1`,
-		`imagepin_aggregator_set_ready{set="upgrade"} 0`, `imagepin_aggregator_set_images_ready{set="upgrade"} 10`, `imagepin_aggregator_node_report_age_seconds{node="w4"}`} {
+		`imagepin_aggregator_set_ready{set="upgrade"} 0`, `imagepin_aggregator_set_images_ready{set="upgrade"} 10`, `imagepin_aggregator_node_report_age_seconds{node="w4"}`,
+		// Ready nodes that do not report RegistryIndependent count as needing the registry.
+		`imagepin_aggregator_set_registry_dependent_nodes{set="upgrade"} 3`, `imagepin_aggregator_set_registry_independent_nodes{set="upgrade"} 0`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}

@@ -13,11 +13,17 @@ var (
 	descSetReady       = prometheus.NewDesc("imagepin_aggregator_set_ready", "1 when every targeted node is Ready and none is Unknown.", []string{"set"}, nil)
 	descSetImagesReady = prometheus.NewDesc("imagepin_aggregator_set_images_ready", "Images ready, summed over targeted nodes.", []string{"set"}, nil)
 	descSetBytesReady  = prometheus.NewDesc("imagepin_aggregator_set_bytes_ready", "Compressed bytes ready, summed over targeted nodes.", []string{"set"}, nil)
-	descNodeAge        = prometheus.NewDesc("imagepin_aggregator_node_report_age_seconds", "Seconds since the node's last report.", []string{"node"}, nil)
+	// RegistryIndependent per set: the nodes where pods start from its images with the
+	// registry gone, and the Ready nodes where they would not (or cannot tell).
+	descSetRegistryIndependent = prometheus.NewDesc("imagepin_aggregator_set_registry_independent_nodes",
+		"Nodes where pods start from the set's images with the registry gone (RegistryIndependent True).", []string{"set"}, nil)
+	descSetRegistryDependent = prometheus.NewDesc("imagepin_aggregator_set_registry_dependent_nodes",
+		"Ready nodes of the set where pods would still need the registry, or that cannot tell (RegistryIndependent not True).", []string{"set"}, nil)
+	descNodeAge = prometheus.NewDesc("imagepin_aggregator_node_report_age_seconds", "Seconds since the node's last report.", []string{"node"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSetNodes, descSetReady, descSetImagesReady, descSetBytesReady, descNodeAge} {
+	for _, d := range []*prometheus.Desc{descSetNodes, descSetReady, descSetImagesReady, descSetBytesReady, descSetRegistryIndependent, descSetRegistryDependent, descNodeAge} {
 		ch <- d
 	}
 }
@@ -34,6 +40,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSetReady, prometheus.GaugeValue, ready, s.Name)
 		ch <- prometheus.MustNewConstMetric(descSetImagesReady, prometheus.GaugeValue, float64(s.ImagesReady), s.Name)
 		ch <- prometheus.MustNewConstMetric(descSetBytesReady, prometheus.GaugeValue, float64(s.BytesReady), s.Name)
+		ch <- prometheus.MustNewConstMetric(descSetRegistryIndependent, prometheus.GaugeValue, float64(s.RegistryIndependentNodes), s.Name)
+		ch <- prometheus.MustNewConstMetric(descSetRegistryDependent, prometheus.GaugeValue, float64(s.RegistryDependentNodes), s.Name)
 	}
 	for _, n := range c.store.Nodes() {
 		if n.NeverReported {

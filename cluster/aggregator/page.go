@@ -7,6 +7,8 @@ import (
 	"html/template"
 	"net/http"
 	"time"
+
+	"github.com/imagepin/imagepin/internal/bytesize"
 )
 
 //go:embed templates/*.html
@@ -20,11 +22,13 @@ const MaxCellsPerSet = 300
 
 type pageSet struct {
 	SetView
-	Percent  int
-	ETA      string
-	Cells    []SetNode
-	Hidden   int
-	Failures []SetNode
+	Percent int
+	ETA     string
+	// FromRegistry is BytesFromRegistry, readable ("" none).
+	FromRegistry string
+	Cells        []SetNode
+	Hidden       int
+	Failures     []SetNode
 }
 
 type pageData struct {
@@ -73,6 +77,9 @@ func pageFor(store *Store, refresh time.Duration) pageData {
 		}
 		if total > 0 {
 			ps.Percent = int(100 * done / total)
+		}
+		if s.BytesFromRegistry > 0 {
+			ps.FromRegistry = bytesize.Human(uint64(s.BytesFromRegistry))
 		}
 		if s.ETASeconds != nil {
 			ps.ETA = (time.Duration(*s.ETASeconds) * time.Second).Round(time.Second).String()

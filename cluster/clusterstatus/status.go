@@ -197,7 +197,7 @@ func failing(v aggregator.SetView) []v1alpha1.NodeState {
 // reason their imagepind gives, CredentialVerification for the kubelet's policy).
 func registryIndependent(v aggregator.SetView, set func(t string, ok bool, reason, msg string)) {
 	switch {
-	case v.Targeted > 0 && v.RegistryIndependentNodes == v.Targeted:
+	case v.RegistryGone():
 		set(v1alpha1.ConditionRegistryIndependent, true, ReasonPodsStartWithoutRegistry,
 			fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone", v.Targeted))
 	case v.RegistryDependentNodes > 0:

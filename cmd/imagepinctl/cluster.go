@@ -172,14 +172,14 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SET\tREADY\tNODES READY\tFAILED\tPROGRESSING\tUNKNOWN\tIMAGES\tPROGRESS\tETA")
+	fmt.Fprintln(tw, "SET\tREADY\tNODES READY\tFAILED\tPROGRESSING\tUNKNOWN\tIMAGES\tPROGRESS\tETA\tREGISTRY GONE")
 	for _, s := range sets {
 		eta := "-"
 		if s.ETASeconds != nil {
 			eta = (time.Duration(*s.ETASeconds) * time.Second).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%d/%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\n", s.Name, s.Ready, s.ReadyNodes, s.Targeted, s.FailedNodes,
-			s.ProgressingNodes, s.UnknownNodes, s.ImagesReady, s.ImagesTotal, bar(s), eta)
+		fmt.Fprintf(tw, "%s\t%v\t%d/%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\n", s.Name, s.Ready, s.ReadyNodes, s.Targeted, s.FailedNodes,
+			s.ProgressingNodes, s.UnknownNodes, s.ImagesReady, s.ImagesTotal, bar(s), eta, withoutRegistry(s))
 	}
 	tw.Flush()
 	for _, s := range sets {
@@ -187,6 +187,12 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 			// [peers]: what the cluster's nodes fetched from registries for the set.
 			fmt.Fprintf(w, "  %s: %s fetched from registries by its nodes (the set's layers: %s a node)\n", s.Name,
 				bytesize.Human(uint64(s.BytesFromRegistry)), bytesize.Human(perNode(s)))
+		}
+		for _, n := range s.RegistryDependent {
+			fmt.Fprintf(w, "  %s on %s: Ready, would need the registry: %s: %s\n", s.Name, n.Node, n.Reason, oneLine(n.Message, 160))
+		}
+		if more := s.RegistryDependentNodes - len(s.RegistryDependent); more > 0 {
+			fmt.Fprintf(w, "  %s: %d more Ready nodes would need the registry\n", s.Name, more)
 		}
 		for _, n := range s.Nodes {
 			if wide {
@@ -197,6 +203,18 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 			}
 		}
 	}
+}
+
+// withoutRegistry says whether the set's pods start with the registry gone: "yes" on every
+// targeted node, else on how many.
+func withoutRegistry(s readv1.SetView) string {
+	switch {
+	case s.Targeted == 0:
+		return "-"
+	case s.RegistryGone():
+		return "yes"
+	}
+	return fmt.Sprintf("no: %d/%d nodes", s.RegistryIndependentNodes, s.Targeted)
 }
 
 // bar is a 20-cell progress bar of bytes (images when sizes are unknown).

@@ -140,3 +140,52 @@ func TestClusterStatusShowsNodeProblems(t *testing.T) {
 		}
 	}
 }
+
+// Per set: whether its pods start with the registry gone on every node, the Ready nodes
+// that would still need it and why, and the bytes fetched from registries.
+func TestClusterStatusShowsRegistryGone(t *testing.T) {
+	store := aggregator.NewStore(aggregator.DefaultLimits(), time.Now)
+	independent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.True, Reason: "PreloadedImagesStart"}
+	dependent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: "CredentialVerification",
+		Message: "imagePullCredentialsVerificationPolicy AlwaysVerify: the kubelet asks the registry"}
+	for node, sets := range map[string][]status.Set{
+		"w1": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, BytesFromRegistry: 3 << 20, Conditions: []status.Condition{independent}},
+			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
+		"w2": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{dependent}},
+			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
+	} {
+		r := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: node}, Sets: sets}, "b", 1, time.Minute)
+		if _, err := store.Ingest(node, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(aggregator.ReadHandler(store, nil))
+	defer srv.Close()
+	_, out, _ := ctl(t, "status", "--aggregator", srv.URL)
+	lines := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && !strings.HasPrefix(l, " ") { // the table's rows
+			lines[f[0]] = l
+		}
+	}
+	for _, c := range []struct{ line, want string }{
+		{lines["SET"], "REGISTRY GONE"},
+		{lines["apps"], "no: 1/2 nodes"},
+		{lines["tools"], "yes"},
+	} {
+		if !strings.HasSuffix(strings.TrimSpace(c.line), c.want) {
+			t.Errorf("want %q at the end of %q:\n%s", c.want, c.line, out)
+		}
+	}
+	for _, want := range []string{
+		"apps on w2: Ready, would need the registry: CredentialVerification: imagePullCredentialsVerificationPolicy AlwaysVerify",
+		"apps: 3.0 MiB fetched from registries",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "tools on") {
+		t.Errorf("a set that survives the registry lists nodes:\n%s", out)
+	}
+}

@@ -94,6 +94,12 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 			return nil, nil, err
 		}
 	}
+	// A release image seeded on the node (or kept for a pinned one) is expanded from the
+	// node's store, with no registry.
+	var stored registry.Store
+	if s := opts.Peers.Store(); s != nil {
+		stored = s
+	}
 	var registryBytes func(string) int64
 	if opts.Peers != nil {
 		registryBytes = opts.Peers.Bytes.RegistryBytes
@@ -119,7 +125,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Disk:     DiskCheck(cfg, runtimeName, registries, client, nodeName, opts.Peers.Store()),
 		Secret:   secret,
 		Kubelet:  Kubelet(cfg),
-		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: registries},
+		Releases: &release.Cached{Dir: filepath.Join(store.Dir(), "releases"), Source: registry.StoreFirst{Client: registries, Store: stored}},
 		State:    store,
 		Publish:  opts.Publish,
 		Log:      opts.Log,
