@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ const (
 	// aggregator's leader removes startupTaint once it is True.
 	withNodeCondition = false
 	// withSetsFromRuns: imagepinctl writes a set from a Deployment's template.
-	withSetsFromRuns = false
+	withSetsFromRuns = true
 	// withTags: a set pins repo:tag@sha256:…, so pods that name the tag start from it.
 	withTags = false
 
@@ -159,7 +160,7 @@ func (w *wholeCluster) step(name string, f func(t *testing.T)) {
 func (w *wholeCluster) kubectl(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := w.c.Kubectl(t.Context(), args...)
-	t.Logf("$ %s\n%s", env.KubectlCommand(args...), strings.TrimRight(string(out), "\n"))
+	t.Logf("$ kubectl %s\n%s", shellWords(args), strings.TrimRight(string(out), "\n"))
 	if err != nil {
 		t.Fatalf("%s: %v", env.KubectlCommand(args...), err)
 	}
@@ -334,6 +335,18 @@ func (w *wholeCluster) quoteKubelets(t *testing.T, contains ...string) {
 	}
 }
 
+// shellWords is args as a shell command line would spell them (an empty one as "").
+func shellWords(args []string) string {
+	var out []string
+	for _, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'$") {
+			a = strconv.Quote(a)
+		}
+		out = append(out, a)
+	}
+	return strings.Join(out, " ")
+}
+
 // imagepinctl runs imagepinctl and returns its output and exit code.
 func imagepinctl(t *testing.T, args ...string) (string, int) {
 	t.Helper()
@@ -344,7 +357,7 @@ func imagepinctl(t *testing.T, args ...string) (string, int) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("$ imagepinctl %s   (exit %d)\n%s", strings.Join(args, " "), code, strings.TrimRight(string(out), "\n"))
+	t.Logf("$ imagepinctl %s   (exit %d)\n%s", shellWords(args), code, strings.TrimRight(string(out), "\n"))
 	return string(out), code
 }
 
