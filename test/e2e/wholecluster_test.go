@@ -30,16 +30,17 @@ import (
 // What the whole-cluster scenario asserts beyond what imagepin does everywhere else;
 // each switches on a step that needs it.
 const (
-	// withNodeCondition: imagepind publishes the Node condition nodeCondition, and the
-	// aggregator's leader removes startupTaint once it is True.
+	// withNodeCondition: imagepind publishes the Node condition PinnedImagesReady, and the
+	// aggregator's leader removes the startup taint once it is True.
 	withNodeCondition = false
 	// withSetsFromRuns: imagepinctl writes a set from a Deployment's template.
 	withSetsFromRuns = true
 	// withTags: a set pins repo:tag@sha256:…, so pods that name the tag start from it.
 	withTags = false
 
-	nodeCondition = "PinnedImagesReady"
-	startupTaint  = "imagepin.io/images-not-ready"
+	pinnedImagesReady = "PinnedImagesReady"
+	startupTaint      = "imagepin.io/images-not-ready"
+	taintRemovedEvent = "StartupTaintRemoved"
 )
 
 // wholeCluster is one real cluster shared by the scenario's steps: three registered
@@ -672,11 +673,24 @@ func (w *wholeCluster) nodeJoins(t *testing.T) {
 	w.joinUntainted = time.Since(n.Started)
 	node, _ := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
 	for _, c := range node.Status.Conditions {
-		if string(c.Type) == nodeCondition {
+		if string(c.Type) == pinnedImagesReady {
 			t.Logf("%s condition %s=%s (%s): %s", n.Name, c.Type, c.Status, c.Reason, c.Message)
 		}
 	}
 	t.Logf("%s: startup taint removed %s after its kubelet started", n.Name, w.joinUntainted.Round(100*time.Millisecond))
+	for _, a := range w.c.Aggregators {
+		b, _ := os.ReadFile(a.Log)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "startup taint removed") && strings.Contains(l, n.Name) {
+				t.Logf("%s: %s", a.Name, l)
+			}
+		}
+	}
+	if evs, err := w.c.CS.CoreV1().Events("").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + n.Name + ",reason=" + taintRemovedEvent}); err == nil {
+		for _, e := range evs.Items {
+			t.Logf("event Node/%s %s (%s): %s", n.Name, e.Reason, e.Source.Component, e.Message)
+		}
+	}
 	apps := w.requireRunning(t, "app=app", w.appV2.podRef(), 4)
 	agents := w.requireRunning(t, "app=agent", w.agent.podRef(), 4)
 	var here []corev1.Pod
