@@ -131,5 +131,5 @@ IMAGE ?= quay.io/imagepin/imagepin-aggregator:$(VERSION)
 manifests:
 	mkdir -p _output/manifests
 	cp api/v1alpha1/pinnedimagesets.yaml _output/manifests/00-crd.yaml
-	for f in namespace rbac service networkpolicy deployment pdb prometheusrule; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
+	for f in namespace rbac nodepolicy service networkpolicy deployment pdb prometheusrule; do sed 's|image: IMAGE|image: $(IMAGE)|' packaging/aggregator/$$f.yaml > _output/manifests/$$f.yaml; done
 	ls _output/manifests/*.yaml

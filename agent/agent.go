@@ -14,6 +14,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/release"
@@ -128,6 +129,12 @@ type Deps struct {
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string
+	// Tags receives the tags the desired sets pin, at every pass (tagpin.Keeper.Want,
+	// which pre-loads them); nil: tags are not pre-loaded.
+	Tags func([]pinset.Tag)
+	// TagStatus is the pinned tags for the node's status, and the faults of their
+	// pre-load; nil: none.
+	TagStatus func() (*status.Tags, []string)
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

@@ -21,6 +21,11 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 	a.pins.faults = nil
 
 	wanted := a.keepPinned(desired, admitted)
+	if a.deps.Tags != nil {
+		tags, conflicts := pinset.TagsOf(desired)
+		a.deps.Tags(tags)
+		a.pins.faults = append(a.pins.faults, conflicts...)
+	}
 	for img := range wanted {
 		if released, ok := a.in.data.Pins[img]; !ok || !released.IsZero() {
 			a.setPin(img, time.Time{})

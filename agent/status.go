@@ -32,6 +32,11 @@ func (a *Agent) publish(desired []pinset.Set) {
 	if a.disk.err != nil {
 		n.Faults = append(n.Faults, "disk check: "+a.disk.err.Error())
 	}
+	if a.deps.TagStatus != nil {
+		var faults []string
+		n.Tags, faults = a.deps.TagStatus()
+		n.Faults = append(n.Faults, faults...)
+	}
 	for _, s := range desired {
 		var prev *status.Set
 		if p := a.out.last.Set(s.Name); p != nil {

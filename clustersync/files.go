@@ -96,8 +96,9 @@ func (s *Syncer) writeSets(objs []any) bool {
 }
 
 // writeLabels writes the Node's labels to the labels file when they change. No Node of
-// this name keeps the last labels and says how to fix it.
-func (s *Syncer) writeLabels(objs []any) {
+// this name keeps the last labels and says how to fix it. It says whether the file
+// holds the Node's labels now.
+func (s *Syncer) writeLabels(objs []any) bool {
 	var node *metav1.PartialObjectMetadata
 	for _, o := range objs {
 		if m, ok := o.(*metav1.PartialObjectMetadata); ok && m.Name == s.cfg.NodeName {
@@ -106,7 +107,7 @@ func (s *Syncer) writeLabels(objs []any) {
 	}
 	if node == nil {
 		s.setFault("labels", fmt.Sprintf("cluster API: no Node named %q: keeping the last labels (set [node] name to the kubelet's node name)", s.cfg.NodeName))
-		return
+		return false
 	}
 	labels := node.Labels
 	if labels == nil {
@@ -115,21 +116,22 @@ func (s *Syncer) writeLabels(objs []any) {
 	data, err := json.MarshalIndent(labels, "", "  ")
 	if err != nil {
 		s.setFault("labels", err.Error())
-		return
+		return false
 	}
 	data = append(data, '\n')
 	if old, err := os.ReadFile(s.cfg.LabelsFile); err == nil && bytes.Equal(old, data) {
 		s.setFault("labels", "")
-		return
+		return true
 	}
 	if err := os.MkdirAll(filepath.Dir(s.cfg.LabelsFile), 0o755); err != nil {
 		s.setFault("labels", fmt.Sprintf("cluster sync: labels file: %v", err))
-		return
+		return false
 	}
 	if err := fsutil.WriteAtomic(s.cfg.LabelsFile, "", data, 0o644); err != nil {
 		s.setFault("labels", fmt.Sprintf("cluster sync: labels file: %v", err))
-		return
+		return false
 	}
 	s.cfg.Log.WithField("file", s.cfg.LabelsFile).Info("node labels from the API written")
 	s.setFault("labels", "")
+	return true
 }

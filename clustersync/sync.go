@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -24,6 +25,10 @@ import (
 // NodesResource is the core Nodes resource.
 var NodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
+// NotSynced is the fault a node's status carries until Synced: until then the sets
+// directory may lack sets that target the node.
+const NotSynced = "cluster sync: waiting for the first list of PinnedImageSets and of this Node"
+
 // Config says where the node's share of the API goes.
 type Config struct {
 	NodeName string
@@ -33,6 +38,8 @@ type Config struct {
 	LabelsFile string
 	// OnFaults is called after Faults changes, so the node's status follows.
 	OnFaults func()
+	// OnSynced is called once, when Synced turns true (nil: not called).
+	OnSynced func()
 	Log      logrus.FieldLogger
 	// Debounce batches bursts of events (the first list of many sets) into one write.
 	Debounce time.Duration
@@ -56,6 +63,9 @@ type Syncer struct {
 
 	// relist receives the source ("sets", "node") whose watch expired.
 	relist chan string
+
+	// synced: the first lists of the sets and of the Node have been written.
+	synced atomic.Bool
 
 	mu     sync.Mutex
 	faults map[string]string // by source: "sets", "node", "write", "labels", "connect"
@@ -103,6 +113,10 @@ func (s *Syncer) connected(ctx context.Context) bool {
 		}
 	}
 }
+
+// Synced says whether the first lists of the sets and of the Node have been written
+// (OnSynced is called when it turns true, so the node's status follows).
+func (s *Syncer) Synced() bool { return s.synced.Load() }
 
 // Dir is the cluster subdirectory of the sets directory.
 func (s *Syncer) Dir() string { return filepath.Join(s.cfg.SetsDir, pinset.ClusterSubdir) }
@@ -184,7 +198,7 @@ func (s *Syncer) Run(ctx context.Context) error {
 	// event, so that is polled for) and then on its own events only.
 	poll := time.NewTicker(200 * time.Millisecond)
 	defer poll.Stop()
-	setsWritten, nodeWritten := false, false
+	setsWritten, nodeWritten, labelsIn := false, false, false
 	for {
 		setsDirty, nodeDirty := false, false
 		select {
@@ -242,7 +256,12 @@ func (s *Syncer) Run(ctx context.Context) error {
 		}
 		if node.inf.HasSynced() && (nodeDirty || !nodeWritten) {
 			nodeWritten = true
-			s.writeLabels(node.inf.GetStore().List())
+			labelsIn = s.writeLabels(node.inf.GetStore().List())
+		}
+		// Synced once the sets and this Node's own labels are in (not before the Node
+		// exists: with no labels, no set would seem to target it).
+		if setsWritten && labelsIn && !s.synced.Swap(true) && s.cfg.OnSynced != nil {
+			s.cfg.OnSynced()
 		}
 		if setsWritten && nodeWritten {
 			poll.Stop()

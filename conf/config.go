@@ -45,6 +45,9 @@ type PeersConfig struct {
 	Enabled bool `toml:"enabled"`
 	// MirrorAddress is where it listens (plain HTTP: loopback only).
 	MirrorAddress string `toml:"mirror_address"`
+	// TagAddress is where the mirror answers pinned tags to CRI-O (TLS with a node-local
+	// CA, loopback only; docs/tags.md). "": tags are not pre-loaded on CRI-O.
+	TagAddress string `toml:"tag_address"`
 	// StoreDir keeps the pinned images' compressed blobs ("": <state_dir>/blobs).
 	StoreDir string `toml:"store_dir"`
 
@@ -94,7 +97,19 @@ type ClusterConfig struct {
 	// Kubeconfig is the kubelet's kubeconfig (OpenShift: /var/lib/kubelet/kubeconfig);
 	// empty: no API access, sets and labels come from files only.
 	Kubeconfig string `toml:"kubeconfig"`
+	// NodeCondition is what the node condition PinnedImagesReady on the node's own Node
+	// asks of each set that targets the node: NodeConditionReady, NodeConditionRegistry
+	// (Ready and RegistryIndependent) or NodeConditionOff (not written). Written only
+	// with Kubeconfig.
+	NodeCondition string `toml:"node_condition"`
 }
+
+// [cluster] node_condition values.
+const (
+	NodeConditionReady    = "ready"
+	NodeConditionRegistry = "registry-independent"
+	NodeConditionOff      = "off"
+)
 
 // NodeConfig says who this node is.
 type NodeConfig struct {
@@ -215,8 +230,9 @@ func Default() Config {
 			UncompressedSizes:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
-		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
+		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", TagAddress: "127.0.0.1:7445", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",
 			MaxServing: 64, ServeMiBPerSecond: 50, Fanout: 2},
+		Cluster: ClusterConfig{NodeCondition: NodeConditionReady},
 		Kubelet: KubeletConfig{
 			ConfigDir: "/etc/kubernetes/kubelet.conf.d",
 			RootDir:   "/var/lib/kubelet",
@@ -324,6 +340,12 @@ func (c *Config) Validate() error {
 		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
 			bad("peers.mirror_address", "must be a loopback host:port (the mirror speaks plain HTTP), got %q", c.Peers.MirrorAddress)
 		}
+		if c.Peers.TagAddress != "" {
+			host, _, err := net.SplitHostPort(c.Peers.TagAddress)
+			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() || c.Peers.TagAddress == c.Peers.MirrorAddress {
+				bad("peers.tag_address", "must be a loopback host:port other than peers.mirror_address (or \"\": no tags on CRI-O), got %q", c.Peers.TagAddress)
+			}
+		}
 	}
 	if c.Peers.Address != "" || len(c.Peers.Nodes) > 0 {
 		if _, _, err := net.SplitHostPort(c.Peers.Address); err != nil {
@@ -360,6 +382,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Containerd.Namespace == "" || strings.ContainsAny(c.Containerd.Namespace, "/ \t\n") {
 		bad("containerd.namespace", "must be a containerd namespace such as k8s.io, got %q", c.Containerd.Namespace)
+	}
+	switch c.Cluster.NodeCondition {
+	case NodeConditionReady, NodeConditionRegistry, NodeConditionOff:
+	default:
+		bad("cluster.node_condition", "must be ready, registry-independent or off, got %q", c.Cluster.NodeCondition)
 	}
 	switch c.CRIO.Reload {
 	case ReloadAuto, ReloadSystemd, ReloadSignal:

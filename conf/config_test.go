@@ -56,6 +56,7 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		"[node]\nlabels = {\"bad key!\" = \"\"}":                       "node.labels",
 		"sets_dir = 3":                                                 "sets_dir",
 		"[cri]\nruntime = \"docker\"":                                  `cri.runtime: must be auto, cri-o or containerd, got "docker"`,
+		"[cluster]\nnode_condition = \"on\"":                           `cluster.node_condition: must be ready, registry-independent or off, got "on"`,
 		"[containerd]\nnamespace = \"\"":                               "containerd.namespace",
 		"[containerd]\nconfig_path = \"certs.d\"":                      "containerd.config_path: must be the absolute path",
 		"[containerd]\nconfig_path = \"\"":                             "containerd.config_path: must be the absolute path of containerd's registry hosts directory",

@@ -166,3 +166,75 @@ func convert(op string, err error) error {
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// Record is an image record as the tag records need it: its target and labels.
+type Record struct {
+	Target *typesapi.Descriptor
+	Labels map[string]string
+}
+
+// Get returns the image record name; ErrNotFound when there is none.
+func (i *Images) Get(ctx context.Context, name string) (Record, error) {
+	cctx, cancel := i.call(ctx)
+	defer cancel()
+	resp, err := i.client.Get(cctx, &imagesapi.GetImageRequest{Name: name})
+	if err != nil {
+		return Record{}, convert("get image "+name, err)
+	}
+	img := resp.GetImage()
+	if img.GetTarget() == nil {
+		return Record{}, fmt.Errorf("get image %s: containerd returned a record without a target", name)
+	}
+	return Record{Target: img.GetTarget(), Labels: img.GetLabels()}, nil
+}
+
+// Put makes the image record name hold r: created, else its target and labels
+// replaced (other labels of an existing record are dropped).
+func (i *Images) Put(ctx context.Context, name string, r Record) error {
+	img := &imagesapi.Image{Name: name, Target: r.Target, Labels: r.Labels}
+	cctx, cancel := i.call(ctx)
+	_, err := i.client.Create(cctx, &imagesapi.CreateImageRequest{Image: img})
+	cancel()
+	if status.Code(err) != codes.AlreadyExists {
+		return convertPut(name, err)
+	}
+	cctx, cancel = i.call(ctx)
+	defer cancel()
+	_, err = i.client.Update(cctx, &imagesapi.UpdateImageRequest{Image: img,
+		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"target", "labels"}}})
+	return convertPut(name, err)
+}
+
+func convertPut(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return convert("put image "+name, err)
+}
+
+// Delete removes the image record name (not its content: containerd's garbage
+// collector keeps what another record names).
+func (i *Images) Delete(ctx context.Context, name string) error {
+	cctx, cancel := i.call(ctx)
+	defer cancel()
+	_, err := i.client.Delete(cctx, &imagesapi.DeleteImageRequest{Name: name})
+	if err != nil && status.Code(err) != codes.NotFound {
+		return convert("delete image "+name, err)
+	}
+	return nil
+}
+
+// Labeled are the names of the image records that carry label.
+func (i *Images) Labeled(ctx context.Context, label string) ([]string, error) {
+	cctx, cancel := i.call(ctx)
+	defer cancel()
+	resp, err := i.client.List(cctx, &imagesapi.ListImagesRequest{Filters: []string{fmt.Sprintf("labels.%q", label)}})
+	if err != nil {
+		return nil, convert("list images labelled "+label, err)
+	}
+	var names []string
+	for _, img := range resp.GetImages() {
+		names = append(names, img.GetName())
+	}
+	return names, nil
+}

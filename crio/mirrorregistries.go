@@ -2,10 +2,13 @@ package crio
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"time"
 
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 
@@ -13,14 +16,20 @@ import (
 	"github.com/imagepin/imagepin/pin"
 )
 
-// MirrorRegistries is the registries.conf.d drop-in of the node-local mirror (issue
-// 24): it puts the mirror first for the repositories of the pinned images
+// MirrorRegistries is the registries.conf.d drop-in of the node-local mirror: it puts the mirror first for the repositories of the pinned images
 // (MirrorDropIn). A changed drop-in asks for CRI-O's reload (SIGHUP, on which CRI-O
 // re-reads registries.conf.d too), so the same reload applies the pins and the drop-in.
 // It is rendered after each pin write (peers.Node.Pinner).
 type MirrorRegistries struct {
 	// Local is the mirror's host:port.
 	Local string
+	// Tags, when set, is the mirror's TLS endpoint for pinned tags (host:port): the
+	// first mirror, for tags only (tagEndpoint), of each repository whose registry CRI-O
+	// verifies TLS for (VerifiesTLS, given Insecure).
+	Tags string
+	// Insecure is CRI-O's insecure_registries as it has them (LiveConfig); nil: none.
+	// Not readable, no repository gets the tag endpoint until the next render.
+	Insecure func(ctx context.Context) ([]string, error)
 	// Admin are CRI-O's registries files as the administrator wrote them; the drop-in
 	// goes into Admin.Dir.
 	Admin *AdminFiles
@@ -31,6 +40,8 @@ type MirrorRegistries struct {
 	// same repositories and unchanged administrator's files, nothing is rendered again.
 	lastRepos []string
 	last      []byte
+	// lastInsecure are CRI-O's insecure registries at the last render.
+	lastInsecure []string
 }
 
 // Render writes the drop-in for patterns, the pins just written (removes it when they
@@ -60,12 +71,16 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	tags, insecure, known := m.tagEndpoints()
 	data := m.last
-	if adminChanged || !slices.Equal(repos, m.lastRepos) {
-		if data, err = MirrorDropIn(m.Local, repos, admin, m.Path); err != nil {
+	if adminChanged || !slices.Equal(repos, m.lastRepos) || !slices.Equal(insecure, m.lastInsecure) || !known {
+		if data, err = mirrorDropIn(m.Local, tags, repos, admin, m.Path); err != nil {
 			return false, err
 		}
-		m.lastRepos, m.last = repos, data
+		m.lastRepos, m.last, m.lastInsecure = repos, data, insecure
+		if !known {
+			m.lastRepos = nil // CRI-O's insecure registries not known: render again next time
+		}
 	}
 	if bytes.Equal(old, data) {
 		return false, nil
@@ -81,4 +96,44 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	// containers/image's cache of them.
 	sysregistriesv2.InvalidateCache()
 	return true, nil
+}
+
+// tagEndpoints is which repository gets the tag endpoint (nil: none), with CRI-O's
+// insecure registries it was decided on; known false when they could not be read.
+func (m *MirrorRegistries) tagEndpoints() (func(repo string) string, []string, bool) {
+	if m.Tags == "" {
+		return nil, nil, true
+	}
+	var insecure []string
+	if m.Insecure != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if insecure, err = m.Insecure(ctx); err != nil {
+			return nil, nil, false
+		}
+	}
+	verified := map[string]bool{}
+	return func(repo string) string {
+		host, _, _ := strings.Cut(repo, "/")
+		v, ok := verified[host]
+		if !ok {
+			v = VerifiesTLS(context.Background(), host, insecure)
+			verified[host] = v
+		}
+		if !v {
+			return ""
+		}
+		return m.Tags
+	}, insecure, true
+}
+
+// tagEndpoint is the mirror entry of the tag endpoint at hostPort for repo: tags only
+// (a digest is checked by the client whoever serves it; a tag is not), and never
+// insecure: containers/image then speaks TLS only, verifying the endpoint's certificate
+// against the CA in certs.d/<hostPort>/ca.crt (package tagmirror), so no other process
+// bound to that port is believed. A refused connection or a failed handshake makes it go
+// on to the next endpoint; the endpoint's 404 for a tag no set pins does the same.
+func tagEndpoint(hostPort, repo string, path func(string) string) sysregistriesv2.Endpoint {
+	return sysregistriesv2.Endpoint{Location: hostPort + "/" + path(repo), PullFromMirror: sysregistriesv2.MirrorByTagOnly}
 }

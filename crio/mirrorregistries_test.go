@@ -1,10 +1,17 @@
 package crio
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
+	"go.podman.io/image/v5/types"
 )
 
 // The mirror drop-in follows the pins; a broken administrator's registries.conf is an
@@ -52,5 +59,91 @@ func TestMirrorRegistriesFollowsThePinsAndSurvivesABadRegistriesConf(t *testing.
 	}
 	if _, err := os.Stat(dropIn); !os.IsNotExist(err) {
 		t.Fatalf("drop-in with no pins: %v", err)
+	}
+}
+
+// With the tag endpoint, containers/image (reading the drop-in as CRI-O does) asks it
+// first for a tag, over TLS (not insecure), then the registry; a digest goes to the
+// plain mirror first and never to the tag endpoint.
+func TestMirrorRegistriesAsksTagsOfTheTLSEndpointOnly(t *testing.T) {
+	dir := t.TempDir()
+	regConf := filepath.Join(dir, "registries.conf")
+	regDir := filepath.Join(dir, "registries.conf.d")
+	os.MkdirAll(regDir, 0o755)
+	os.WriteFile(regConf, []byte("unqualified-search-registries = []\n"), 0o644)
+	m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7445",
+		Admin: &AdminFiles{Main: regConf, Dir: regDir, Scratch: filepath.Join(dir, "scratch")}, Path: func(r string) string { return r }}
+	d := "sha256:" + strings.Repeat("1", 64)
+	if _, err := m.Render([]string{"quay.io/ns/app@" + d}); err != nil {
+		t.Fatal(err)
+	}
+	sys := &types.SystemContext{SystemRegistriesConfPath: regConf, SystemRegistriesConfDirPath: regDir}
+	sysregistriesv2.InvalidateCache()
+	reg, err := sysregistriesv2.FindRegistry(sys, "quay.io/ns/app")
+	if err != nil || reg == nil {
+		t.Fatalf("find registry: %v %v", reg, err)
+	}
+	sources := func(ref string) []string {
+		named, err := reference.ParseNormalizedNamed(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps, err := reg.PullSourcesFromReference(named)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range ps {
+			out = append(out, fmt.Sprintf("%s insecure=%v", p.Reference, p.Endpoint.Insecure))
+		}
+		return out
+	}
+	tagged := sources("quay.io/ns/app:v1")
+	if want := []string{"127.0.0.1:7445/quay.io/ns/app:v1 insecure=false", "quay.io/ns/app:v1 insecure=false"}; !slices.Equal(tagged, want) {
+		t.Fatalf("a tag is asked of %v, want %v", tagged, want)
+	}
+	digested := sources("quay.io/ns/app@" + d)
+	if want := []string{"127.0.0.1:7443/quay.io/ns/app@" + d + " insecure=true", "quay.io/ns/app@" + d + " insecure=false"}; !slices.Equal(digested, want) {
+		t.Fatalf("a digest is asked of %v, want %v", digested, want)
+	}
+}
+
+// CRI-O skips TLS verification on every endpoint of a pull whose registry it holds
+// insecure: those repositories get no tag endpoint.
+func TestVerifiesTLSAsCRIODecides(t *testing.T) {
+	ctx := t.Context()
+	for _, c := range []struct {
+		registry string
+		insecure []string
+		want     bool
+	}{
+		{"src.example.invalid", nil, true},
+		{"127.0.0.1:5000", nil, false},
+		{"127.0.0.5", nil, false},
+		{"localhost:5000", nil, false},
+		{"quay.io", []string{"quay.io"}, false},
+		{"reg.example.invalid:5000", []string{"reg.example.invalid:5000"}, false},
+		{"10.1.2.3:5000", []string{"10.0.0.0/8"}, false},
+		{"10.1.2.3:5000", []string{"192.168.0.0/16"}, true},
+	} {
+		if got := VerifiesTLS(ctx, c.registry, c.insecure); got != c.want {
+			t.Errorf("%s with insecure %v: %v, want %v", c.registry, c.insecure, got, c.want)
+		}
+	}
+	dir := t.TempDir()
+	regConf := filepath.Join(dir, "registries.conf")
+	regDir := filepath.Join(dir, "registries.conf.d")
+	os.MkdirAll(regDir, 0o755)
+	os.WriteFile(regConf, []byte("unqualified-search-registries = []\n"), 0o644)
+	m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7445",
+		Insecure: func(context.Context) ([]string, error) { return []string{"10.0.0.0/8"}, nil },
+		Admin:    &AdminFiles{Main: regConf, Dir: regDir, Scratch: filepath.Join(dir, "scratch")}, Path: func(r string) string { return r }}
+	d := "@sha256:" + strings.Repeat("1", 64)
+	if _, err := m.Render([]string{"src.example.invalid/a" + d, "127.0.0.1:5000/b" + d, "10.0.0.1:5000/c" + d}); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(filepath.Join(regDir, MirrorDropInName))
+	if n := strings.Count(string(data), "127.0.0.1:7445/"); n != 1 || !strings.Contains(string(data), "127.0.0.1:7445/src.example.invalid/a") {
+		t.Fatalf("the tag endpoint for %d repositories, want src.example.invalid/a alone:\n%s", n, data)
 	}
 }

@@ -125,6 +125,13 @@ func (a *AdminFiles) sync(files map[string][]byte) error {
 //
 // path is how the mirror names a source repository in its paths (mirror.PathFor).
 func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
+	return mirrorDropIn(local, nil, repos, admin, path)
+}
+
+// mirrorDropIn is MirrorDropIn with, for each repository tags (when not nil) names an
+// endpoint for (host:port), the mirror's TLS endpoint for tags before everything, for
+// tags only (MirrorRegistries.Tags).
+func mirrorDropIn(local string, tags func(repo string) string, repos []string, admin AdminRegistry, path func(string) string) ([]byte, error) {
 	repos = append([]string(nil), repos...)
 	sort.Strings(repos)
 	var file struct {
@@ -138,6 +145,11 @@ func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(s
 		seen[repo] = true
 		ours := sysregistriesv2.Endpoint{Location: local + "/" + path(repo), Insecure: true, PullFromMirror: sysregistriesv2.MirrorByDigestOnly}
 		r := sysregistriesv2.Registry{Prefix: repo, Endpoint: sysregistriesv2.Endpoint{Location: repo}}
+		if tags != nil {
+			if at := tags(repo); at != "" {
+				r.Mirrors = append(r.Mirrors, tagEndpoint(at, repo, path))
+			}
+		}
 		a, err := admin(repo)
 		if err != nil {
 			return nil, err
@@ -157,7 +169,7 @@ func MirrorDropIn(local string, repos []string, admin AdminRegistry, path func(s
 				r.Mirrors = append(r.Mirrors, m)
 			}
 		} else {
-			r.Mirrors = []sysregistriesv2.Endpoint{ours}
+			r.Mirrors = append(r.Mirrors, ours)
 		}
 		file.Registries = append(file.Registries, r)
 	}

@@ -28,6 +28,7 @@ type Metrics struct {
 	reloads       *prometheus.CounterVec
 	lastReconcile prometheus.Gauge
 	pullWidth     prometheus.Gauge
+	tags          *prometheus.GaugeVec
 }
 
 // New registers the collectors on a new registry.
@@ -52,8 +53,10 @@ func New() *Metrics {
 			Help: "Unix time of the last reconcile."}),
 		pullWidth: prometheus.NewGauge(prometheus.GaugeOpts{Name: "imagepin_pull_width",
 			Help: "How many pulls may run at once now (found as pulls go, at most pull_concurrency)."}),
+		tags: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "imagepin_tags",
+			Help: "Tags the sets pin (repo:tag@sha256:…), by state: pinned (all), held (the runtime knows them as the pinned digest), moved (their registry names another digest now)."}, []string{"state"}),
 	}
-	m.reg.MustRegister(m.setImages, m.setReady, m.setBytesReady, m.setPhase, m.pulls, m.pullDuration, m.reloads, m.lastReconcile, m.pullWidth,
+	m.reg.MustRegister(m.setImages, m.setReady, m.setBytesReady, m.setPhase, m.pulls, m.pullDuration, m.reloads, m.lastReconcile, m.pullWidth, m.tags,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -73,8 +76,15 @@ func (m *Metrics) Width(n int) { m.pullWidth.Set(float64(n)) }
 // Reconciled records a reconcile.
 func (m *Metrics) Reconciled(t time.Time) { m.lastReconcile.Set(float64(t.UnixNano()) / 1e9) }
 
-// Sets replaces the per-set gauges with the node status.
+// Sets replaces the per-set gauges (and the tags') with the node status.
 func (m *Metrics) Sets(n status.Node) {
+	var pinned, held, moved int
+	if t := n.Tags; t != nil {
+		pinned, held, moved = t.Pinned, t.Held, len(t.Moved)
+	}
+	m.tags.WithLabelValues("pinned").Set(float64(pinned))
+	m.tags.WithLabelValues("held").Set(float64(held))
+	m.tags.WithLabelValues("moved").Set(float64(moved))
 	m.setImages.Reset()
 	m.setReady.Reset()
 	m.setBytesReady.Reset()

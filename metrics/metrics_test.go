@@ -16,7 +16,8 @@ func TestExposition(t *testing.T) {
 	m.Pull("transient", time.Second)
 	m.Reload("confirmed")
 	m.Reconciled(time.Unix(1700000000, 0))
-	m.Sets(status.Node{Sets: []status.Set{{Name: "upgrade", Phase: status.Pulling, ImagesTotal: 120, ImagesReady: 37, BytesReady: 1024}}})
+	m.Sets(status.Node{Sets: []status.Set{{Name: "upgrade", Phase: status.Pulling, ImagesTotal: 120, ImagesReady: 37, BytesReady: 1024}},
+		Tags: &status.Tags{Pinned: 3, Held: 2, Moved: []status.MovedTag{{Tag: "quay.io/x/a:v1"}}}})
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
@@ -35,6 +36,9 @@ func TestExposition(t *testing.T) {
 		`imagepin_pull_duration_seconds_count{result="success"} 1`,
 		`imagepin_reloads_total{result="confirmed"} 1`,
 		`imagepin_last_reconcile_timestamp_seconds 1.7e+09`,
+		`imagepin_tags{state="pinned"} 3`,
+		`imagepin_tags{state="held"} 2`,
+		`imagepin_tags{state="moved"} 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("missing %s", want)
@@ -46,5 +50,8 @@ func TestExposition(t *testing.T) {
 	b, _ = io.ReadAll(resp.Body)
 	if strings.Contains(string(b), `set="upgrade"`) {
 		t.Error("stale set metrics")
+	}
+	if !strings.Contains(string(b), `imagepin_tags{state="moved"} 0`) {
+		t.Error("stale tag metrics")
 	}
 }

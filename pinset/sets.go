@@ -51,8 +51,13 @@ type Set struct {
 	UID      string
 	File     string // relative to the sets directory
 	Selector Selector
-	// Images are digest references, in the document's order, without duplicates.
-	Images   []string
+	// Images are digest references, in the document's order, without duplicates. An
+	// image written repo:tag@sha256:… is here as repo@sha256:…: the digest is what is
+	// pinned, pulled and served; its tag is in Tags.
+	Images []string
+	// Tags are the tags the set names with their pinned digests (repo:tag@sha256:…),
+	// in the document's order: the runtime is made to know each tag as that digest.
+	Tags     []Tag
 	SpecHash string
 	// ReleaseImage is spec.releaseImage: an OpenShift release to expand on the node;
 	// OSImageStream picks its OS image stream ("" = the release's default).
@@ -317,23 +322,43 @@ func parseDocument(raw []byte) (Set, string, error) {
 		return s, "", fmt.Errorf("spec.pinnedImages: %d images, at most %d", len(sp.PinnedImages), MaxImagesPerSet)
 	}
 	index := make(map[string]int, len(sp.PinnedImages))
+	digests := make(map[string]bool, len(sp.PinnedImages))
+	type taggedAt struct {
+		tag Tag
+		at  int
+	}
+	tags := map[string]taggedAt{}
 	var errs []error
 	for i, rawImage := range sp.PinnedImages {
 		field := fmt.Sprintf("spec.pinnedImages[%d]", i)
-		img, err := imageName(rawImage)
+		name, err := imageName(rawImage)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 			continue
 		}
-		if err := ValidateImage(img); err != nil {
+		img, tag, err := ParsePinned(name)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 			continue
 		}
-		if prev, dup := index[strings.ToLower(img)]; dup {
-			errs = append(errs, fmt.Errorf("%s: %q duplicates spec.pinnedImages[%d]", field, img, prev))
+		if prev, dup := index[strings.ToLower(name)]; dup {
+			errs = append(errs, fmt.Errorf("%s: %q duplicates spec.pinnedImages[%d]", field, name, prev))
 			continue
 		}
-		index[strings.ToLower(img)] = i
+		index[strings.ToLower(name)] = i
+		if tag.Name != "" {
+			if prev, dup := tags[tag.Name]; dup && prev.tag.Image != tag.Image {
+				errs = append(errs, fmt.Errorf("%s: tag %s is also spec.pinnedImages[%d] with another digest (%s): a tag names one image", field, tag.Name, prev.at, prev.tag.Image))
+				continue
+			} else if !dup {
+				tags[tag.Name] = taggedAt{tag, i}
+				s.Tags = append(s.Tags, tag)
+			}
+		}
+		if _, dup := digests[strings.ToLower(img)]; dup {
+			continue // the same digest with another tag (or none): pinned once
+		}
+		digests[strings.ToLower(img)] = true
 		s.Images = append(s.Images, img)
 	}
 	if len(errs) > 0 {
@@ -343,7 +368,7 @@ func parseDocument(raw []byte) (Set, string, error) {
 		}
 		return s, "", errors.Join(errs...)
 	}
-	s.SpecHash = specHash(s.Selector.String(), s.Images, s.ReleaseImage, s.OSImageStream)
+	s.SpecHash = specHash(s.Selector.String(), s.Images, s.Tags, s.ReleaseImage, s.OSImageStream)
 	return s, warning, nil
 }
 
@@ -458,7 +483,7 @@ func DerivedUID(name string) string {
 	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
 }
 
-func specHash(selector string, images []string, release, stream string) string {
+func specHash(selector string, images []string, tags []Tag, release, stream string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "selector=%s\n", selector)
 	if release != "" {
@@ -466,6 +491,11 @@ func specHash(selector string, images []string, release, stream string) string {
 	}
 	for _, img := range images {
 		fmt.Fprintf(h, "image=%s\n", img)
+	}
+	// Without tags the hash is what it was before sets could name them: a node keeps
+	// the sets it had.
+	for _, t := range tags {
+		fmt.Fprintf(h, "tag=%s=%s\n", t.Name, t.Image)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }

@@ -137,6 +137,10 @@ func TestParseErrorsNameFileDocumentField(t *testing.T) {
 	cases := map[string]struct{ text, want string }{
 		"tag": {head + "metadata: {name: s}\nspec: {pinnedImages: [quay.io/x/a:latest]}",
 			`bad.yaml: document 1 (set "s"): spec.pinnedImages[0]: "quay.io/x/a:latest" is not by digest`},
+		"tag conflict": {head + "metadata: {name: s}\nspec: {pinnedImages: [\"quay.io/x/a:v1@" + d1 + "\", \"quay.io/x/a:v1@" + d2 + "\"]}",
+			`spec.pinnedImages[1]: tag quay.io/x/a:v1 is also spec.pinnedImages[0] with another digest (quay.io/x/a@` + d1 + `): a tag names one image`},
+		"tag unqualified": {head + "metadata: {name: s}\nspec: {pinnedImages: [\"busybox:1@" + d1 + "\"]}",
+			`is not fully qualified: write it as "docker.io/library/busybox:1@` + d1 + `"`},
 		"unqualified": {head + "metadata: {name: s}\nspec: {pinnedImages: [\"busybox@" + d1 + "\"]}",
 			`is not fully qualified: write it as "docker.io/library/busybox@` + d1 + `"`},
 		"duplicate image": {head + "metadata: {name: s}\nspec: {pinnedImages: [\"quay.io/x/a@" + d1 + "\", \"quay.io/x/a@" + d1 + "\"]}",

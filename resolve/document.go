@@ -145,9 +145,14 @@ func (f *File) collectSet(n *yaml.Node, where string) error {
 // Rewrite replaces each reference that to maps to something else, keeping the rest of
 // the documents (comments and order in YAML) as they were.
 func (f *File) Rewrite(to func(image string) string) {
+	f.RewriteEach(func(r Ref) string { return to(r.Image) })
+}
+
+// RewriteEach is Rewrite deciding by the whole reference (its field, say).
+func (f *File) RewriteEach(to func(r Ref) string) {
 	for i := range f.Refs {
 		r := &f.Refs[i]
-		n := to(r.Image)
+		n := to(*r)
 		if n == r.Image {
 			continue
 		}

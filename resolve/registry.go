@@ -19,6 +19,9 @@ type Result struct {
 	// From is the reference as written; To is repository@sha256:… (To == From when it
 	// was already a canonical digest reference).
 	From, To string
+	// Tagged is repository:tag@sha256:… for a reference that named a tag: what a set
+	// pins to make the nodes know the tag as that digest ("": no tag was named).
+	Tagged string
 	// Note says what was done beyond a plain tag lookup ("no tag: resolved :latest",
 	// "tag dropped").
 	Note string
@@ -107,12 +110,14 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Result, error) {
 			return res, fmt.Errorf("%q: digest must be sha256", image)
 		}
 		res.To = reference.TrimNamed(named).String() + "@" + d.Digest().String()
-		if _, tagged := named.(reference.Tagged); tagged {
+		if t, tagged := named.(reference.Tagged); tagged {
 			res.Note = "tag dropped: CRI-O pulls by the digest alone"
+			res.Tagged = reference.TrimNamed(named).String() + ":" + t.Tag() + "@" + d.Digest().String()
 		}
 		return res, nil
 	}
-	if _, tagged := named.(reference.Tagged); !tagged {
+	t, tagged := named.(reference.Tagged)
+	if !tagged {
 		res.Note = "no tag: resolved :latest"
 		named = reference.TagNameOnly(named)
 	}
@@ -121,6 +126,9 @@ func (r *Resolver) resolve(ctx context.Context, image string) (Result, error) {
 		return res, err
 	}
 	res.To = reference.TrimNamed(named).String() + "@" + tag.Digest.String()
+	if tagged {
+		res.Tagged = reference.TrimNamed(named).String() + ":" + t.Tag() + "@" + tag.Digest.String()
+	}
 	if tag.List {
 		res.List = true
 		res.Platforms = platforms(tag.Platforms)

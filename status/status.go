@@ -74,6 +74,8 @@ type Node struct {
 	// Faults are node-wide problems that stop nothing but need an administrator:
 	// the sets directory gone, the labels file broken, CRI-O unreachable.
 	Faults []string `json:"faults,omitempty"`
+	// Tags are the tags the sets pin (nil: none).
+	Tags *Tags `json:"tags,omitempty"`
 }
 
 // NodeInfo describes the node and its container runtime.

@@ -39,7 +39,8 @@ type Spec struct {
 	OSImageStream string                `json:"osImageStream,omitempty"`
 }
 
-// PinnedImageRef is one image, by digest.
+// PinnedImageRef is one image, by digest: repo@sha256:… or repo:tag@sha256:… (the
+// digest is what is pinned; the node also knows the tag as that digest).
 type PinnedImageRef struct {
 	Name string `json:"name"`
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -21,6 +23,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/cluster/aggregator"
@@ -41,6 +44,8 @@ type Config struct {
 	// Warmup: a new leader writes nothing until every Node has reported, or this long.
 	Warmup time.Duration
 	Log    logrus.FieldLogger
+	// Events, when set, takes an Event on a set whose status turns Ready or Degraded.
+	Events record.EventRecorder
 }
 
 // Defaults: at most one write per set per 10 s and 5 per second in all, whatever the
@@ -278,10 +283,36 @@ func (l *Loop) writeAll(ctx context.Context, limiter *rate.Limiter) {
 			continue
 		}
 		l.writes.Add(1)
+		l.recordEvents(u, cur, st)
 		l.mu.Lock()
 		l.written[uid] = written{status: data, at: now}
 		l.mu.Unlock()
 		l.cfg.Log.WithField("set", u.GetName()).WithField("nodes", st.Nodes).Debug("status written")
+	}
+}
+
+// Event reasons on a PinnedImageSet.
+const (
+	EventReady    = "SetReady"
+	EventDegraded = "SetDegraded"
+)
+
+// recordEvents takes an Event for each of Ready and Degraded that turned True with this
+// write (client-go's correlator aggregates repeats and rate-limits each object's).
+func (l *Loop) recordEvents(u *unstructured.Unstructured, old, cur v1alpha1.Status) {
+	if l.cfg.Events == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.Kind, Name: u.GetName(), UID: u.GetUID()}
+	for _, e := range []struct{ condition, reason, kind string }{
+		{v1alpha1.ConditionReady, EventReady, corev1.EventTypeNormal},
+		{v1alpha1.ConditionDegraded, EventDegraded, corev1.EventTypeWarning},
+	} {
+		now := meta.FindStatusCondition(cur.Conditions, e.condition)
+		before := meta.FindStatusCondition(old.Conditions, e.condition)
+		if now != nil && now.Status == metav1.ConditionTrue && (before == nil || before.Status != metav1.ConditionTrue) {
+			l.cfg.Events.Event(ref, e.kind, e.reason, fmt.Sprintf("%s (nodes %s): %s", now.Reason, cur.Nodes, now.Message))
+		}
 	}
 }
 

@@ -18,18 +18,24 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/cluster/clusterstatus"
 	"github.com/imagepin/imagepin/cluster/readauth"
 	"github.com/imagepin/imagepin/cluster/replica"
+	"github.com/imagepin/imagepin/cluster/starttaint"
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/internal/leader"
+	"github.com/imagepin/imagepin/nodecondition"
 )
 
 var version = "0.1.0-dev"
@@ -52,6 +58,7 @@ type options struct {
 	leaseDuration, renewDeadline, retry time.Duration
 	statusMinInterval, statusWarmup     time.Duration
 	statusQPS                           float64
+	startupTaint                        string
 }
 
 func main() {
@@ -110,6 +117,7 @@ func defineFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.statusMinInterval, "status-min-interval", 10*time.Second, "a set's status is written at most this often")
 	fs.Float64Var(&o.statusQPS, "status-qps", 5, "status writes per second across all sets, at most")
 	fs.DurationVar(&o.statusWarmup, "status-warmup", 45*time.Second, "a new leader writes no status until every Node reported, or this long")
+	fs.StringVar(&o.startupTaint, "startup-taint", starttaint.DefaultKey, "with --cluster: the leader removes taints with this key from a Node once its "+nodecondition.Type+" condition is True (empty: never)")
 }
 
 func envOr(key, def string) string {
@@ -193,10 +201,20 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		if err != nil {
 			return err
 		}
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return err
+		}
+		events, stopEvents := eventRecorder(cs)
+		defer stopEvents()
 		loop = clusterstatus.New(dyn, meta, store, clusterstatus.Config{
-			MinInterval: o.statusMinInterval, QPS: o.statusQPS, Warmup: o.statusWarmup, Log: log,
+			MinInterval: o.statusMinInterval, QPS: o.statusQPS, Warmup: o.statusWarmup, Log: log, Events: events,
 		})
 		rcfg.Write = loop.Lead
+		if o.startupTaint != "" {
+			taints := starttaint.New(cs, events, starttaint.Config{Key: o.startupTaint, Condition: nodecondition.Type, Log: log})
+			rcfg.Write = both(loop.Lead, taints.Lead)
+		}
 		if o.leaderElect {
 			rcfg.Elect = func(ctx context.Context, lead func(context.Context)) error {
 				return leader.Run(ctx, rc, leader.Config{
@@ -227,6 +245,24 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		return err
 	}
 	return nil
+}
+
+// both runs the leader's writers side by side; the first error ends both.
+func both(a, b func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		g, ctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return a(ctx) })
+		g.Go(func() error { return b(ctx) })
+		return g.Wait()
+	}
+}
+
+// eventRecorder records Events (core/v1) through client-go's correlator, which
+// aggregates similar events and rate-limits each object's.
+func eventRecorder(cs kubernetes.Interface) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "imagepin-aggregator"}), b.Shutdown
 }
 
 // resolveReadAddress picks the read listener's default and refuses a read side open to

@@ -21,6 +21,7 @@ import (
 
 type resolveOptions struct {
 	write    bool
+	keepTags bool
 	name     string
 	selector string
 	output   *outputFlag
@@ -42,7 +43,10 @@ list of image references (one per line, # comments, or a YAML sequence), which b
 one imagepin.io/v1alpha1 PinnedImageSet named --name for the nodes --selector selects.
 
 A reference without a tag resolves :latest (and says so); one with a tag and a digest
-keeps the digest; one already by digest is kept. Short names (busybox:1.36) are refused:
+keeps the digest; one already by digest is kept. With --keep-tags a pinned image that
+named a tag is written repository:tag@sha256:…: the nodes then also know the tag as that
+digest, so pods naming the tag start with the registry gone (docs/tags.md); a release
+image is always written by digest alone. Short names (busybox:1.36) are refused:
 each node resolves them through its own search registries.
 
 The result is validated as imagepind reads it; nothing is printed or written unless every
@@ -75,6 +79,7 @@ reference of every file resolved and every result is valid. Exit 1 otherwise.`,
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&o.write, "write", "w", false, "rewrite each set file in place (atomically, only if something changed)")
+	f.BoolVar(&o.keepTags, "keep-tags", false, "write a pinned image that named a tag as repository:tag@sha256:… (the nodes pre-load the tag too)")
 	f.StringVar(&o.name, "name", "", "for a list of images: the set's name (default: the file's name without its extension)")
 	f.StringVar(&o.selector, "selector", "node-role.kubernetes.io/worker=",
 		`for a list of images: the set's node selector, as kubectl's -l ("" selects every node)`)
@@ -158,18 +163,23 @@ func resolveFiles(ctx context.Context, r *resolve.Resolver, o *resolveOptions, s
 				continue
 			}
 			res := results[ref.Image]
-			if !res.Changed() {
+			to := target(res, ref, o.keepTags)
+			if to == res.From {
 				kept++
 				continue
 			}
 			changed++
-			fmt.Fprintf(stderr, "%s: %s → %s%s\n", where, res.From, res.To, describe(res))
-		}
-		f.file.Rewrite(func(img string) string {
-			if res, ok := results[img]; ok {
-				return res.To
+			note := describe(res)
+			if to != res.To {
+				note = describe(resolve.Result{List: res.List, Platforms: res.Platforms, Note: "tag kept: the nodes pre-load it as this digest"})
 			}
-			return img
+			fmt.Fprintf(stderr, "%s: %s → %s%s\n", where, res.From, to, note)
+		}
+		f.file.RewriteEach(func(ref resolve.Ref) string {
+			if res, ok := results[ref.Image]; ok {
+				return target(res, ref, o.keepTags)
+			}
+			return ref.Image
 		})
 		if err := f.render(o, sel); err != nil {
 			fmt.Fprintln(stderr, err)
@@ -181,6 +191,15 @@ func resolveFiles(ctx context.Context, r *resolve.Resolver, o *resolveOptions, s
 		return fail(exitNo, "nothing written: fix the errors above")
 	}
 	return writeResolved(files, o, stdout, stderr)
+}
+
+// target is what ref is written as: its digest reference, or with keepTags and a tag
+// named, repository:tag@sha256:… (never for a release image, which is by digest alone).
+func target(res resolve.Result, ref resolve.Ref, keepTags bool) string {
+	if keepTags && res.Tagged != "" && ref.Field != "spec.releaseImage" {
+		return res.Tagged
+	}
+	return res.To
 }
 
 func describe(r resolve.Result) string {

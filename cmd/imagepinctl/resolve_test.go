@@ -195,3 +195,44 @@ spec:
 		t.Fatalf("selector: %d %s", code, errOut)
 	}
 }
+
+// --keep-tags writes repository:tag@sha256:… for every pinned image that named a tag (a
+// set the nodes also pre-load the tags of), never for a reference without a tag or a
+// release image, and the result is a valid set whose tags pinset reads.
+func TestResolveKeepTags(t *testing.T) {
+	_, cfg, tags := resolveWorld(t)
+	dir := t.TempDir()
+	digestOf := func(ref string) string { _, d, _ := strings.Cut(ref, "@"); return d }
+	set := write(t, dir, "apps.yaml", `apiVersion: imagepin.io/v1alpha1
+kind: PinnedImageSet
+metadata: {name: apps}
+spec:
+  nodeSelector: {}
+  pinnedImages:
+    - name: upstream.example.invalid/team/app:1.2
+    - name: upstream.example.invalid/team/db
+    - name: upstream.example.invalid/team/web:3@`+digestOf(tags["web:3"])+`
+`)
+	code, out, errOut := ctl(t, "resolve", "--keep-tags", "--config", cfg, set)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	res, err := pinset.ParseSetFile("out.yaml", []byte(out))
+	if err != nil {
+		t.Fatalf("output is not a valid set: %v\n%s", err, out)
+	}
+	s := res.Sets[0]
+	wantTags := []pinset.Tag{
+		{Name: "upstream.example.invalid/team/app:1.2", Image: tags["app:1.2"]},
+		{Name: "upstream.example.invalid/team/web:3", Image: tags["web:3"]},
+	}
+	if len(s.Tags) != 2 || s.Tags[0] != wantTags[0] || s.Tags[1] != wantTags[1] {
+		t.Fatalf("tags %+v, want %+v\n%s", s.Tags, wantTags, out)
+	}
+	if !strings.Contains(out, "upstream.example.invalid/team/db@"+digestOf(tags["db:16"])) || strings.Contains(out, "team/db:latest") {
+		t.Fatalf("a reference without a tag got one:\n%s", out)
+	}
+	if !strings.Contains(errOut, "tag kept: the nodes pre-load it as this digest") || !strings.Contains(errOut, "2 references resolved to digests, 1 already by digest") {
+		t.Fatalf("stderr:\n%s", errOut)
+	}
+}

@@ -160,6 +160,13 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 			}
 		}
 	}
+	if t := n.Tags; t != nil {
+		fmt.Fprintf(w, "tags: %d pinned, %d held by the runtime, %d moved in their registry\n", t.Pinned, t.Held, len(t.Moved))
+		for _, m := range t.Moved {
+			fmt.Fprintf(w, "  moved: %s is %s in its registry since %s; the node keeps the pinned %s until the set changes\n",
+				m.Tag, m.Registry, m.Since.Local().Format(time.DateTime), m.Pinned)
+		}
+	}
 	for _, fe := range n.FileErrors {
 		fmt.Fprintf(w, "file error: %s\n", oneLine(fe.Error, 300))
 	}

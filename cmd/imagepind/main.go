@@ -120,12 +120,23 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if reporter != nil {
 		publishers = append(publishers, reporter.Update)
 	}
+	// The node condition PinnedImagesReady on this node's Node ([cluster] node_condition).
+	condition, err := wire.NodeCondition(cfg, version, log)
+	if err != nil {
+		return err
+	}
+	if condition != nil {
+		publishers = append(publishers, condition.Update)
+	}
 	publish := wire.Publish(publishers...)
 	if peers != nil {
 		publish = peers.Stamp(publish)
 	}
+	// The tags the sets pin: filled by wire.Agent once the runtime is known.
+	tags := &wire.TagParts{Poke: poke}
 	opts := wire.Options{
 		Peers:    peers,
+		Tags:     tags,
 		Version:  version,
 		Publish:  publish,
 		Log:      log,
@@ -137,7 +148,7 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		Idle:      trimmer.Settled,
 	}
 	if syncer != nil {
-		opts.SourceFaults = syncer.Faults
+		opts.SourceFaults = wire.SyncFaults(syncer)
 	}
 	a, client, err := wire.Agent(cfg, store, opts)
 	if err != nil {
@@ -177,9 +188,14 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	})
 	g.Go(func() error { return a.Run(ctx, triggers) })
 	g.Go(func() error { return trimmer.Run(ctx) })
+	g.Go(func() error { return tags.Run(ctx) })
 	if syncer != nil {
 		// The API being down never stops imagepind: the sync keeps the files and retries.
 		g.Go(func() error { return syncer.Run(ctx) })
+	}
+	if condition != nil {
+		// The API being down never stops imagepind: the writer retries with the latest.
+		g.Go(func() error { return condition.Run(ctx) })
 	}
 	if peers != nil {
 		m.MirrorBytes(peers.Served.FromStore.Load, peers.Served.Transferred.Load)

@@ -17,6 +17,7 @@ import (
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/seed"
+	"github.com/imagepin/imagepin/tagmirror"
 )
 
 // NewPeers opens the blob store and builds the node-local mirror of [peers]
@@ -74,6 +75,11 @@ func peersOff(cfg conf.Config, stateDir, dir string, log logrus.FieldLogger) {
 	if err := os.Remove(dropIn); err == nil {
 		log.WithField("file", dropIn).Info("[peers] is off: removed the node-local mirror's registries drop-in")
 	}
+	if cfg.Peers.TagAddress != "" {
+		if err := tagmirror.Forget(stateDir, cfg.Disk.CertsDir, cfg.Peers.TagAddress); err != nil {
+			log.WithError(err).Warn("[peers] is off: removing the tag endpoint's CA from certs.d")
+		}
+	}
 	hosts := &containerd.MirrorHosts{Record: hostsRecord(stateDir), ConfigPath: cfg.Containerd.ConfigPath}
 	if _, err := os.Stat(hosts.Record); err == nil {
 		if err := hosts.SyncHosts(nil); err != nil {
@@ -125,7 +131,8 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 			log.WithError(err).Warn("[peers] reading the administrator's registries files")
 		}
 		rc.RegistriesConfDir = admin.Scratch
-		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Admin: admin, Path: mirror.PathFor}
+		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress, Insecure: crio.NewLiveConfig(cfg.CRISocket()).InsecureRegistries,
+			Admin: admin, Path: mirror.PathFor}
 	}
 	rt.Registry = mirror.FromRegistry(registry.New(rc, secret.Lookup))
 	node.Bind(rt)

@@ -28,6 +28,7 @@ import (
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
@@ -54,6 +55,8 @@ type Options struct {
 	Idle func()
 	// SourceFaults are the cluster sync's faults, shown in the node's status.
 	SourceFaults func() []string
+	// Tags, when not nil, receives the parts that pre-load pinned tags (Tags).
+	Tags *TagParts
 	// DetectFor bounds the wait for the runtime's CRI Version with [cri] runtime = auto
 	// (0: 10 s).
 	DetectFor time.Duration
@@ -100,6 +103,17 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	if s := opts.Peers.Store(); s != nil {
 		stored = s
 	}
+	var tags func([]pinset.Tag)
+	var tagStatus func() (*status.Tags, []string)
+	if opts.Tags != nil {
+		poke := opts.Tags.Poke
+		if *opts.Tags, err = Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.Log); err != nil {
+			client.Close()
+			return nil, nil, err
+		}
+		opts.Tags.Poke, opts.Tags.Checker.OnChange, opts.Tags.Keeper.OnChange = poke, poke, poke
+		tags, tagStatus = opts.Tags.Keeper.Want, opts.Tags.Status
+	}
 	var registryBytes func(string) int64
 	if opts.Peers != nil {
 		registryBytes = opts.Peers.Bytes.RegistryBytes
@@ -134,6 +148,8 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Idle:     opts.Idle,
 
 		RegistryBytes: registryBytes,
+		Tags:          tags,
+		TagStatus:     tagStatus,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 	})
 	return a, client, nil
@@ -290,7 +306,7 @@ func ClusterSync(cfg conf.Config, version string, log logrus.FieldLogger, onFaul
 		return dyn, meta, nil
 	}
 	return clustersync.NewConnecting(connect, clustersync.Config{
-		NodeName: nodeName, SetsDir: cfg.SetsDir, LabelsFile: cfg.Node.LabelsFile, OnFaults: onFaults, Log: log,
+		NodeName: nodeName, SetsDir: cfg.SetsDir, LabelsFile: cfg.Node.LabelsFile, OnFaults: onFaults, OnSynced: onFaults, Log: log,
 	}), nil
 }
 

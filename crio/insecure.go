@@ -1,0 +1,86 @@
+package crio
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// InsecureRegistries returns [crio.image] insecure_registries as CRI-O has it now.
+func (l *LiveConfig) InsecureRegistries(ctx context.Context) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://crio/config", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("get CRI-O config: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxConfigFileSize))
+	if err != nil {
+		return nil, fmt.Errorf("get CRI-O config: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("get CRI-O config: %s", resp.Status)
+	}
+	var cfg struct {
+		Crio struct {
+			Image struct {
+				InsecureRegistries []string `toml:"insecure_registries"`
+			} `toml:"image"`
+		} `toml:"crio"`
+	}
+	if _, err := toml.Decode(string(body), &cfg); err != nil {
+		return nil, fmt.Errorf("parse CRI-O config: %w", err)
+	}
+	return cfg.Crio.Image.InsecureRegistries, nil
+}
+
+// VerifiesTLS says whether CRI-O verifies TLS on every endpoint of a pull from
+// registry (host[:port]), insecure being its insecure_registries. CRI-O 1.34 skips
+// verification on every endpoint of a pull, mirrors included, when the image's own
+// registry is insecure to it (internal/storage: isSecureIndex, then
+// DockerInsecureSkipTLSVerify): named in insecure_registries, or an address in one of
+// its CIDRs or in 127.0.0.0/8, which CRI-O always adds. The tag endpoint is asked for
+// no such registry: it would not be verified.
+func VerifiesTLS(ctx context.Context, registry string, insecure []string) bool {
+	cidrs := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	for _, r := range insecure {
+		if p, err := netip.ParsePrefix(r); err == nil {
+			cidrs = append(cidrs, p)
+		} else if strings.EqualFold(r, registry) {
+			return false
+		}
+	}
+	host := registry
+	if h, _, err := net.SplitHostPort(registry); err == nil {
+		host = h
+	}
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		addrs = []netip.Addr{a}
+	} else {
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ips, err := net.DefaultResolver.LookupNetIP(lctx, "ip", host)
+		cancel()
+		if err == nil {
+			addrs = ips
+		}
+	}
+	for _, a := range addrs {
+		for _, p := range cidrs {
+			if p.Contains(a.Unmap()) {
+				return false
+			}
+		}
+	}
+	return true
+}

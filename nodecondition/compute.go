@@ -1,0 +1,123 @@
+package nodecondition
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/imagepin/imagepin/clustersync"
+	"github.com/imagepin/imagepin/status"
+)
+
+// Type is the Node condition's type.
+const Type = "PinnedImagesReady"
+
+// Reasons of the condition.
+const (
+	// ReasonAllSetsReady: every set that targets the node is Ready (and registry
+	// independent where that is asked for); also with no set targeting the node.
+	ReasonAllSetsReady = "AllSetsReady"
+	// ReasonSetsNotReady: some set is still Pending or Pulling.
+	ReasonSetsNotReady = "SetsNotReady"
+	// ReasonSetsDegraded: some set Failed on the node (no space, an image missing).
+	ReasonSetsDegraded = "SetsDegraded"
+	// ReasonRegistryDependent: every set is Ready, but pods would still need the
+	// registry to start from some set's images (the kubelet's credential verification).
+	ReasonRegistryDependent = "RegistryDependent"
+)
+
+// Mode is what True asks of each set.
+type Mode int
+
+const (
+	// Ready: every set Ready.
+	Ready Mode = iota
+	// RegistryIndependent: every set Ready and RegistryIndependent True.
+	RegistryIndependent
+)
+
+// Condition is the computed condition, before times are added.
+type Condition struct {
+	Status  string // status.True or status.False
+	Reason  string
+	Message string
+}
+
+// maxNamed bounds the sets a message names: the first few say what to look at.
+const maxNamed = 10
+
+// Compute is the condition of a node from imagepind's status. ok is false while the
+// status cannot tell which sets target the node (the cluster sync has not written its
+// first lists yet): nothing is written then.
+// Which fact wins: a Failed set (Degraded), then sets not Ready, then (in
+// RegistryIndependent mode) sets pods would still need the registry for.
+func Compute(n status.Node, mode Mode) (Condition, bool) {
+	for _, f := range n.Faults {
+		if f == clustersync.NotSynced {
+			return Condition{}, false
+		}
+	}
+	var failed, pending, dependent []string
+	for _, s := range n.Sets {
+		switch {
+		case s.Phase == status.Failed:
+			failed = append(failed, describe(s))
+		case s.Phase != status.Ready:
+			pending = append(pending, describe(s))
+		case mode == RegistryIndependent:
+			if c := s.Condition(status.ConditionRegistryIndependent); c == nil || c.Status != status.True {
+				why := "not reported"
+				if c != nil {
+					why = c.Reason
+				}
+				dependent = append(dependent, fmt.Sprintf("%s (%s)", s.Name, why))
+			}
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		msg := "sets failed on this node: " + list(failed)
+		if len(pending) > 0 {
+			msg += "; not Ready yet: " + list(pending)
+		}
+		return Condition{Status: status.False, Reason: ReasonSetsDegraded, Message: msg}, true
+	case len(pending) > 0:
+		return Condition{Status: status.False, Reason: ReasonSetsNotReady, Message: "sets not Ready yet: " + list(pending)}, true
+	case len(dependent) > 0:
+		return Condition{Status: status.False, Reason: ReasonRegistryDependent,
+			Message: "sets Ready, but pods would need the registry to start from their images: " + list(dependent)}, true
+	case len(n.Sets) == 0:
+		return Condition{Status: status.True, Reason: ReasonAllSetsReady, Message: "no PinnedImageSet targets this node"}, true
+	}
+	what := "Ready"
+	if mode == RegistryIndependent {
+		what = "Ready and registry independent"
+	}
+	names := make([]string, 0, len(n.Sets))
+	for _, s := range n.Sets {
+		names = append(names, s.Name)
+	}
+	return Condition{Status: status.True, Reason: ReasonAllSetsReady,
+		Message: fmt.Sprintf("%d of %d sets %s: %s", len(n.Sets), len(n.Sets), what, list(names))}, true
+}
+
+func describe(s status.Set) string {
+	switch s.Phase {
+	case status.Pulling:
+		return fmt.Sprintf("%s (Pulling %d/%d images)", s.Name, s.ImagesReady, s.ImagesTotal)
+	case status.Failed:
+		if c := s.Condition(status.ConditionFailed); c != nil && c.Reason != "" {
+			return fmt.Sprintf("%s (Failed: %s)", s.Name, c.Reason)
+		}
+	}
+	return fmt.Sprintf("%s (%s)", s.Name, s.Phase)
+}
+
+// list names the first maxNamed entries in order and counts the rest.
+func list(items []string) string {
+	sort.Strings(items)
+	if len(items) <= maxNamed {
+		return strings.Join(items, ", ")
+	}
+	return strings.Join(items[:maxNamed], ", ") + fmt.Sprintf(" and %d more", len(items)-maxNamed)
+}

@@ -1,0 +1,83 @@
+package nodecondition
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/imagepin/imagepin/clustersync"
+	"github.com/imagepin/imagepin/status"
+)
+
+func set(name string, phase status.Phase, registry string) status.Set {
+	s := status.Set{Name: name, Phase: phase, ImagesTotal: 4, ImagesReady: 1}
+	if registry != "" {
+		s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: registry, Reason: "CredentialVerification"})
+	}
+	if phase == status.Failed {
+		s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionFailed, Status: status.True, Reason: status.ReasonInsufficientDiskSpace})
+	}
+	return s
+}
+
+// Which fact wins: not synced (nothing written), Failed, not Ready, registry dependent.
+func TestCompute(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		node     status.Node
+		mode     Mode
+		ok       bool
+		status   string
+		reason   string
+		contains []string
+	}{
+		{name: "not synced yet", node: status.Node{Faults: []string{clustersync.NotSynced}, Sets: []status.Set{set("a", status.Ready, status.True)}}},
+		{name: "no sets", ok: true, status: status.True, reason: ReasonAllSetsReady, contains: []string{"no PinnedImageSet"}},
+		{name: "all ready", node: status.Node{Sets: []status.Set{set("a", status.Ready, ""), set("b", status.Ready, "")}},
+			ok: true, status: status.True, reason: ReasonAllSetsReady, contains: []string{"2 of 2 sets Ready: a, b"}},
+		{name: "other faults do not hold it back", node: status.Node{Faults: []string{"cluster API: down"}, Sets: []status.Set{set("a", status.Ready, "")}},
+			ok: true, status: status.True, reason: ReasonAllSetsReady},
+		{name: "pulling", node: status.Node{Sets: []status.Set{set("a", status.Ready, ""), set("b", status.Pulling, ""), set("c", status.Pending, "")}},
+			ok: true, status: status.False, reason: ReasonSetsNotReady, contains: []string{"b (Pulling 1/4 images)", "c (Pending)"}},
+		{name: "failed wins", node: status.Node{Sets: []status.Set{set("b", status.Pulling, ""), set("a", status.Failed, "")}},
+			ok: true, status: status.False, reason: ReasonSetsDegraded, contains: []string{"a (Failed: InsufficientDiskSpace)", "not Ready yet: b"}},
+		{name: "registry dependent ignored in Ready mode", node: status.Node{Sets: []status.Set{set("a", status.Ready, status.False)}},
+			ok: true, status: status.True, reason: ReasonAllSetsReady},
+		{name: "registry dependent", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{set("a", status.Ready, status.False), set("b", status.Ready, status.True), set("c", status.Ready, "")}},
+			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"a (CredentialVerification)", "c (not reported)"}},
+		{name: "registry independent", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{set("b", status.Ready, status.True)}},
+			ok: true, status: status.True, reason: ReasonAllSetsReady, contains: []string{"Ready and registry independent"}},
+		{name: "not ready beats registry dependent", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{set("a", status.Ready, status.False), set("b", status.Pulling, "")}},
+			ok: true, status: status.False, reason: ReasonSetsNotReady},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := Compute(tc.node, tc.mode)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v", ok)
+			}
+			if !ok {
+				return
+			}
+			if c.Status != tc.status || c.Reason != tc.reason {
+				t.Fatalf("got %+v", c)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(c.Message, s) {
+					t.Errorf("message %q lacks %q", c.Message, s)
+				}
+			}
+		})
+	}
+}
+
+// The message names the first sets and counts the rest: a Node's condition stays small.
+func TestComputeBoundsTheMessage(t *testing.T) {
+	var n status.Node
+	for i := range 200 {
+		n.Sets = append(n.Sets, set(fmt.Sprintf("set-%03d", i), status.Pending, ""))
+	}
+	c, _ := Compute(n, Ready)
+	if !strings.Contains(c.Message, "set-009 (Pending) and 190 more") || strings.Contains(c.Message, "set-010") || len(c.Message) > 400 {
+		t.Fatalf("message %q", c.Message)
+	}
+}

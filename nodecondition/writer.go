@@ -1,0 +1,299 @@
+package nodecondition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/utils/clock"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+// Event reasons on the Node.
+const (
+	EventReady    = "PinnedImagesReady"
+	EventNotReady = "PinnedImagesNotReady"
+)
+
+// Config bounds the writer.
+type Config struct {
+	NodeName string
+	Mode     Mode
+	// Heartbeat: an unchanged condition is written again this often, its
+	// lastHeartbeatTime saying imagepind still evaluates it (0: 5 min).
+	Heartbeat time.Duration
+	// MinInterval: writes are at most this often; changes in between are coalesced
+	// into the latest (0: 2 s).
+	MinInterval time.Duration
+	// RetryMax caps the backoff after failed writes, which starts at MinInterval and
+	// doubles (0: 2 min).
+	RetryMax time.Duration
+	// Timeout bounds one API call (0: 30 s).
+	Timeout time.Duration
+	// StartupGrace: a True condition found on the Node at start stays while the sets
+	// only wait (Pending, Pulling: a restarted imagepind confirming its pins), for at
+	// most this long; a Failed set is written at once (0: 1 min).
+	StartupGrace time.Duration
+	Log          logrus.FieldLogger
+	Clock        clock.Clock
+}
+
+func (c *Config) defaults() {
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 5 * time.Minute
+	}
+	if c.MinInterval <= 0 {
+		c.MinInterval = 2 * time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = 2 * time.Minute
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.StartupGrace <= 0 {
+		c.StartupGrace = time.Minute
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.Log == nil {
+		c.Log = logrus.StandardLogger()
+	}
+}
+
+// Connect builds the client, with the node's own credentials; it is called until it
+// succeeds (the kubelet's kubeconfig may not be written yet at boot).
+type Connect func() (kubernetes.Interface, error)
+
+// Writer publishes the condition on the node's own Node object.
+type Writer struct {
+	cfg     Config
+	connect Connect
+	// newRecorder builds the event recorder on the client (nil: a broadcaster to the
+	// API, with client-go's spam filter).
+	newRecorder func(kubernetes.Interface) (record.EventRecorder, func())
+
+	mu     sync.Mutex
+	want   *Condition
+	poke   chan struct{}
+	writes atomic.Int64
+}
+
+// New returns a writer; Update feeds it, Run writes.
+func New(cfg Config, connect Connect) *Writer {
+	cfg.defaults()
+	return &Writer{cfg: cfg, connect: connect, poke: make(chan struct{}, 1)}
+}
+
+// Update takes a new node status (a wire.Publisher); it never blocks.
+func (w *Writer) Update(n status.Node) {
+	c, ok := Compute(n, w.cfg.Mode)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	w.want = &c
+	w.mu.Unlock()
+	select {
+	case w.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Writes counts successful writes.
+func (w *Writer) Writes() int64 { return w.writes.Load() }
+
+func (w *Writer) current() *Condition {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.want
+}
+
+// state is what Run knows of the API's side; only Run's goroutine touches it.
+type state struct {
+	client   kubernetes.Interface
+	recorder record.EventRecorder
+	stop     func()
+	ref      *corev1.ObjectReference
+	read     bool       // the Node's condition read once (its transition time kept)
+	inAPI    *Condition // what the API holds of ours, as last written or read
+	since    time.Time  // lastTransitionTime of inAPI's status
+	at       time.Time  // last successful write
+	tried    time.Time  // last attempt
+	failures int
+	started  time.Time
+	// held: a True condition found at start, kept through StartupGrace while sets wait.
+	held bool
+}
+
+// errHeld: the write waits for the startup grace (not a failure).
+var errHeld = errors.New("held for the startup grace")
+
+// Run writes the condition until ctx ends: on a change (at most every MinInterval), and
+// every Heartbeat unchanged. A failed write (the API unreachable, the Node not there
+// yet) is retried with backoff, always with the latest condition. Run returns nil.
+func (w *Writer) Run(ctx context.Context) error {
+	s := state{started: w.cfg.Clock.Now()}
+	defer func() {
+		if s.stop != nil {
+			s.stop()
+		}
+	}()
+	for {
+		var wait <-chan time.Time
+		if want := w.current(); want != nil {
+			now := w.cfg.Clock.Now()
+			due := s.at.Add(w.cfg.Heartbeat)
+			if s.inAPI == nil || *s.inAPI != *want {
+				due = s.tried.Add(w.cfg.MinInterval)
+			}
+			if s.held && want.Reason == ReasonSetsNotReady {
+				if end := s.started.Add(w.cfg.StartupGrace); end.After(due) {
+					due = end
+				}
+			}
+			if s.failures > 0 {
+				if retry := s.tried.Add(w.backoff(s.failures)); retry.After(due) {
+					due = retry
+				}
+			}
+			if !now.Before(due) {
+				s.tried = now
+				if err := w.write(ctx, &s, *want); errors.Is(err, errHeld) {
+					continue
+				} else if err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					s.failures++
+					log := w.cfg.Log.WithError(err).WithField("node", w.cfg.NodeName).WithField("retry", w.backoff(s.failures))
+					if s.failures == 1 {
+						log.Warn("node condition " + Type + " not written; retrying")
+					} else {
+						log.Debug("node condition " + Type + " not written; retrying")
+					}
+				} else {
+					if s.failures > 0 {
+						w.cfg.Log.WithField("node", w.cfg.NodeName).WithField("failures", s.failures).Info("node condition " + Type + " written again")
+					}
+					s.failures = 0
+				}
+				continue
+			}
+			wait = w.cfg.Clock.After(due.Sub(now))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.poke:
+		case <-wait:
+		}
+	}
+}
+
+func (w *Writer) backoff(failures int) time.Duration {
+	d := w.cfg.MinInterval
+	for i := 1; i < failures && d < w.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, w.cfg.RetryMax)
+}
+
+// write patches the condition onto the Node's status, merged by type (a strategic
+// merge patch, as node-problem-detector does): the kubelet's conditions stay as they are.
+func (w *Writer) write(ctx context.Context, s *state, want Condition) error {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Timeout)
+	defer cancel()
+	if s.client == nil {
+		c, err := w.connect()
+		if err != nil {
+			return fmt.Errorf("cluster API: %w", err)
+		}
+		s.client = c
+		if w.newRecorder != nil {
+			s.recorder, s.stop = w.newRecorder(c)
+		} else {
+			s.recorder, s.stop = apiRecorder(c, w.cfg.NodeName)
+		}
+	}
+	if !s.read {
+		// Once: the condition a previous imagepind wrote keeps its transition time.
+		node, err := s.client.CoreV1().Nodes().Get(ctx, w.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get node %s: %w", w.cfg.NodeName, err)
+		}
+		s.ref = &corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+		for _, c := range node.Status.Conditions {
+			if string(c.Type) == Type {
+				s.inAPI = &Condition{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+				s.since = c.LastTransitionTime.Time
+			}
+		}
+		s.read = true
+		s.held = s.inAPI != nil && s.inAPI.Status == status.True
+	}
+	now := w.cfg.Clock.Now()
+	if s.held {
+		if want.Reason == ReasonSetsNotReady && now.Before(s.started.Add(w.cfg.StartupGrace)) {
+			return errHeld
+		}
+		s.held = false
+	}
+	since := s.since
+	changed := s.inAPI == nil || s.inAPI.Status != want.Status
+	if changed {
+		since = now
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{{
+		Type: corev1.NodeConditionType(Type), Status: corev1.ConditionStatus(want.Status),
+		Reason: want.Reason, Message: want.Message,
+		LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(since),
+	}}}})
+	if err != nil {
+		return err
+	}
+	if _, err := s.client.CoreV1().Nodes().PatchStatus(ctx, w.cfg.NodeName, patch); err != nil {
+		return fmt.Errorf("patch node %s status: %w", w.cfg.NodeName, err)
+	}
+	w.writes.Add(1)
+	prev := s.inAPI
+	s.inAPI, s.since, s.at = &want, since, now
+	if changed {
+		log := w.cfg.Log.WithField("node", w.cfg.NodeName).WithField("reason", want.Reason)
+		switch {
+		case want.Status == status.True:
+			s.recorder.Event(s.ref, corev1.EventTypeNormal, EventReady, want.Message)
+			log.Info("node condition " + Type + " True")
+		case prev != nil && prev.Status == status.True:
+			// Pods placed here now may pull from registries: worth a warning.
+			s.recorder.Event(s.ref, corev1.EventTypeWarning, EventNotReady, want.Message)
+			log.Warn("node condition " + Type + " False: " + want.Message)
+		default:
+			s.recorder.Event(s.ref, corev1.EventTypeNormal, EventNotReady, want.Message)
+			log.Info("node condition " + Type + " False: " + want.Message)
+		}
+	}
+	return nil
+}
+
+// apiRecorder records events to the API as the kubelet does (core/v1, in the default
+// namespace for a Node), through client-go's correlator: similar events are aggregated
+// and each source is rate-limited, so a flapping condition cannot flood the API.
+func apiRecorder(c kubernetes.Interface, node string) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "imagepind", Host: node}), b.Shutdown
+}

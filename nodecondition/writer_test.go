@@ -1,0 +1,346 @@
+package nodecondition
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// kubeletNode is a Node as the kubelet leaves it: its own conditions and a taint.
+func kubeletNode() *corev1.Node {
+	hb := metav1.NewTime(t0.Add(-time.Minute))
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-1", UID: "uid-1"},
+		Spec:       corev1.NodeSpec{Taints: []corev1.Taint{{Key: "imagepin.io/images-not-ready", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: hb, LastTransitionTime: hb},
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: hb, LastTransitionTime: hb},
+		}},
+	}
+}
+
+type rig struct {
+	t        *testing.T
+	cs       *fake.Clientset
+	clock    *clocktesting.FakeClock
+	w        *Writer
+	events   *record.FakeRecorder
+	attempts atomic.Int64
+	down     atomic.Bool
+}
+
+func newRig(t *testing.T, objs ...runtime.Object) *rig {
+	r := &rig{t: t, cs: fake.NewSimpleClientset(objs...), clock: clocktesting.NewFakeClock(t0), events: record.NewFakeRecorder(100)}
+	r.cs.PrependReactor("*", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() == "patch" {
+			r.attempts.Add(1)
+		}
+		if r.down.Load() {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	r.w = New(Config{NodeName: "worker-1", Clock: r.clock, Log: log}, func() (kubernetes.Interface, error) { return r.cs, nil })
+	r.w.newRecorder = func(kubernetes.Interface) (record.EventRecorder, func()) { return r.events, func() {} }
+	return r
+}
+
+func (r *rig) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.w.Run(ctx); close(done) }()
+	r.t.Cleanup(func() { cancel(); <-done })
+}
+
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if f() {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+// idle waits for the writer to have made n attempts and to wait on the clock again.
+func (r *rig) idle(what string, n int64) {
+	r.t.Helper()
+	eventually(r.t, what, func() bool { return r.attempts.Load() == n && r.clock.HasWaiters() })
+}
+
+func (r *rig) node() *corev1.Node {
+	n, err := r.cs.CoreV1().Nodes().Get(context.Background(), "worker-1", metav1.GetOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
+func (r *rig) ours() *corev1.NodeCondition {
+	for _, c := range r.node().Status.Conditions {
+		if string(c.Type) == Type {
+			return &c
+		}
+	}
+	return nil
+}
+
+func nodeWith(sets ...status.Set) status.Node { return status.Node{Sets: sets} }
+
+var (
+	readyNode   = nodeWith(status.Set{Name: "base", Phase: status.Ready})
+	pullingNode = nodeWith(status.Set{Name: "base", Phase: status.Pulling, ImagesReady: 1, ImagesTotal: 3})
+)
+
+// The condition is merged into the Node's status by type, through the status
+// subresource: the kubelet's conditions and the taints stay exactly as they were.
+func TestWriteKeepsTheKubeletsConditions(t *testing.T) {
+	r := newRig(t, kubeletNode())
+	before := kubeletNode().Status.Conditions
+	r.w.Update(pullingNode)
+	r.run()
+	r.idle("the first write", 1)
+	r.w.Update(readyNode)
+	r.clock.Step(2 * time.Second)
+	r.idle("the second write", 2)
+
+	n := r.node()
+	if len(n.Status.Conditions) != 3 {
+		t.Fatalf("conditions %+v", n.Status.Conditions)
+	}
+	for _, c := range before {
+		var got corev1.NodeCondition
+		for _, g := range n.Status.Conditions {
+			if g.Type == c.Type {
+				got = g
+			}
+		}
+		if got.Type != c.Type || got.Status != c.Status || got.Reason != c.Reason || !got.LastHeartbeatTime.Equal(&c.LastHeartbeatTime) {
+			t.Errorf("the kubelet's condition %s changed: %+v", c.Type, got)
+		}
+	}
+	if len(n.Spec.Taints) != 1 {
+		t.Fatalf("taints %+v", n.Spec.Taints)
+	}
+	c := r.ours()
+	if c.Status != corev1.ConditionTrue || c.Reason != ReasonAllSetsReady || !c.LastTransitionTime.Time.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("condition %+v", c)
+	}
+	for _, a := range r.cs.Actions() {
+		if p, ok := a.(k8stesting.PatchAction); ok {
+			if p.GetSubresource() != "status" || p.GetPatchType() != types.StrategicMergePatchType {
+				t.Fatalf("patch %s %s, want a strategic merge patch of status", p.GetSubresource(), p.GetPatchType())
+			}
+			if strings.Contains(string(p.GetPatch()), "Ready\"") && strings.Contains(string(p.GetPatch()), "KubeletReady") {
+				t.Fatalf("the patch carries the kubelet's condition: %s", p.GetPatch())
+			}
+		}
+	}
+	// Events mark each change of status: first the evaluation, then Ready.
+	for _, want := range []string{"Normal PinnedImagesNotReady sets not Ready yet: base (Pulling 1/3 images)", "Normal PinnedImagesReady 1 of 1 sets Ready: base"} {
+		select {
+		case e := <-r.events.Events:
+			if e != want {
+				t.Fatalf("event %q, want %q", e, want)
+			}
+		default:
+			t.Fatalf("no event %q", want)
+		}
+	}
+}
+
+// While the API is unreachable writes back off; when it answers, the latest condition
+// is written, once.
+func TestOutageThenRecovery(t *testing.T) {
+	r := newRig(t, kubeletNode())
+	r.w.Update(readyNode)
+	r.run()
+	r.idle("the first write", 1)
+
+	r.down.Store(true)
+	r.w.Update(pullingNode)
+	r.clock.Step(2 * time.Second)
+	r.idle("a failed write", 2)
+	// Ten minutes of outage: 2 s doubling to 2 min is 2+4+8+16+32+64+120+120+120+120 s.
+	for range 600 {
+		r.clock.Step(time.Second)
+		time.Sleep(100 * time.Microsecond)
+	}
+	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	if n := r.attempts.Load(); n < 8 || n > 13 {
+		t.Fatalf("%d attempts in ten minutes of outage; want a backoff", n)
+	}
+	// Meanwhile the set became Ready again and then failed: the latest wins.
+	r.w.Update(readyNode)
+	failed := nodeWith(status.Set{Name: "base", Phase: status.Failed})
+	r.w.Update(failed)
+	r.down.Store(false)
+	attempts := r.attempts.Load()
+	r.clock.Step(2 * time.Minute)
+	r.idle("the write after the outage", attempts+1)
+	c := r.ours()
+	if c.Status != corev1.ConditionFalse || c.Reason != ReasonSetsDegraded {
+		t.Fatalf("after the outage: %+v", c)
+	}
+	// True before the outage, False after: a warning.
+	if e := lastEvent(r.events); !strings.HasPrefix(e, "Warning PinnedImagesNotReady sets failed") {
+		t.Fatalf("event %q", e)
+	}
+}
+
+func lastEvent(r *record.FakeRecorder) string {
+	var last string
+	for {
+		select {
+		case e := <-r.Events:
+			last = e
+		default:
+			return last
+		}
+	}
+}
+
+// An unchanged condition is written once per heartbeat; a flapping one at most once
+// per MinInterval, ending with the latest.
+func TestWritesAreBounded(t *testing.T) {
+	r := newRig(t, kubeletNode())
+	r.w.Update(readyNode)
+	r.run()
+	r.idle("the first write", 1)
+	for i := range 12 {
+		r.clock.Step(5 * time.Minute)
+		r.idle("a heartbeat", int64(i+2))
+	}
+	hb := r.ours().LastHeartbeatTime
+	if !hb.Time.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("heartbeat %s", hb)
+	}
+	if !r.ours().LastTransitionTime.Time.Equal(t0) {
+		t.Fatal("a heartbeat moved the transition time")
+	}
+
+	// 1,000 flips within 10 s: at most one write per 2 s.
+	start := r.attempts.Load()
+	for i := range 1000 {
+		if i%2 == 0 {
+			r.w.Update(pullingNode)
+		} else {
+			r.w.Update(readyNode)
+		}
+		if i%100 == 99 {
+			r.clock.Step(time.Second)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	r.w.Update(pullingNode)
+	r.clock.Step(2 * time.Second)
+	eventually(t, "the latest written", func() bool { c := r.ours(); return c.Status == corev1.ConditionFalse })
+	if n := r.attempts.Load() - start; n > 7 {
+		t.Fatalf("%d writes for 1,000 changes in 12 s", n)
+	}
+}
+
+// A restarted imagepind keeps the transition time of the condition it finds in the API,
+// and writes no event for a status that did not change.
+func TestRestartKeepsTheTransitionTime(t *testing.T) {
+	node := kubeletNode()
+	since := metav1.NewTime(t0.Add(-time.Hour))
+	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: Type, Status: corev1.ConditionTrue,
+		Reason: ReasonAllSetsReady, LastHeartbeatTime: since, LastTransitionTime: since})
+	r := newRig(t, node)
+	r.w.Update(readyNode)
+	r.run()
+	r.idle("the first write", 1)
+	c := r.ours()
+	if !c.LastTransitionTime.Equal(&since) || !c.LastHeartbeatTime.Time.Equal(t0) {
+		t.Fatalf("condition %+v", c)
+	}
+	if e := lastEvent(r.events); e != "" {
+		t.Fatalf("event %q for an unchanged condition", e)
+	}
+}
+
+// Before the cluster sync listed the sets, nothing is written: a node cannot say its
+// sets are Ready before it knows which target it.
+func TestNothingBeforeTheFirstSync(t *testing.T) {
+	r := newRig(t, kubeletNode())
+	r.w.Update(status.Node{Faults: []string{"cluster sync: waiting for the first list of PinnedImageSets and of this Node"}})
+	r.run()
+	time.Sleep(50 * time.Millisecond)
+	r.clock.Step(time.Hour)
+	time.Sleep(50 * time.Millisecond)
+	if n := r.attempts.Load(); n != 0 || r.ours() != nil {
+		t.Fatalf("%d writes before the first sync", n)
+	}
+}
+
+func readyInAPI() *corev1.Node {
+	node := kubeletNode()
+	since := metav1.NewTime(t0.Add(-time.Hour))
+	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: Type, Status: corev1.ConditionTrue,
+		Reason: ReasonAllSetsReady, LastHeartbeatTime: since, LastTransitionTime: since})
+	return node
+}
+
+// A restarted imagepind whose sets wait to be confirmed (Pending) keeps the True it finds
+// for up to StartupGrace: no False, no Event, if they are Ready within it; False after it.
+func TestStartupGraceKeepsTrue(t *testing.T) {
+	r := newRig(t, readyInAPI())
+	r.w.Update(pullingNode)
+	r.run()
+	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	r.clock.Step(30 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if n := r.attempts.Load(); n != 0 {
+		t.Fatalf("%d writes within the grace", n)
+	}
+	r.w.Update(readyNode)
+	r.idle("the True written", 1)
+	if c := r.ours(); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("condition %+v", c)
+	}
+	if e := lastEvent(r.events); e != "" {
+		t.Fatalf("event %q", e)
+	}
+
+	r = newRig(t, readyInAPI())
+	r.w.Update(pullingNode)
+	r.run()
+	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	r.clock.Step(time.Minute)
+	r.idle("the False written after the grace", 1)
+	if c := r.ours(); c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition %+v", c)
+	}
+
+	// A Failed set is news at once.
+	r = newRig(t, readyInAPI())
+	r.w.Update(nodeWith(status.Set{Name: "base", Phase: status.Failed}))
+	r.run()
+	r.idle("the Failed written", 1)
+	if c := r.ours(); c.Reason != ReasonSetsDegraded {
+		t.Fatalf("condition %+v", c)
+	}
+}
