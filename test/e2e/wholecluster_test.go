@@ -32,15 +32,20 @@ import (
 const (
 	// withNodeCondition: imagepind publishes the Node condition PinnedImagesReady, and the
 	// aggregator's leader removes the startup taint once it is True.
-	withNodeCondition = false
+	withNodeCondition = true
 	// withSetsFromRuns: imagepinctl writes a set from a Deployment's template.
 	withSetsFromRuns = true
-	// withTags: a set pins repo:tag@sha256:…, so pods that name the tag start from it.
+	// withTags: the sets pin repo:tag@sha256:… and the pods of v2 and the agent name
+	// the tag. Off: they name the digest. On, (a) and (b) pass (once every node holds the
+	// tag, which comes after the set is Ready); (c) does not: the startup taint goes when
+	// the joining node's sets are Ready, before its runtime holds the agent's pinned tag,
+	// and its kubelet pulls that tag (from the node-local tag endpoint).
 	withTags = false
 
 	pinnedImagesReady = "PinnedImagesReady"
 	startupTaint      = "imagepin.io/images-not-ready"
 	taintRemovedEvent = "StartupTaintRemoved"
+	sourceRegistry    = "src.example.invalid"
 )
 
 // wholeCluster is one real cluster shared by the scenario's steps: three registered
@@ -52,6 +57,8 @@ type wholeCluster struct {
 	c    *env.Cluster
 	priv *env.Registry
 	link *env.Proxy
+	// host is the registry as the images name it: the link, or a source it stands in for.
+	host string
 	// Each image by tag (through the link) and by digest.
 	pause, appV1, appV2, appV3, agent taggedImage
 	// failed stops the later steps once one failed: they build on it.
@@ -95,13 +102,23 @@ func newWholeCluster(t *testing.T) *wholeCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(link.Close)
-	w := &wholeCluster{t: t, dir: dir, priv: priv, link: link}
+	w := &wholeCluster{t: t, dir: dir, priv: priv, link: link, host: link.Addr}
+	var locations map[string]string
+	if withTags {
+		// CRI-O holds every loopback registry insecure and verifies no TLS for it, so
+		// imagepind gives its repositories no tag endpoint: the images the sets pin are
+		// named by a source that does not exist, which each node reaches at the link.
+		// (A kubelet's pull of such a name fails on CRI-O: the pod's credentials name
+		// the source, the endpoint asked is the link. So v1, which the kubelets pull,
+		// keeps the link's name.)
+		w.host, locations = sourceRegistry, map[string]string{sourceRegistry: link.Addr}
+	}
 	app := filepath.Join(dir, "podapp")
 	if err := env.GoBuild(app, "github.com/imagepin/imagepin/test/podapp", "-s -w"); err != nil {
 		t.Fatal(err)
 	}
 	// Each image its own 1 MiB layer besides the binary: something to move.
-	push := func(repo, tag string, extra bool) taggedImage {
+	push := func(host, repo, tag string, extra bool) taggedImage {
 		var layers []v1.Layer
 		if extra {
 			l, err := env.RandomLayer(1 << 20)
@@ -117,18 +134,27 @@ func newWholeCluster(t *testing.T) *wholeCluster {
 		if err := priv.Tag(ctx, img, tag); err != nil {
 			t.Fatal(err)
 		}
-		repoViaLink := strings.Replace(img.Repo, priv.Host, link.Addr, 1)
+		repoViaLink := strings.Replace(img.Repo, priv.Host, host, 1)
 		return taggedImage{tag: repoViaLink + ":" + tag, digest: repoViaLink + "@" + img.Digest}
 	}
-	w.pause = push("pause", "3.10", false)
-	w.appV1, w.appV2, w.appV3 = push("shop/app", "v1", true), push("shop/app", "v2", true), push("shop/app", "v3", true)
-	w.agent = push("shop/agent", "v1", true)
+	// v1 is what the kubelets pull with the pull secret, by the registry's own address;
+	// the rest is named as the sets pin it.
+	w.pause = push(w.host, "pause", "3.10", false)
+	w.appV1 = push(link.Addr, "shop/app", "v1", true)
+	w.appV2, w.appV3 = push(w.host, "shop/app", "v2", true), push(w.host, "shop/app", "v3", true)
+	w.agent = push(w.host, "shop/agent", "v1", true)
 
-	secret := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, link.Addr, priv.Auth())
+	// The node's pull secret names the registry as the images do and, where a source
+	// stands for it, as the nodes reach it.
+	auths := map[string]map[string]string{w.host: {"auth": priv.Auth()}, link.Addr: {"auth": priv.Auth()}}
+	secret, err := json.Marshal(map[string]any{"auths": auths})
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	c, err := env.StartCluster(ctx, filepath.Join(dir, "cluster"), env.ClusterOptions{
 		Nodes: 3, ContainerdNodes: []int{2}, Bin: binDir, Packaging: filepath.Join("..", "..", "packaging", "aggregator"),
-		Insecure: []string{link.Addr}, PauseImage: w.pause.digest, PullSecret: []byte(secret),
+		Insecure: []string{link.Addr}, Locations: locations, PauseImage: w.pause.digest, PullSecret: secret,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -336,6 +362,24 @@ func (w *wholeCluster) quoteKubelets(t *testing.T, contains ...string) {
 	}
 }
 
+// imagepinctlStdout runs imagepinctl and returns its standard output (its standard
+// error goes to the test's log) and exit code.
+func imagepinctlStdout(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "imagepinctl"), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("$ imagepinctl %s   (exit %d)\n%s%s", shellWords(args), code, stderr.String(), out)
+	return string(out), code
+}
+
 // shellWords is args as a shell command line would spell them (an empty one as "").
 func shellWords(args []string) string {
 	var out []string
@@ -472,6 +516,24 @@ func (w *wholeCluster) appV1AndSets(t *testing.T) {
 		if !strings.Contains(string(b), strings.SplitN(w.appV2.digest, "@", 2)[1]) {
 			t.Fatalf("the set made from the Deployment's template does not pin v2 (%s)", w.appV2.digest)
 		}
+		if withTags && !strings.Contains(string(b), w.appV2.pinned()) {
+			// generate pins the digest alone (the tag in a comment): pods that name the
+			// tag need it pinned as repo:tag@sha256:…, which resolve --keep-tags writes
+			// from the template's images.
+			t.Logf("imagepinctl generate pins %s by digest alone; the pods name the tag: the set is made with resolve --keep-tags", w.appV2.tag)
+			images := filepath.Join(w.dir, "app-v2.txt")
+			out := w.kubectl(t, "get", "deployment", "app", "-o", "jsonpath={.spec.template.spec.containers[*].image}")
+			if err := os.WriteFile(images, []byte(strings.Join(strings.Fields(out), "\n")+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			doc, code := imagepinctlStdout(t, "resolve", "--keep-tags", "--name", "app-v2", "--selector", "", "--config", w.c.Nodes[0].Config, images)
+			if code != 0 || !strings.Contains(doc, w.appV2.pinned()) {
+				t.Fatalf("imagepinctl resolve --keep-tags: exit %d, want %s in:\n%s", code, w.appV2.pinned(), doc)
+			}
+			if err := os.WriteFile(set, []byte(doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 	} else if err := os.WriteFile(set, []byte(setManifest("app-v2", w.appV2.pinned())), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -483,6 +545,19 @@ func (w *wholeCluster) appV1AndSets(t *testing.T) {
 	out := w.kubectl(t, "get", "pis")
 	if !strings.Contains(out, "app-v2") {
 		t.Fatalf("kubectl get pis does not list app-v2:\n%s", out)
+	}
+	if withTags {
+		// The set is Ready once its digests are in; the tag comes after (CRI-O pulls it
+		// through the node-local tag endpoint). Until a node holds it, a pod naming the
+		// tag pulls (from that endpoint): wait for every node.
+		start := time.Now()
+		for _, n := range w.c.Nodes {
+			waitUntil(t, n.Name+" holding "+w.appV2.tag, 90*time.Second, func() bool {
+				_, err := n.Crictl(t.Context(), "inspecti", w.appV2.tag)
+				return err == nil
+			})
+		}
+		t.Logf("every node holds %s %s after the set was Ready", w.appV2.tag, time.Since(start).Round(100*time.Millisecond))
 	}
 	// Each runtime holds v2, pinned, before any pod names it.
 	for _, n := range w.c.Nodes {

@@ -64,6 +64,10 @@ type ClusterOptions struct {
 	Packaging string
 	// Insecure registries (host:port) every runtime reaches over plain HTTP.
 	Insecure []string
+	// Locations maps a source name that does not exist to the registry (host:port,
+	// plain HTTP) that stands in for it on every node: a disconnected cluster's view of
+	// its source registry (CRIOOptions.Locations; containerd's hosts.toml server).
+	Locations map[string]string
 	// PauseImage is the runtimes' pause (sandbox) image, by digest.
 	PauseImage string
 	// PullSecret is each node's pull secret (a docker config.json), as a node's global

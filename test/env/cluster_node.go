@@ -112,7 +112,8 @@ func (n *ClusterNode) startRuntime(ctx context.Context, o ClusterOptions, contai
 	// A CRI-O configuration also on a containerd node: its registries files are what
 	// imagepind's [disk] reads there (nothing else uses them).
 	var err error
-	if n.CRIO, err = NewCRIO(filepath.Join(n.Dir, "crio"), CRIOOptions{Insecure: o.Insecure, RunContainers: !containerd, PauseImage: o.PauseImage}); err != nil {
+	if n.CRIO, err = NewCRIO(filepath.Join(n.Dir, "crio"), CRIOOptions{Insecure: o.Insecure, RunContainers: !containerd, PauseImage: o.PauseImage,
+		Locations: o.Locations, Home: filepath.Join(n.Dir, "crio-home")}); err != nil {
 		return err
 	}
 	cni := filepath.Join(n.CRIO.Dir, "cni")
@@ -121,6 +122,11 @@ func (n *ClusterNode) startRuntime(ctx context.Context, o ClusterOptions, contai
 			return err
 		}
 		cni = filepath.Join(n.Containerd.Dir, "cni")
+		for src, location := range o.Locations {
+			if err := n.Containerd.WriteHosts(src, fmt.Sprintf("server = \"http://%s\"\n", location)); err != nil {
+				return err
+			}
+		}
 	}
 	if err := os.WriteFile(filepath.Join(cni, "10-hostonly.conflist"), []byte(loopbackCNI), 0o644); err != nil {
 		return err
@@ -156,6 +162,10 @@ func (n *ClusterNode) writeImagepindConfig(c *Cluster, peers bool) error {
 		return err
 	}
 	mport, err := FreePort()
+	if err != nil {
+		return err
+	}
+	tport, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -197,12 +207,13 @@ kubeconfig = %q
 		cfg += fmt.Sprintf(`[peers]
 enabled = true
 mirror_address = "127.0.0.1:%d"
+tag_address = "127.0.0.1:%d"
 address = %q
 cert = %q
 ca = %q
 client_cert = %q
 client_ca = %q
-`, mport, n.PeerAddr, serving, c.peersCA.File, n.Cert, c.Kube.ClientCA.File)
+`, mport, tport, n.PeerAddr, serving, c.peersCA.File, n.Cert, c.Kube.ClientCA.File)
 	}
 	if n.Containerd != nil {
 		cfg += fmt.Sprintf("[containerd]\nconfig_path = %q\n", n.Containerd.HostsDir)
