@@ -40,7 +40,7 @@ var (
 	linkList = flag.String("links", "loopback,slow,satellite", "registry links for the pre-load: loopback, slow (+25 ms, 4000 KB/s a connection), satellite (+100 ms, 1000 KB/s a connection)")
 	runtimes = flag.String("runtimes", "cri-o,containerd", "runtimes for the pre-load")
 	binDir   = flag.String("bin", "bin", "directory with imagepind")
-	sections = flag.String("sections", "preload,large,latency,disk,release,peers,seed", "what to measure: preload, large (2000-image set), latency (also idle, [peers] off and on), disk, release, peers (several nodes behind one shared link), seed (imagepinctl seed against cp)")
+	sections = flag.String("sections", "preload,large,latency,disk,release,peers,seed,cluster-rollout", "what to measure: preload, large (2000-image set), latency (also idle, [peers] off and on), disk, release, peers (several nodes behind one shared link), seed (imagepinctl seed against cp), cluster-rollout (a whole cluster: rollout and node join with the registry gone)")
 	costN    = flag.Int("cost-images", 500, "images for the disk check cost")
 	keep     = flag.Bool("keep", false, "keep the working directory (logs) for a look afterwards")
 )
@@ -135,6 +135,11 @@ func run(ctx context.Context) error {
 	}
 	if want("seed") {
 		if err := b.seedBench(ctx); err != nil {
+			return err
+		}
+	}
+	if want("cluster-rollout") {
+		if err := b.clusterRollout(ctx); err != nil {
 			return err
 		}
 	}

@@ -125,7 +125,7 @@ func run() error {
 		return err
 	}
 
-	fmt.Printf("## Cluster loop at %d nodes (real kube-apiserver 1.34.2 + etcd 3.6.6, loopback, 2 cores)\n\n", *nodes)
+	fmt.Printf("## Cluster loop at %d nodes (real kube-apiserver 1.35.4 + etcd 3.6.6, loopback, 2 cores)\n\n", *nodes)
 	fmt.Printf("| measure | value |\n|---|---|\n")
 	fmt.Printf("| apply → file on every node: p50 / p99 / max | %s / %s / %s |\n", prop[0], prop[1], prop[2])
 	fmt.Printf("| rollout: status writes (PATCH pinnedimagesets/status) | %d in %s |\n", ro.writes, ro.duration.Round(time.Second))

@@ -193,10 +193,15 @@ func (c *Containerd) Stop() {
 	c.cmd = nil
 }
 
-// Cleanup stops containerd and unmounts what it left under Dir (snapshot mounts, the
+// Cleanup removes the pods a kubelet left, stops containerd, kills any shim still
+// running for its socket, and unmounts what it left under Dir (snapshot mounts, the
 // tmpfs root).
 func (c *Containerd) Cleanup() {
+	if c.cmd != nil {
+		RemovePods(c.Socket)
+	}
 	c.Stop()
+	killLeftovers(c.Socket) // shims left behind name containerd's socket
 	unmountUnder(c.Dir)
 	os.RemoveAll(filepath.Dir(c.Socket))
 }

@@ -29,6 +29,7 @@ type CRIO struct {
 	Config    string // crio.conf
 	ConfigDir string // crio.conf.d
 	LogFile   string
+	home      string // $HOME, when set (CRIOOptions.Home)
 	cmd       *exec.Cmd
 	exited    chan struct{}
 }
@@ -48,6 +49,16 @@ type CRIOOptions struct {
 	// must be present for every sandbox, even one without an infra container).
 	RunContainers bool
 	PauseImage    string
+	// Locations maps a source that does not exist to the plain-HTTP registry that stands
+	// in for it (the registry's location in registries.conf): every pull, by tag or
+	// digest, goes there. Unlike a loopback source, CRI-O verifies TLS for such a source,
+	// so imagepind gives it the node-local tag endpoint.
+	Locations map[string]string
+	// Home, when set, is CRI-O's $HOME, its .config/containers/certs.d a link to
+	// CertsDir: containers/image reads that certs.d before /etc/containers/certs.d, so a
+	// CA imagepind writes into CertsDir (the node-local tag endpoint's) is this CRI-O's
+	// alone and the machine's /etc is left alone.
+	Home string
 }
 
 // NewCRIO writes CRI-O's config into dir; Start runs it.
@@ -67,7 +78,18 @@ func NewCRIO(dir string, opts CRIOOptions) (*CRIO, error) {
 		return nil, errors.New("conmon missing: run hack/e2e-deps.sh")
 	}
 	c := &CRIO{Dir: dir, Socket: filepath.Join(dir, "crio.sock"), Config: filepath.Join(dir, "crio.conf"),
-		ConfigDir: filepath.Join(dir, "crio.conf.d"), LogFile: filepath.Join(dir, "crio.log")}
+		ConfigDir: filepath.Join(dir, "crio.conf.d"), LogFile: filepath.Join(dir, "crio.log"), home: opts.Home}
+	if c.home != "" {
+		if err := os.MkdirAll(filepath.Join(c.home, ".config", "containers"), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(c.CertsDir(), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.Symlink(c.CertsDir(), filepath.Join(c.home, ".config", "containers", "certs.d")); err != nil {
+			return nil, err
+		}
+	}
 	for _, d := range []string{c.ConfigDir, filepath.Join(dir, "registries.conf.d"), filepath.Join(dir, "cni"), filepath.Join(dir, "root")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -153,6 +175,9 @@ enable_metrics = false
 	for src, mirror := range opts.Mirrors {
 		fmt.Fprintf(&reg, "\n[[registry]]\nprefix = %q\nlocation = %q\n[[registry.mirror]]\nlocation = %q\ninsecure = true\npull-from-mirror = \"digest-only\"\n", src, src, mirror)
 	}
+	for src, location := range opts.Locations {
+		fmt.Fprintf(&reg, "\n[[registry]]\nprefix = %q\nlocation = %q\ninsecure = true\n", src, location)
+	}
 	files := map[string]string{
 		c.Config:                              conf,
 		filepath.Join(dir, "registries.conf"): reg.String(),
@@ -217,7 +242,11 @@ func (c *CRIO) Command() []string {
 
 // Environment is the environment CRI-O needs beyond the caller's.
 func (c *CRIO) Environment() []string {
-	return []string{"CONTAINERS_STORAGE_CONF=" + filepath.Join(c.Dir, "storage.conf")}
+	env := []string{"CONTAINERS_STORAGE_CONF=" + filepath.Join(c.Dir, "storage.conf")}
+	if c.home != "" {
+		env = append(env, "HOME="+c.home)
+	}
+	return env
 }
 
 // WaitReady waits until CRI-O answers CRI (exited, if not nil, says it died).
@@ -257,9 +286,14 @@ func (c *CRIO) Stop() {
 	c.cmd = nil
 }
 
-// Cleanup stops CRI-O and unmounts what it left under Dir.
+// Cleanup removes the pods a kubelet left, stops CRI-O, kills any pod monitor (conmon)
+// still running from its directory, and unmounts what it left under Dir.
 func (c *CRIO) Cleanup() {
+	if c.cmd != nil {
+		RemovePods(c.Socket)
+	}
 	c.Stop()
+	killLeftovers(c.Dir + "/")
 	unmountUnder(c.Dir)
 }
 

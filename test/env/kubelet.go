@@ -1,22 +1,29 @@
 package env
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
 
-// Kubelet is a real kubelet (hack/kube-deps.sh: 1.35.4) in standalone mode (no API server) against a CRI socket, with everything under Dir.
+// Kubelet is a real kubelet (hack/kube-deps.sh: 1.35.4) against a CRI socket, with
+// everything under Dir: standalone (no API server, static pods) or, with a kubeconfig,
+// registered as a Node of a cluster.
 type Kubelet struct {
 	Dir     string
 	Root    string // --root-dir
 	Config  string // the KubeletConfiguration file
 	LogFile string
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	// Socket is the runtime's CRI socket: Stop removes the pods the kubelet started there.
+	Socket string
+	args   []string // more flags (--kubeconfig, --node-labels, --v)
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // The configuration's imageMinimumGCAge is 1s, not 0s: the kubelet's defaulting takes a
@@ -46,6 +53,14 @@ type KubeletOptions struct {
 	// most 107 bytes and the kubelet listens on pod-resources/<n> under it: a deep test
 	// directory makes the kubelet exit ("bind: invalid argument").
 	RootDir string
+	// Kubeconfig, when set, registers the kubelet with that API server as a Node
+	// (--kubeconfig: a node client certificate); NodeLabels are its --node-labels and
+	// RegisterWithTaints its startup taints (key=value:Effect, value optional).
+	Kubeconfig         string
+	NodeLabels         []string
+	RegisterWithTaints []string
+	// Verbosity is --v (default 5).
+	Verbosity int
 }
 
 // NewKubelet writes the kubelet's configuration into dir; Start runs it.
@@ -67,9 +82,16 @@ func NewKubeletWith(dir, criSocket string, o KubeletOptions) (*Kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &Kubelet{Dir: dir, Root: o.RootDir, Config: filepath.Join(dir, "kubelet.yaml"), LogFile: filepath.Join(dir, "kubelet.log")}
+	k := &Kubelet{Dir: dir, Root: o.RootDir, Config: filepath.Join(dir, "kubelet.yaml"), LogFile: filepath.Join(dir, "kubelet.log"), Socket: criSocket}
 	if k.Root == "" {
 		k.Root = filepath.Join(dir, "root")
+	}
+	k.args = []string{"--v", strconv.Itoa(cmp.Or(o.Verbosity, 5))}
+	if o.Kubeconfig != "" {
+		k.args = append(k.args, "--kubeconfig", o.Kubeconfig)
+		if len(o.NodeLabels) > 0 {
+			k.args = append(k.args, "--node-labels", strings.Join(o.NodeLabels, ","))
+		}
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -111,6 +133,22 @@ failCgroupV1: false
 			cfg += fmt.Sprintf("- %q\n", a)
 		}
 	}
+	if o.Kubeconfig != "" {
+		// Several kubelets share this host: each its own pod log directory (a kubelet
+		// removes the log directories of pods it does not know).
+		cfg += fmt.Sprintf("podLogsDir: %s\n", filepath.Join(dir, "pods"))
+	}
+	if len(o.RegisterWithTaints) > 0 {
+		cfg += "registerWithTaints:\n"
+		for _, t := range o.RegisterWithTaints {
+			kv, effect, ok := strings.Cut(t, ":")
+			if !ok {
+				return nil, fmt.Errorf("kubelet taint %q: want key[=value]:Effect", t)
+			}
+			key, value, _ := strings.Cut(kv, "=")
+			cfg += fmt.Sprintf("- {key: %q, value: %q, effect: %q}\n", key, value, effect)
+		}
+	}
 	if len(o.FeatureGates) > 0 {
 		cfg += "featureGates:\n"
 		for g, on := range o.FeatureGates {
@@ -129,8 +167,8 @@ func (k *Kubelet) Start(hostname string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(CacheDir(), "kubelet"), "--config", k.Config,
-		"--root-dir", k.RootDir(), "--hostname-override", hostname, "--v", "5")
+	cmd := exec.Command(filepath.Join(CacheDir(), "kubelet"), append([]string{"--config", k.Config,
+		"--root-dir", k.RootDir(), "--hostname-override", hostname}, k.args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -156,10 +194,14 @@ func (k *Kubelet) Exited() bool {
 	}
 }
 
-// Stop stops the kubelet.
+// Stop stops the kubelet and removes the pods it started from its runtime (their
+// conmon or shim processes would outlive the test otherwise); the runtime keeps running.
 func (k *Kubelet) Stop() {
 	stopProc(k.cmd, k.exited)
 	k.cmd = nil
+	if k.Socket != "" {
+		RemovePods(k.Socket)
+	}
 	unmountUnder(k.Dir) // the kubelet mounts under its root dir
 	unmountUnder(k.Root)
 }
