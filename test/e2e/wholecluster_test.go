@@ -36,11 +36,9 @@ const (
 	// withSetsFromRuns: imagepinctl writes a set from a Deployment's template.
 	withSetsFromRuns = true
 	// withTags: the sets pin repo:tag@sha256:… and the pods of v2 and the agent name
-	// the tag. Off: they name the digest. On, (a) and (b) pass (once every node holds the
-	// tag, which comes after the set is Ready); (c) does not: the startup taint goes when
-	// the joining node's sets are Ready, before its runtime holds the agent's pinned tag,
-	// and its kubelet pulls that tag (from the node-local tag endpoint).
-	withTags = false
+	// the tag (off: they name the digest). The joining node's PinnedImagesReady waits
+	// for its runtime to hold the pinned tags (TagsNotHeld), so its taint goes only then.
+	withTags = true
 
 	pinnedImagesReady = "PinnedImagesReady"
 	startupTaint      = "imagepin.io/images-not-ready"
@@ -516,23 +514,10 @@ func (w *wholeCluster) appV1AndSets(t *testing.T) {
 		if !strings.Contains(string(b), strings.SplitN(w.appV2.digest, "@", 2)[1]) {
 			t.Fatalf("the set made from the Deployment's template does not pin v2 (%s)", w.appV2.digest)
 		}
-		if withTags && !strings.Contains(string(b), w.appV2.pinned()) {
-			// generate pins the digest alone (the tag in a comment): pods that name the
-			// tag need it pinned as repo:tag@sha256:…, which resolve --keep-tags writes
-			// from the template's images.
-			t.Logf("imagepinctl generate pins %s by digest alone; the pods name the tag: the set is made with resolve --keep-tags", w.appV2.tag)
-			images := filepath.Join(w.dir, "app-v2.txt")
-			out := w.kubectl(t, "get", "deployment", "app", "-o", "jsonpath={.spec.template.spec.containers[*].image}")
-			if err := os.WriteFile(images, []byte(strings.Join(strings.Fields(out), "\n")+"\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			doc, code := imagepinctlStdout(t, "resolve", "--keep-tags", "--name", "app-v2", "--selector", "", "--config", w.c.Nodes[0].Config, images)
-			if code != 0 || !strings.Contains(doc, w.appV2.pinned()) {
-				t.Fatalf("imagepinctl resolve --keep-tags: exit %d, want %s in:\n%s", code, w.appV2.pinned(), doc)
-			}
-			if err := os.WriteFile(set, []byte(doc), 0o644); err != nil {
-				t.Fatal(err)
-			}
+		if withTags && !strings.Contains(string(b), "name: "+w.appV2.pinned()+"\n") {
+			// The template names the tag: the set must pin it with the digest, so the
+			// pods that name it find it on every node with the registry gone.
+			t.Fatalf("the set made from the Deployment's template does not pin %s", w.appV2.pinned())
 		}
 	} else if err := os.WriteFile(set, []byte(setManifest("app-v2", w.appV2.pinned())), 0o644); err != nil {
 		t.Fatal(err)
