@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -147,11 +148,14 @@ func TestListPodsBySelectorAndNamespace(t *testing.T) {
 // fakeResolver answers from a table of tags; a reference by digest is kept.
 type fakeResolver struct {
 	tags  map[string]string // image → digest
+	mu    sync.Mutex
 	calls map[string]int
 }
 
 func (f *fakeResolver) Resolve(_ context.Context, image string) (resolve.Result, error) {
+	f.mu.Lock()
 	f.calls[image]++
+	f.mu.Unlock()
 	if i := strings.Index(image, "@"); i > 0 {
 		repo := image[:i]
 		if j := strings.LastIndex(repo, ":"); j > strings.LastIndex(repo, "/") {
@@ -273,5 +277,42 @@ func TestDocument(t *testing.T) {
 	}
 	if !strings.Contains(string(all), "nodeSelector: {}") {
 		t.Errorf("no selector: want {} (every node):\n%s", all)
+	}
+}
+
+// An image two containers name is resolved once, and both uses get the result: the
+// second use, coming after the first resolution wrote its result (hundreds of other
+// images resolved in between), must not reset it.
+func TestFromTemplatesOneImageTwoContainersFarApart(t *testing.T) {
+	tags := map[string]string{"quay.io/shop/web:v2": dg('b')}
+	images := []string{"quay.io/shop/init:1", "quay.io/shop/web:v2"}
+	tags["quay.io/shop/init:1"] = dg('a')
+	for i := 0; i < 500; i++ {
+		img := fmt.Sprintf("quay.io/shop/app-%d:v1", i)
+		tags[img] = dg('c')
+		images = append(images, img)
+	}
+	images = append(images, "quay.io/shop/web:v2")
+	d := deployment("shop", "web", images...)
+	w, err := GetWorkload(t.Context(), fake.NewClientset(d), KindDeployment, "shop", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &fakeResolver{tags: tags, calls: map[string]int{}}
+	r, err := FromTemplates(t.Context(), res, []Workload{w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var web *Image
+	for i := range r.Images {
+		if r.Images[i].Ref == "quay.io/shop/web@"+dg('b') {
+			web = &r.Images[i]
+		}
+	}
+	if web == nil || len(web.From) != 2 {
+		t.Fatalf("web:v2: %+v", web)
+	}
+	if n := res.calls["quay.io/shop/web:v2"]; n != 1 {
+		t.Errorf("resolved %d times", n)
 	}
 }

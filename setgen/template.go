@@ -96,7 +96,9 @@ func FromTemplates(ctx context.Context, r Resolver, workloads []Workload) (Resul
 	for _, u := range uses {
 		mu.Lock()
 		_, claimed := results[u.image]
-		results[u.image] = resolve.Result{}
+		if !claimed { // a result written already must not be reset
+			results[u.image] = resolve.Result{}
+		}
 		mu.Unlock()
 		if claimed {
 			continue
