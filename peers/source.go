@@ -164,7 +164,7 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 		if how >= once {
 			return resp, err
 		}
-		if s.starting(node, err) {
+		if s.starting(ctx, node, err) {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -220,13 +220,15 @@ var startWait = 15 * time.Second
 type refusal struct{ since, tried time.Time }
 
 // starting tells whether err is node refusing a connection for less than startWait:
-// ask it again. Any other outcome of a connection ends its refusing.
-func (s *Source) starting(node string, err error) bool {
+// ask it again. Any other outcome of a request (ctx ending it aside) ends its refusing.
+func (s *Source) starting(ctx context.Context, node string, err error) bool {
 	refused := errors.Is(err, syscall.ECONNREFUSED)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !refused {
-		delete(s.refusing, node)
+		if ctx.Err() == nil {
+			delete(s.refusing, node)
+		}
 		return false
 	}
 	now := time.Now()
