@@ -29,7 +29,7 @@ func (nd *node) listen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nd.peer = &http.Server{Handler: nd.peer.Handler, TLSConfig: nd.peer.TLSConfig}
+	nd.peer = &http.Server{Handler: nd.peer.Handler, TLSConfig: nd.serverTLS.Clone()}
 	go nd.peer.ServeTLS(l, "", "")
 }
 
