@@ -121,6 +121,9 @@ type node struct {
 	src   *Source
 	local *httptest.Server
 	peer  *http.Server // Close kills it: listener and connections
+	// serverTLS is what peer serves with, untouched by it (a server of the same
+	// node listening again takes a copy).
+	serverTLS *tls.Config
 	// unpinned: the node does not pin the image (yet).
 	unpinned atomic.Bool
 	server   *Server
@@ -231,6 +234,7 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 			BytesPerSecond: o.bytesPerSecond, Stats: stats, Log: log}
 		server.init()
 		nd.server = server
+		nd.serverTLS = srvTLS.Clone()
 		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
 		go nd.peer.ServeTLS(listeners[i], "", "")
 		t.Cleanup(nd.local.Close)

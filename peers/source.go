@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -89,6 +90,9 @@ type Source struct {
 type health struct {
 	mu  sync.Mutex
 	bad map[string]time.Time // a peer set aside until then
+	// refusing are the peers refusing connections (a peer is taken out at its next
+	// connection).
+	refusing map[string]*refusal
 	// notPinning are the peers found not to pin an image (peer and root manifest).
 	notPinning map[[2]string]time.Time
 	// held are the peers' summaries of what their seeds hold (HeldPath); nil: none
@@ -99,7 +103,7 @@ type health struct {
 // NewSource is a Source (see its fields).
 func NewSource(self string, nodes func() []string, registry mirror.Source, client *http.Client, stats *Stats, log logrus.FieldLogger) *Source {
 	return &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log,
-		health: &health{bad: map[string]time.Time{}, notPinning: map[[2]string]time.Time{}, held: newHoldings(client, log)}}
+		health: &health{bad: map[string]time.Time{}, refusing: map[string]*refusal{}, notPinning: map[[2]string]time.Time{}, held: newHoldings(client, log)}}
 }
 
 // Forwarding is this Source for what a node needs to answer a peer's request (the
@@ -148,9 +152,25 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 	}
 	start := time.Now()
 	for {
+		if wait := s.probed(node); wait > 0 && how < once {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(wait):
+			}
+			continue
+		}
 		resp, err := s.get(ctx, node, repo, kind, chain, d, from, how == storedOnly || how == holding)
 		if how >= once {
 			return resp, err
+		}
+		if s.starting(ctx, node, err) {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pinPoll):
+			}
+			continue
 		}
 		if errors.Is(err, errBusy) {
 			if how == climbing {
@@ -184,6 +204,57 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 		case <-time.After(pinPoll):
 		}
 	}
+}
+
+// A peer refusing connections has nothing listening at its address: it is starting (nodes
+// boot, and imagepind restarts, seconds apart) or stopped. Leaving it at once would lay
+// the blobs' trees without it, and each node missing a different set of peers would
+// head, and fetch from the registry, blobs other nodes head: a refusing peer is asked
+// again every pinPoll while it has refused for less than startWait (counted from its
+// first refusal, so a stopped peer costs a node startWait once, not at each request),
+// and set aside as any failing peer after that.
+var startWait = 15 * time.Second
+
+// refusal is a peer refusing connections: since its first refusal, and when it was
+// last tried.
+type refusal struct{ since, tried time.Time }
+
+// starting tells whether err is node refusing a connection for less than startWait:
+// ask it again. Any other outcome of a request (ctx ending it aside) ends its refusing.
+func (s *Source) starting(ctx context.Context, node string, err error) bool {
+	refused := errors.Is(err, syscall.ECONNREFUSED)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !refused {
+		if ctx.Err() == nil {
+			delete(s.refusing, node)
+		}
+		return false
+	}
+	now := time.Now()
+	r := s.refusing[node]
+	if r == nil {
+		r = &refusal{since: now}
+		s.refusing[node] = r
+	}
+	r.tried = now
+	return now.Sub(r.since) < startWait
+}
+
+// probed is how long to wait before asking node, a peer refusing connections, again:
+// one request tries it each pinPoll, the others wait for what it finds (0: ask now).
+func (s *Source) probed(node string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.refusing[node]
+	if r == nil || time.Since(r.since) >= startWait {
+		return 0
+	}
+	if wait := pinPoll - time.Since(r.tried); wait > 0 {
+		return wait
+	}
+	r.tried = time.Now()
+	return 0
 }
 
 // self marks the registry's turn in an order.

@@ -211,6 +211,7 @@ func TestAFanoutAsLargeAsTheClusterIsTheStar(t *testing.T) {
 // A node that dies: the nodes below it in a blob's tree go to its parent (here the
 // head), and the blob still crosses the registry link once.
 func TestADeadParentsChildrenGoToTheGrandparent(t *testing.T) {
+	shortStart(t, 300*time.Millisecond)
 	reg := newRegistry(t, 2, 512<<10)
 	q := &requests{}
 	c := newClusterOpts(t, reg, 9, clusterOpts{wrap: q.wrap, fanout: 2, maxServing: 64})
