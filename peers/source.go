@@ -241,8 +241,15 @@ func (s *Source) starting(ctx context.Context, node string, err error) bool {
 	return now.Sub(r.since) < startWait
 }
 
+// refusedEvery is how often a peer refusing connections is tried: every pinPoll at
+// first, less often the longer it refuses (every 2 s from 7.5 s on), so that the peers
+// still starting cost each node a few refused connections a second in all.
+func refusedEvery(since time.Duration) time.Duration {
+	return min(pinPoll+since/5, 2*time.Second)
+}
+
 // probed is how long to wait before asking node, a peer refusing connections, again:
-// one request tries it each pinPoll, the others wait for what it finds (0: ask now).
+// one request tries it each refusedEvery, the others wait for what it finds (0: ask now).
 func (s *Source) probed(node string) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -250,7 +257,7 @@ func (s *Source) probed(node string) time.Duration {
 	if r == nil || time.Since(r.since) >= startWait {
 		return 0
 	}
-	if wait := pinPoll - time.Since(r.tried); wait > 0 {
+	if wait := refusedEvery(time.Since(r.since)) - time.Since(r.tried); wait > 0 {
 		return wait
 	}
 	r.tried = time.Now()
