@@ -3,9 +3,7 @@ package crio
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"net/netip"
 	"strings"
 	"time"
@@ -15,21 +13,9 @@ import (
 
 // InsecureRegistries returns [crio.image] insecure_registries as CRI-O has it now.
 func (l *LiveConfig) InsecureRegistries(ctx context.Context) ([]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://crio/config", nil)
+	body, err := l.config(ctx)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := l.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("get CRI-O config: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxConfigFileSize))
-	if err != nil {
-		return nil, fmt.Errorf("get CRI-O config: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("get CRI-O config: %s", resp.Status)
 	}
 	var cfg struct {
 		Crio struct {

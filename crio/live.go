@@ -28,8 +28,8 @@ func NewLiveConfig(socket string) *LiveConfig {
 	return &LiveConfig{Socket: socket, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
 }
 
-// PinnedImages returns [crio.image] pinned_images as CRI-O has it now.
-func (l *LiveConfig) PinnedImages(ctx context.Context) ([]string, error) {
+// config is CRI-O's live config (its `crio config` TOML), as its info socket serves it.
+func (l *LiveConfig) config(ctx context.Context) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://crio/config", nil)
 	if err != nil {
 		return nil, err
@@ -45,6 +45,15 @@ func (l *LiveConfig) PinnedImages(ctx context.Context) ([]string, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("get CRI-O config: %s", resp.Status)
+	}
+	return body, nil
+}
+
+// PinnedImages returns [crio.image] pinned_images as CRI-O has it now.
+func (l *LiveConfig) PinnedImages(ctx context.Context) ([]string, error) {
+	body, err := l.config(ctx)
+	if err != nil {
+		return nil, err
 	}
 	pins, _, err := decodePins(body)
 	if err != nil {
