@@ -73,11 +73,12 @@ type pullState struct {
 	// The order of pulls by layer (Config.OrderByLayers, layers.go): fetching names the
 	// pull fetching each layer the runtime does not hold yet, which no other pull may
 	// start; held counts, for each layer, the wanted images pulled here that hold it.
-	fetching   map[string]*layerPull
-	held       map[string]int
-	jobs       chan pullJob
-	results    chan pullResult
-	noSpaceAt  time.Time
+	fetching map[string]*layerPull
+	held     map[string]int
+	jobs     chan pullJob
+	results  chan pullResult
+	// noSpaceTry holds pulls back after one failed for want of space, until its backoff
+	// passes; a pull that succeeds meanwhile ends it (there is room again).
 	noSpaceTry retry
 	recheck    retry // present but not yet reported pinned
 	verifying  bool  // a presence verification is in flight

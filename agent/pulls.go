@@ -190,7 +190,7 @@ func (a *Agent) scheduleRecheck() {
 // (layers.go).
 func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 	now := a.deps.Clock.Now()
-	if now.Before(a.pulls.noSpaceAt) {
+	if !a.pulls.noSpaceTry.due(now) {
 		return
 	}
 	// Between full passes the scan resumes where the last one stopped: what it passed
@@ -311,7 +311,6 @@ func (a *Agent) handleResult(r pullResult) {
 	case img.failure == failure.NoSpace:
 		// Stop every pull at once: the others would fail the same way.
 		a.pulls.noSpaceTry.fail(now, a.cfg.MaxBackoff, a.rand)
-		a.pulls.noSpaceAt = a.pulls.noSpaceTry.next
 	}
 	log.WithError(r.err).WithField("attempt", img.retry.attempts).Warn("pull failed")
 }
