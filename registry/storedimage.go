@@ -45,14 +45,15 @@ func (r *Client) OpenStored(ctx context.Context, store Store, image string) (*Im
 	if !ok {
 		return nil, false
 	}
-	if _, _, err := readStoredManifest(ctx, store, canonical.Digest()); err != nil {
+	top, mime, err := readStoredManifest(ctx, store, canonical.Digest())
+	if err != nil {
 		return nil, false
 	}
 	ref, err := docker.NewReference(canonical)
 	if err != nil {
 		return nil, false
 	}
-	src := &storedSource{ref: ref, store: store, top: canonical.Digest()}
+	src := &storedSource{ref: ref, store: store, top: top, topMIME: mime}
 	return &ImageReader{c: r, image: image, src: src, sys: r.SystemContext(image)}, true
 }
 
@@ -60,7 +61,9 @@ func (r *Client) OpenStored(ctx context.Context, store Store, image string) (*Im
 type storedSource struct {
 	ref   types.ImageReference
 	store Store
-	top   digest.Digest
+	// top is the image's own manifest (or index), read and checked when it was opened.
+	top     []byte
+	topMIME string
 }
 
 func (s *storedSource) Reference() types.ImageReference { return s.ref }
@@ -68,11 +71,10 @@ func (s *storedSource) Close() error                    { return nil }
 func (s *storedSource) HasThreadSafeGetBlob() bool      { return true }
 
 func (s *storedSource) GetManifest(ctx context.Context, instance *digest.Digest) ([]byte, string, error) {
-	d := s.top
-	if instance != nil {
-		d = *instance
+	if instance == nil {
+		return s.top, s.topMIME, nil
 	}
-	blob, mime, err := readStoredManifest(ctx, s.store, d)
+	blob, mime, err := readStoredManifest(ctx, s.store, *instance)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", s.ref.DockerReference(), err)
 	}
