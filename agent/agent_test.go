@@ -33,7 +33,7 @@ func img(repo string, n int) string {
 }
 
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	root     string
 	cfg      Config
 	dropIn   crio.DropIn
@@ -64,7 +64,7 @@ type harness struct {
 	kubelet func() (kubelet.Verification, error)
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	t.Helper()
 	root := t.TempDir()
 	h := &harness{t: t, root: root}

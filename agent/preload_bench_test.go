@@ -32,8 +32,7 @@ func BenchmarkPreload(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				t := &testing.T{}
-				h := newHarness(t)
+				h := newHarness(b)
 				h.cfg.PullConcurrency = 8
 				h.rt.PullDelay = c.delay
 				var refs []string

@@ -302,7 +302,10 @@ func (r *Registry) PushRunnableWith(ctx context.Context, repo, binary string, ex
 	if err := tw.Close(); err != nil {
 		return Image{}, err
 	}
-	layer, err := tarball.LayerFromReader(bytes.NewReader(buf.Bytes()))
+	// LayerFromOpener, not LayerFromReader: the latter copies the reader into a temporary
+	// file that it never removes (one per push, left in /tmp).
+	layerData := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerData)), nil })
 	if err != nil {
 		return Image{}, err
 	}
