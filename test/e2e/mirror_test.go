@@ -18,7 +18,7 @@ import (
 	"github.com/imagepin/imagepin/test/env"
 )
 
-// The node-local mirror ([peers], issue 24's first step, one node): CRI-O pulls the
+// The node-local mirror ([peers] on one node): CRI-O pulls the
 // pinned images through imagepind's mirror, which keeps their blobs; with the registry
 // gone, an image removed from CRI-O's storage is pulled again from the node's own store.
 // An unpinned image goes straight to its registry, and with imagepind stopped CRI-O
