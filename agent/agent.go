@@ -168,6 +168,8 @@ type Agent struct {
 	bg    sync.WaitGroup
 	// runtimeEvents wakes the loop when a pinner's watch saw a change.
 	runtimeEvents chan struct{}
+	// lookNow wakes the loop for LookNow.
+	lookNow chan struct{}
 }
 
 // New builds an agent. Nothing starts until Run.
@@ -233,6 +235,7 @@ func New(cfg Config, deps Deps) *Agent {
 		rel:           releaseParts{retry: retry{key: "releases", sched: sched}},
 		done:          make(chan func(), 4),
 		runtimeEvents: make(chan struct{}, 1),
+		lookNow:       make(chan struct{}, 1),
 		bgCtx:         context.Background(),
 	}
 }
@@ -322,6 +325,8 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 		case <-triggers:
 			a.in.dirty = true
 		case <-a.runtimeEvents:
+		case <-a.lookNow:
+			a.lookedNow()
 		case f := <-a.done:
 			f()
 			for more := true; more; {

@@ -62,6 +62,8 @@ type harness struct {
 	containerd bool
 	// kubelet is Deps.Kubelet.
 	kubelet func() (kubelet.Verification, error)
+	// agent is the running agent (after start).
+	agent *Agent
 }
 
 func newHarness(t testing.TB) *harness {
@@ -133,6 +135,7 @@ func (h *harness) start() {
 		deps.Observer = h.observer
 	}
 	a := New(h.cfg, deps)
+	h.agent = a
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
 	h.triggers = make(chan struct{}, 1)
