@@ -243,3 +243,37 @@ func uncompressedSize(t *testing.T, l v1.Layer) uint64 {
 	}
 	return uint64(n)
 }
+
+// A node joining with the registry gone cannot size an image before its pin is written
+// (the node-local mirror serves pinned images only). With [peers] the message, which the
+// agent logs as it is, says what the later check waits for, and that the error shown is
+// the registry's, not why the image will fail; without [peers] it says neither.
+func TestUnsizedImagesSayWhatTheyWaitFor(t *testing.T) {
+	reg := registrytest.New(t, nil)
+	f := newFiles(t, "")
+	reg.WriteCA(f.Certs)
+	sized := reg.Host + "/" + reg.Push("a/one", image(t, layer(t, 3000)), "")
+	gone := "127.0.0.1:1/x/y@sha256:" + strings.Repeat("1", 64) // nothing listens on port 1
+	message := func(throughMirror bool) status.Condition {
+		t.Helper()
+		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85, ThroughMirror: throughMirror},
+			resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
+		c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
+		res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Missing: []string{sized, gone}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Verdicts["a"].Condition
+	}
+	const waits = "1 more could not be sized yet and wait for a later check (right after its pin is written, through the node-local mirror: the node's store and its peers; the error below is its registry's): "
+	with := message(true)
+	if with.Status != status.Unknown || with.Reason != status.ReasonCheckingDisk || !strings.Contains(with.Message, waits) ||
+		!strings.Contains(with.Message[strings.Index(with.Message, waits)+len(waits):], "127.0.0.1:1") {
+		t.Fatalf("with [peers]: %+v\nwant the message to say %q, then the registry's error", with, waits)
+	}
+	without := message(false)
+	if without.Status != status.Unknown || !strings.Contains(without.Message, "1 more could not be sized yet and wait for a later check: ") ||
+		strings.Contains(without.Message, "node-local mirror") {
+		t.Fatalf("without [peers]: %+v", without)
+	}
+}

@@ -10,14 +10,94 @@
 # IMAGEPIN_CACHE (default /var/cache/imagepin) holds the binaries between runs.
 set -euo pipefail
 
+log() { echo "e2e-deps: $*" >&2; }
+
+# root is "" on a machine; hack/e2e_deps_test.go sources this file (which then only
+# defines the functions below) and sets it to a sandbox: where policy-rc.d, the init
+# script and systemd's run directory are.
+root=
+
+# Debian's docker-registry package starts its service (on :5000) when installed; the tests
+# run their own registries. While apt-get installs, a policy-rc.d that refuses every
+# service start keeps the package from starting anything, so no registry of anyone else
+# is touched. It is written only where there is none (created exclusively), says which
+# run wrote it, and is removed when the install ends, fails or is interrupted (SIGINT,
+# SIGTERM, SIGHUP: the trap; a signal to this script alone takes effect once apt-get
+# returns, so the file stays while apt-get runs), and only while it still holds what
+# this run wrote. A kill -9 cannot be trapped: the file then stays, its second line
+# naming the script and the run; delete it by hand.
+policy_file() { echo "$root/usr/sbin/policy-rc.d"; }
+policy_text() { printf '#!/bin/sh\n# written by imagepin hack/e2e-deps.sh (pid %s) while apt-get installs; removed when it ends\nexit 101' "$$"; }
+wrote_policy=
+
+write_policy() {
+  local policy text
+  policy=$(policy_file)
+  text=$(policy_text)
+  # noclobber: bash opens the file with O_EXCL, so a file (or a dangling link) that is
+  # there is never written through or over.
+  if (set -C; printf '%s\n' "$text" > "$policy") 2>/dev/null; then
+    wrote_policy=$text
+    chmod 0755 "$policy"
+  fi
+}
+
+remove_policy() {
+  local policy
+  policy=$(policy_file)
+  if [ -n "$wrote_policy" ] && [ "$(cat "$policy" 2>/dev/null)" = "$wrote_policy" ]; then
+    rm -f "$policy"
+  fi
+  wrote_policy=
+}
+
+# stop_installed_registry stops the docker-registry service this run's install started:
+# through the package's own service (systemd's unit, else the package's init script,
+# which stops the PID in its pidfile), never by process name. The package was not
+# installed before this run, so no service of that name ran before it, and a registry
+# anyone runs by hand is not touched. It starts only where a policy-rc.d was already
+# there (not this run's) and allowed it.
+stop_installed_registry() {
+  if [ -d "$root/run/systemd/system" ]; then
+    systemctl stop docker-registry.service >/dev/null 2>&1 || true
+  elif [ -x "$root/etc/init.d/docker-registry" ]; then
+    "$root/etc/init.d/docker-registry" stop >/dev/null 2>&1 || true
+  fi
+}
+
+# install_packages PKG...: apt-get install, with no service started by it (above). The
+# docker-registry service, when this run installed it, is not to start at boot either.
+install_packages() {
+  log "installing $*"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  trap remove_policy EXIT
+  local sig
+  for sig in INT TERM HUP; do
+    # shellcheck disable=SC2064 # the signal's name now; then dies of it, as without the trap
+    trap "remove_policy; trap - $sig EXIT; kill -$sig \$\$" "$sig"
+  done
+  write_policy
+  local ours=$wrote_policy rc=0
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null || rc=$?
+  remove_policy
+  trap - EXIT INT TERM HUP
+  [ "$rc" -eq 0 ] || exit "$rc"
+  if printf '%s\n' "$@" | grep -qx docker-registry; then
+    [ -n "$ours" ] || stop_installed_registry
+    systemctl disable docker-registry >/dev/null 2>&1 || true
+  fi
+}
+
+# Sourced: the functions only.
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
+
 CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
 CRIO_VERSION=v1.34.0
 CRICTL_VERSION=v1.34.0
 CONTAINERD_VERSION=v2.2.9
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
-
-log() { echo "e2e-deps: $*" >&2; }
 
 WHAT=${1:-all}
 case "$WHAT" in
@@ -32,27 +112,7 @@ for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
-  log "installing ${need_pkgs[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # Debian's docker-registry package starts its service (on :5000) when installed; the
-  # tests run their own registries. A policy-rc.d that refuses service starts keeps the
-  # package from starting anything, so nothing has to be stopped afterwards, and no
-  # registry of anyone else is touched. (Only a policy this script wrote is removed.)
-  policy=/usr/sbin/policy-rc.d
-  wrote_policy=
-  if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\n# written by imagepin hack/e2e-deps.sh during apt-get install\nexit 101\n' > "$policy"
-    chmod 0755 "$policy"
-    wrote_policy=1
-  fi
-  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null || { [ -z "$wrote_policy" ] || rm -f "$policy"; exit 1; }
-  [ -z "$wrote_policy" ] || rm -f "$policy"
-  # The service this install added is not to start at boot either (only when this run
-  # installed the package: an administrator's own registry service is left alone).
-  if printf '%s\n' "${need_pkgs[@]}" | grep -qx docker-registry; then
-    systemctl disable docker-registry >/dev/null 2>&1 || true
-  fi
+  install_packages "${need_pkgs[@]}"
 fi
 
 . "$(dirname "$0")/lib.sh"

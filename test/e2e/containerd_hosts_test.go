@@ -104,6 +104,27 @@ func TestContainerdHostsKeptAsTheAdministratorHadThem(t *testing.T) {
 	w.startDaemon()
 	w.writeSet("tls.yaml", alphaSet("tls", pinned...))
 	n := w.waitFor("tls Ready with [peers] on", 90*time.Second, phaseIs("tls", status.Ready))
+	// The one fault is the broken file's: the certs.d-only registry, the one through
+	// _default with a relative ca and the 0600 file take the block as they are, and
+	// imagepind says nothing is wrong with them.
+	t.Logf("faults with [peers] on: %q", n.Faults)
+	broken := filepath.Base(dirOf(regs["broken"])) + "/hosts.toml"
+	for _, f := range n.Faults {
+		if !strings.Contains(f, broken) {
+			t.Fatalf("a fault other than the broken hosts.toml's: %q (all: %q)", f, n.Faults)
+		}
+	}
+	for role, names := range map[string][]string{
+		"certs":   {regs["certs"] + ":", filepath.Base(dirOf(regs["certs"])) + "/"},
+		"default": {regs["default"] + ":", regs["default"] + "/", "_default/"},
+		"secret":  {regs["secret"] + ":", filepath.Base(dirOf(regs["secret"])) + "/"},
+	} {
+		for _, named := range names {
+			if f := faultNaming(n.Faults, named); f != "" {
+				t.Fatalf("the %s registry (%s) has a fault: %q", role, regs[role], f)
+			}
+		}
+	}
 	for _, r := range pinned {
 		if !w.labelled(r) {
 			t.Fatalf("%s is not pinned (labelled)", r)
@@ -140,7 +161,10 @@ func TestContainerdHostsKeptAsTheAdministratorHadThem(t *testing.T) {
 	os.Remove(w.status) // Ready below is the new run's
 	w.writeConfig(worldOptions{})
 	w.startDaemon()
-	w.waitFor("tls Ready with [peers] off", 60*time.Second, phaseIs("tls", status.Ready))
+	n = w.waitFor("tls Ready with [peers] off", 60*time.Second, phaseIs("tls", status.Ready))
+	if len(n.Faults) != 0 {
+		t.Fatalf("faults with [peers] off (no block is written, none is left to fail): %q", n.Faults)
+	}
 	if _, err := os.Stat(filepath.Join(w.dir, "state", "containerd-mirror-hosts.json")); !os.IsNotExist(err) {
 		t.Fatalf("imagepind's record of the files it gave a block is still there: %v", err)
 	}
@@ -154,6 +178,74 @@ func TestContainerdHostsKeptAsTheAdministratorHadThem(t *testing.T) {
 		}
 	}
 	pullAll(t, w, others)
+	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// A registry with no directory of its own while _default holds only certificate files
+// (a ca.crt, no hosts.toml): containerd 2.2.9 reads them for every such registry, and
+// stops once the registry has a hosts.toml. With [peers] on, the file imagepind makes
+// for the registry names _default's ca.crt, so the set becomes Ready through the mirror
+// (whose fill reads the same file), no fault is raised, and an image the mirror does not
+// answer for comes from the registry over its TLS. With [peers] off the hosts directory is
+// back as it was, and pulls still work.
+func TestContainerdHostsDefaultWithOnlyCertificateFiles(t *testing.T) {
+	start := time.Now()
+	host, ip := loopbackName(t)
+	w := newContainerdWorld(t, nil)
+	ca, err := testcerts.NewCA(t.TempDir(), "registries-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(ca.File)
+	reg := startTLSRegistry(t, ip, host, servingCert(t, ca, host))
+	hosts := w.ctr.HostsDir
+	defaultCA := filepath.Join(hosts, "_default", "ca.crt")
+	os.MkdirAll(filepath.Dir(defaultCA), 0o755)
+	if err := os.WriteFile(defaultCA, caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, hosts)
+	pinned := pushTLS(t, ca, reg, "default-certs-pinned")
+	other := pushTLS(t, ca, reg, "default-certs-other")
+	mport, err := env.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.writeConfig(worldOptions{extra: fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\n", mport)})
+	w.startDaemon()
+	w.writeSet("tls.yaml", alphaSet("tls", pinned))
+	n := w.waitFor("tls Ready with [peers] on", 90*time.Second, phaseIs("tls", status.Ready))
+	if len(n.Faults) != 0 {
+		t.Fatalf("faults with [peers] on and _default holding only a ca.crt: %q", n.Faults)
+	}
+	if !w.labelled(pinned) {
+		t.Fatalf("%s is not pinned (labelled)", pinned)
+	}
+	file := filepath.Join(hosts, reg, "hosts.toml") // a new directory, host:port
+	b, err := os.ReadFile(file)
+	if err != nil || !bytes.HasPrefix(b, []byte("# imagepin: imagepind made this file and its directory from _default")) ||
+		!bytes.Contains(b, fmt.Appendf(nil, "ca = [%q]", defaultCA)) || !bytes.Contains(b, []byte(`capabilities = ["pull"]`)) {
+		t.Fatalf("%s: %v\n%s", file, err, b)
+	}
+	t.Logf("%s:\n%s", file, b)
+	pullAll(t, w, []string{other})
+
+	w.stopDaemon()
+	os.Remove(w.status) // Ready below is the new run's
+	w.writeConfig(worldOptions{})
+	w.startDaemon()
+	n = w.waitFor("tls Ready with [peers] off", 60*time.Second, phaseIs("tls", status.Ready))
+	if len(n.Faults) != 0 {
+		t.Fatalf("faults with [peers] off: %q", n.Faults)
+	}
+	if after := snapshot(t, hosts); after != before {
+		t.Fatalf("the hosts directory after [peers] off:\n%s\nwant, as the administrator had it:\n%s", after, before)
+	}
+	crictl := filepath.Join(env.CacheDir(), "crictl")
+	if out, err := exec.Command(crictl, "--runtime-endpoint", "unix://"+w.socket(), "rmi", other).CombinedOutput(); err != nil {
+		t.Fatalf("crictl rmi: %v %s", err, out)
+	}
+	pullAll(t, w, []string{other})
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
 }
 
@@ -381,6 +473,16 @@ func TestContainerdHostsLinkedFileLeftAlone(t *testing.T) {
 		t.Fatalf("%s has no block:\n%s", ownFile, b)
 	}
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
+}
+
+// faultNaming is the first of faults that contains s, or "".
+func faultNaming(faults []string, s string) string {
+	for _, f := range faults {
+		if strings.Contains(f, s) {
+			return f
+		}
+	}
+	return ""
 }
 
 // pullAll pulls refs through CRI, as the kubelet does.

@@ -302,6 +302,7 @@ func TestPeersShareOneDownloadAndALateNodeJoins(t *testing.T) {
 
 // Without a static list the peers come from the aggregator: the nodes that pin the same
 // set. A second node that joins with the registry gone gets the set from the first.
+// Neither node, each started with an empty mirror store, logs a prune warning.
 func TestPeersFromTheAggregator(t *testing.T) {
 	dir := t.TempDir()
 	proc, kubeletCA, serverCA := startAggregator(t, dir)
@@ -323,6 +324,16 @@ func TestPeersFromTheAggregator(t *testing.T) {
 	log, _ := os.ReadFile(filepath.Join(late.dir, "imagepind.log"))
 	if !strings.Contains(string(log), "[peers] peers from the aggregator") {
 		t.Fatal("node-1 never logged its peers from the aggregator")
+	}
+	// Both nodes started with an empty store (the first pins prune it before any blob is
+	// in it): normal, not a warning.
+	for i, w := range []*world{first, late} {
+		log, _ := os.ReadFile(filepath.Join(w.dir, "imagepind.log"))
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, "mirror store: prune") {
+				t.Fatalf("node-%d, started with an empty store, warned: %s", i, line)
+			}
+		}
 	}
 	// The set's rollup: what the cluster fetched from the registry for it (node-0's
 	// pulls; node-1 fetched nothing).
