@@ -62,6 +62,8 @@ type harness struct {
 	containerd bool
 	// kubelet is Deps.Kubelet.
 	kubelet func() (kubelet.Verification, error)
+	// tagHeld is Deps.TagHeld.
+	tagHeld func(name string) bool
 }
 
 func newHarness(t testing.TB) *harness {
@@ -108,6 +110,7 @@ func (h *harness) start() {
 		Observer: h.observer,
 		Releases: h.releases,
 		Kubelet:  h.kubelet,
+		TagHeld:  h.tagHeld,
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {
