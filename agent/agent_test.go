@@ -64,6 +64,8 @@ type harness struct {
 	kubelet func() (kubelet.Verification, error)
 	// agent is the running agent (after start).
 	agent *Agent
+	// tagHeld is Deps.TagHeld.
+	tagHeld func(name string) bool
 }
 
 func newHarness(t testing.TB) *harness {
@@ -110,6 +112,7 @@ func (h *harness) start() {
 		Observer: h.observer,
 		Releases: h.releases,
 		Kubelet:  h.kubelet,
+		TagHeld:  h.tagHeld,
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {

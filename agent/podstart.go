@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/imagepin/imagepin/kubelet"
+	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/registrygone"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -50,30 +52,24 @@ func (a *Agent) checkPodStart() {
 }
 
 // registryCondition is the RegistryIndependent condition of a set: whether pods start
-// from its images on this node with the registry gone.
-func registryCondition(o phaseOutcome, ps podStart, refs []string) status.Condition {
-	c := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.Unknown}
-	switch {
-	case o.Phase != status.Ready:
-		c.Status, c.Reason = status.False, status.ReasonNotReady
-		c.Message = "not every image is present and pinned: " + o.Message
-	case !ps.known:
-		c.Reason, c.Message = status.ReasonCheckingKubelet, "reading the kubelet's image pull credential verification"
-	case ps.err != nil:
-		c.Reason = status.ReasonKubeletConfigUnreadable
-		c.Message = "cannot tell whether the kubelet verifies pull credentials at pod start: " + ps.err.Error()
-	default:
-		d := ps.v.Decide(refs, ps.ids)
-		c.Message = d.Message
-		switch d.Answer {
-		case kubelet.Starts:
-			c.Status, c.Reason = status.True, status.ReasonPodsStartWithoutRegistry
-		case kubelet.NeedsRegistry:
-			c.Status, c.Reason = status.False, status.ReasonCredentialVerification
-		default:
-			// What the kubelet's credential verification does cannot be told.
-			c.Reason = status.ReasonCredentialVerification
-		}
+// from its images on this node with the registry gone (registrygone.Decide, as
+// imagepinctl check --registry-gone). f holds what setStatus found of the set's images
+// and tags; the phase and the kubelet's files come from o and ps.
+func registryCondition(o phaseOutcome, ps podStart, f registrygone.Facts) status.Condition {
+	// A runtime that does not answer is f.RuntimeErr, not the phase's words.
+	if o.Phase != status.Ready && o.Reason != status.ReasonRuntimeUnavailable {
+		f.NotReady = o.Message
 	}
-	return c
+	f.KubeletRead, f.KubeletErr, f.Verification, f.IDs = ps.known, ps.err, ps.v, ps.ids
+	return registrygone.Decide(f).Condition()
+}
+
+// tagsHeld says which of tags the runtime holds as their pinned digests (nil
+// Deps.TagHeld: none).
+func (a *Agent) tagsHeld(tags []pinset.Tag) map[string]bool {
+	held := map[string]bool{}
+	for _, t := range tags {
+		held[t.Name] = a.deps.TagHeld != nil && a.deps.TagHeld(t.Name)
+	}
+	return held
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/kubelet"
+	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/registrygone"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -54,35 +56,101 @@ func TestRegistryCondition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tag := pinset.Tag{Name: "reg.example/team/a:v2", Image: a}
+	images := registrygone.Facts{Images: refs}
+	with := func(mod func(*registrygone.Facts)) registrygone.Facts {
+		f := images
+		mod(&f)
+		return f
+	}
 	cases := []struct {
 		name   string
 		o      phaseOutcome
 		ps     podStart
+		f      registrygone.Facts
 		status string
 		reason string
 		msg    string
 	}{
-		{"not ready", phaseOutcome{Phase: status.Pulling, Message: "1/2 images ready"}, known(verification(kubelet.Config{})), status.False, status.ReasonNotReady, "1/2 images ready"},
-		{"kubelet not read yet", ready, podStart{}, status.Unknown, status.ReasonCheckingKubelet, ""},
-		{"kubelet config unreadable", ready, podStart{known: true, err: errors.New("kubelet drop-in /x.conf: no apiVersion/kind")}, status.Unknown, status.ReasonKubeletConfigUnreadable, "/x.conf"},
-		{"default policy: pre-loaded", ready, known(verification(kubelet.Config{})), status.True, status.ReasonPodsStartWithoutRegistry, "NeverVerifyPreloadedImages: pods start from these 2 images"},
-		{"a record the kubelet cannot read", ready, podStart{v: brokenRecord, known: true, ids: map[string]string{a: "id-a"}}, status.False, status.ReasonCredentialVerification,
+		{"not ready", phaseOutcome{Phase: status.Pulling, Message: "1/2 images ready"}, known(verification(kubelet.Config{})),
+			with(func(f *registrygone.Facts) { f.Missing = []string{b} }), status.False, status.ReasonNotReady, "1 of 2 images are not on the node: " + b},
+		{"not ready, every image present", phaseOutcome{Phase: status.Pending, Reason: status.ReasonWaitingForReload, Message: "pins written; waiting for CRI-O to have them in effect"},
+			known(verification(kubelet.Config{})), images, status.False, status.ReasonNotReady, "not every image is present and pinned: pins written; waiting for CRI-O"},
+		{"the runtime does not answer", phaseOutcome{Phase: status.Pending, Reason: status.ReasonRuntimeUnavailable, Message: "container runtime unavailable; retrying"},
+			known(verification(kubelet.Config{})), with(func(f *registrygone.Facts) { f.RuntimeErr = errors.New("connection refused") }),
+			status.Unknown, status.ReasonRuntimeUnavailable, "the container runtime does not answer (connection refused)"},
+		{"a pinned tag not held", ready, known(verification(kubelet.Config{})), with(func(f *registrygone.Facts) { f.Tags = []pinset.Tag{tag} }),
+			status.False, status.ReasonTagsNotHeld, tagNotHeld},
+		{"a pinned tag held", ready, known(verification(kubelet.Config{})),
+			with(func(f *registrygone.Facts) { f.Tags, f.Held = []pinset.Tag{tag}, map[string]bool{tag.Name: true} }),
+			status.True, status.ReasonPodsStartWithoutRegistry, "1 pinned tags held as their pinned digests"},
+		{"kubelet not read yet", ready, podStart{}, images, status.Unknown, status.ReasonCheckingKubelet, ""},
+		{"kubelet config unreadable", ready, podStart{known: true, err: errors.New("kubelet drop-in /x.conf: no apiVersion/kind")}, images, status.Unknown, status.ReasonKubeletConfigUnreadable, "/x.conf"},
+		{"default policy: pre-loaded", ready, known(verification(kubelet.Config{})), images, status.True, status.ReasonPodsStartWithoutRegistry, "NeverVerifyPreloadedImages: pods start from these 2 images"},
+		{"a record the kubelet cannot read", ready, podStart{v: brokenRecord, known: true, ids: map[string]string{a: "id-a"}}, images, status.False, status.ReasonCredentialVerification,
 			"1 of 2 images need the registry when a pod starts: " + a + " (the kubelet cannot read its pull record of it either (" + record},
-		{"kubelet not started yet, its version not known: AlwaysVerify", ready, podStart{v: notStarted(kubelet.AlwaysVerify), known: true}, status.Unknown, status.ReasonCredentialVerification,
+		{"kubelet not started yet, its version not known: AlwaysVerify", ready, podStart{v: notStarted(kubelet.AlwaysVerify), known: true}, images, status.Unknown, status.ReasonCredentialVerification,
 			"whether KubeletEnsureSecretPulledImages is on cannot be told"},
-		{"kubelet not started yet, its version not known: default policy", ready, podStart{v: notStarted(""), known: true}, status.True, status.ReasonPodsStartWithoutRegistry,
+		{"kubelet not started yet, its version not known: default policy", ready, podStart{v: notStarted(""), known: true}, images, status.True, status.ReasonPodsStartWithoutRegistry,
 			"whether KubeletEnsureSecretPulledImages is on or off"},
-		{"AlwaysVerify", ready, known(verification(kubelet.Config{ImagePullCredentialsVerificationPolicy: kubelet.AlwaysVerify})), status.False, status.ReasonCredentialVerification, "AlwaysVerify: 2 of 2 images need the registry"},
+		{"AlwaysVerify", ready, known(verification(kubelet.Config{ImagePullCredentialsVerificationPolicy: kubelet.AlwaysVerify})), images, status.False, status.ReasonCredentialVerification, "AlwaysVerify: 2 of 2 images need the registry"},
 		{"allowlist names the others", ready, known(verification(kubelet.Config{ImagePullCredentialsVerificationPolicy: kubelet.NeverVerifyAllowlistedImages,
-			PreloadedImagesVerificationAllowlist: []string{"reg.example/team/*"}})), status.False, status.ReasonCredentialVerification, "1 of 2 images need the registry when a pod starts: " + b},
+			PreloadedImagesVerificationAllowlist: []string{"reg.example/team/*"}})), images, status.False, status.ReasonCredentialVerification, "1 of 2 images need the registry when a pod starts: " + b},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := registryCondition(c.o, c.ps, refs)
+			got := registryCondition(c.o, c.ps, c.f)
 			if got.Type != status.ConditionRegistryIndependent || got.Status != c.status || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) {
 				t.Fatalf("got %s/%s %q; want %s/%s containing %q", got.Status, got.Reason, got.Message, c.status, c.reason, c.msg)
 			}
 		})
+	}
+}
+
+// tagNotHeld is what imagepind and imagepinctl check --registry-gone both say of
+// reg.example/team/a:v2 when the runtime does not hold it as its pinned digest.
+const tagNotHeld = "1 of 1 pinned tags are not held by the runtime as their pinned digests: reg.example/team/a:v2 (pods naming them would need the registry)"
+
+// A set whose pinned tag the runtime does not hold is not RegistryIndependent even
+// Ready: a pod naming the tag would pull it. It becomes so once the tag is held.
+func TestAgentSaysWhenAPinnedTagIsNotHeld(t *testing.T) {
+	h := newHarness(t)
+	var mu sync.Mutex
+	held := false
+	h.tagHeld = func(name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return held && name == "reg.example/team/a:v2"
+	}
+	h.kubelet = func() (kubelet.Verification, error) {
+		return kubelet.NewVerification(kubelet.Config{FeatureGates: map[string]bool{kubelet.FeatureGate: true}}, kubelet.PullRecords{Enabled: true}, kubelet.Version{})
+	}
+	digest := fmt.Sprintf("sha256:%064x", 1)
+	a, b := "reg.example/team/a@"+digest, img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("apps.yaml", setDoc("apps", "reg.example/team/a:v2@"+digest, b))
+	cond := func(want, reason string) func(status.Node) bool {
+		return func(n status.Node) bool {
+			s := n.Set("apps")
+			if s == nil || s.Phase != status.Ready {
+				return false
+			}
+			c := s.Condition(status.ConditionRegistryIndependent)
+			return c != nil && c.Status == want && c.Reason == reason
+		}
+	}
+	n := h.waitFor("Ready, its tag not held", cond(status.False, status.ReasonTagsNotHeld))
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != tagNotHeld {
+		t.Fatalf("message %q; want %q", c.Message, tagNotHeld)
+	}
+	mu.Lock()
+	held = true
+	mu.Unlock()
+	h.trigger()
+	n = h.waitFor("RegistryIndependent once the tag is held", cond(status.True, status.ReasonPodsStartWithoutRegistry))
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.Contains(c.Message, "2 images present and pinned, 1 pinned tags held as their pinned digests; ") {
+		t.Fatalf("message %q", c.Message)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/imagepin/imagepin/failure"
 	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/registrygone"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 )
@@ -90,6 +91,13 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 	f.Release.Phase, f.Release.Reason, f.Release.Message, f.Release.Problem = a.rel.problem(s)
 
 	pinnedByRuntime := a.rt.support.PinnedField
+	rf := registrygone.Facts{Images: s.Images, Tags: s.Tags, Held: a.tagsHeld(s.Tags)}
+	if !a.rt.up() {
+		rf.RuntimeErr = a.rt.err
+		if rf.RuntimeErr == nil {
+			rf.RuntimeErr = errors.New("no answer yet")
+		}
+	}
 	for _, ref := range s.Images {
 		img := a.pulls.images[ref]
 		size := a.in.data.Sizes[ref]
@@ -99,11 +107,15 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 		}
 		if img == nil || !img.present {
 			f.Absent++
+			rf.Missing = append(rf.Missing, ref)
 		}
 		if img == nil {
 			continue
 		}
 		if img.present {
+			if pinnedByRuntime && !img.pinned {
+				rf.Unpinned = append(rf.Unpinned, ref)
+			}
 			if pinnedByRuntime && !img.pinned && a.pins.confirmedValid {
 				f.NotPinned++
 			}
@@ -147,7 +159,7 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 
 	o := decidePhase(f)
 	st.Phase = o.Phase
-	conds := append(setConditions(o, f), registryCondition(o, a.kube, s.Images))
+	conds := append(setConditions(o, f), registryCondition(o, a.kube, rf))
 	for _, c := range conds {
 		st.SetCondition(c, now)
 	}

@@ -23,8 +23,9 @@ const (
 	ConditionFailed      = "Failed"
 	ConditionDiskChecked = "DiskChecked"
 	// ConditionRegistryIndependent: pods can start from the set's images on this node
-	// with the registry gone. True only when the set is Ready and the kubelet's image
-	// pull credential verification (KEP-2535) will not send them to the registry.
+	// with the registry gone. True only when the set is Ready, the runtime holds the
+	// tags it pins as their pinned digests, and the kubelet's image pull credential
+	// verification (KEP-2535) will not send them to the registry (package registrygone).
 	ConditionRegistryIndependent = "RegistryIndependent"
 )
 
@@ -62,6 +63,9 @@ const (
 	ReasonCredentialVerification   = "CredentialVerification"
 	ReasonKubeletConfigUnreadable  = "KubeletConfigUnreadable"
 	ReasonCheckingKubelet          = "CheckingKubelet"
+	// ReasonTagsNotHeld: a tag the set pins is not held by the runtime as its pinned
+	// digest, so pods naming the tag would pull it.
+	ReasonTagsNotHeld = "TagsNotHeld"
 )
 
 // Node is the whole report of one node: what imagepind writes to the status file and

@@ -25,6 +25,7 @@ import (
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
+	"github.com/imagepin/imagepin/registrygone"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/status"
 )
@@ -54,9 +55,11 @@ from registries.conf, or the source), or why no endpoint can.
 Images already present in CRI-O count as present; when CRI-O does not answer every image
 counts as missing and --storage is the image filesystem. Nothing is pinned or pulled.
 
-Each set also says whether this node is ready to lose its registry: every image present
-and pinned, and the kubelet's image pull credential verification (its config, drop-ins and
-its own pull records) letting pods start from them without the registry.
+Each set also says whether this node is ready to lose its registry, in imagepind's words
+for its RegistryIndependent condition: every image present and pinned, every tag the set
+pins held by the runtime as its pinned digest, and the kubelet's image pull credential
+verification (its config, drop-ins and its own pull records) letting pods start from them
+without the registry.
 
 Exit 0 when every set is admitted and every missing image reachable, 1 if not. With
 --registry-gone, exit 0 only when the node is ready to lose its registry for every set.`,
@@ -137,9 +140,10 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 	}
 	defer client.Close()
 	reachable := true
+	var runtimeErr error
 	vctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	if _, err := client.Version(vctx); err != nil {
-		reachable = false
+		reachable, runtimeErr = false, err
 		fmt.Fprintf(stderr, "the container runtime not reachable at %s (%v): every image counts as missing; image filesystem %s\n", cfg.CRI.Endpoint, err, o.storage)
 	}
 	cancel()
@@ -163,7 +167,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 		}
 		reqs = append(reqs, r)
 	}
-	podStart := podStartCheck(ctx, cfg, client, reachable)
+	node := readNode(ctx, cfg, client, runtimeErr)
 	imageFS := wire.ImageFS(client)
 	if !reachable {
 		imageFS = func(context.Context) (string, error) { return o.storage, nil }
@@ -189,13 +193,15 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 
 	ok, ready := true, true
 	var plans []setPlan
-	for _, r := range reqs {
+	for i, r := range reqs {
 		v := res.Verdicts[r.Name]
 		plan := setPlan{Set: r.Name, Images: total[r.Name], Missing: len(r.Missing), Admitted: v.Admitted,
 			Verdict: v.Condition.Reason, Message: v.Condition.Message, Release: releases[r.Name]}
+		notReady := ""
 		if rel := releases[r.Name]; rel != nil && rel.Error != "" {
 			plan.Admitted, plan.Verdict, plan.Message = false, "ReleaseUnavailable",
 				fmt.Sprintf("release %s cannot be expanded, so its images cannot be checked: %s", rel.Image, rel.Error)
+			notReady = plan.Message
 		}
 		for _, img := range r.Missing {
 			ip := imagePlan{Image: img, Bytes: v.Bytes[img], Endpoint: recorder.Endpoint(img)}
@@ -210,7 +216,8 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 			plan.ImagesPlan = append(plan.ImagesPlan, ip)
 		}
 		ok = ok && plan.Admitted && plan.Unreachable == 0
-		plan.RegistryGone = podStart(sets, r.Name, len(r.Missing), unpinned[r.Name])
+		// reqs follow sets, one each.
+		plan.RegistryGone = node.registryGone(sets[i], r.Missing, unpinned[r.Name], notReady)
 		ready = ready && plan.RegistryGone.Ready
 		plans = append(plans, plan)
 	}
@@ -230,9 +237,15 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 }
 
 // registryGone is a set's answer to "can pods start from its images on this node with
-// the registry gone?"
+// the registry gone?": registrygone.Decide's verdict, as imagepind's RegistryIndependent
+// condition says it.
 type registryGone struct {
+	// Ready: Status True. Unknown is not ready.
 	Ready bool `json:"ready"`
+	// Status, Reason and Message are the RegistryIndependent condition's.
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
 	// Why lists what stands in the way (nothing when Ready).
 	Why []string `json:"why,omitempty"`
 	// Policy is the kubelet's image pull credential verification policy in effect.
@@ -246,49 +259,43 @@ type registryGone struct {
 	Unsure       []kubelet.Need `json:"unsure,omitempty"`
 }
 
-// podStartCheck reads the kubelet's credential verification once and returns the
-// per-set answer: every image present and pinned, and none the kubelet would verify.
-func podStartCheck(ctx context.Context, cfg conf.Config, client *cri.Client, reachable bool) func(sets []pinset.Set, name string, missing int, unpinned []string) registryGone {
-	v, verr := wire.Kubelet(cfg)()
-	var ids map[string]string
-	if reachable && verr == nil {
-		ids, verr = client.ImageNames(ctx)
-	}
-	return func(sets []pinset.Set, name string, missing int, unpinned []string) registryGone {
-		var images []string
-		for _, s := range sets {
-			if s.Name == name {
-				images = s.Images
-			}
-		}
-		return registryGoneFor(v, verr, ids, reachable, images, missing, unpinned)
-	}
+// nodeFacts are what the set's verdicts share, read once: whether the runtime answers,
+// the image names it lists (with their IDs), and the kubelet's credential verification.
+type nodeFacts struct {
+	runtimeErr error
+	ids        map[string]string
+	v          kubelet.Verification
+	verr       error
 }
 
-// registryGoneFor is one set's answer: its images present and pinned, and the kubelet's
-// answer (kubelet.Verification.Decide, as the daemon's RegistryIndependent condition)
-// Starts. NeedsRegistry and Unknown alike make it not ready.
-func registryGoneFor(v kubelet.Verification, verr error, ids map[string]string, reachable bool, images []string, missing int, unpinned []string) registryGone {
-	rg := registryGone{Policy: v.Policy}
-	if !reachable {
-		rg.Why = append(rg.Why, "the container runtime does not answer: presence and pins unknown")
-	}
-	if missing > 0 {
-		rg.Why = append(rg.Why, fmt.Sprintf("%d of %d images are not on the node", missing, len(images)))
-	}
-	if len(unpinned) > 0 {
-		rg.Why = append(rg.Why, fmt.Sprintf("%d images are present but not pinned (the kubelet's GC may remove them): %s", len(unpinned), strings.Join(unpinned, ", ")))
-	}
-	if verr != nil {
-		rg.Why = append(rg.Why, "cannot tell what the kubelet verifies at pod start: "+verr.Error())
-	} else {
-		d := v.Decide(images, ids)
-		rg.Kubelet, rg.NeedRegistry, rg.Unsure = d.Answer.String(), d.Needs, d.Unsure
-		if d.Answer != kubelet.Starts {
-			rg.Why = append(rg.Why, d.Message)
+// readNode reads the kubelet's credential verification and, when the runtime answers
+// (runtimeErr nil), the image names it lists.
+func readNode(ctx context.Context, cfg conf.Config, client *cri.Client, runtimeErr error) nodeFacts {
+	n := nodeFacts{runtimeErr: runtimeErr}
+	n.v, n.verr = wire.Kubelet(cfg)()
+	if runtimeErr == nil {
+		var err error
+		if n.ids, err = client.ImageNames(ctx); err != nil {
+			n.runtimeErr = err
 		}
 	}
-	rg.Ready = len(rg.Why) == 0
+	return n
+}
+
+// registryGone is set s's verdict: missing and unpinned are its images not on the node
+// and present but not pinned; notReady why its images cannot all be known ("": they
+// can). The tags it pins are held when the runtime lists them with their pinned
+// digests' image IDs.
+func (n nodeFacts) registryGone(s pinset.Set, missing, unpinned []string, notReady string) registryGone {
+	v := registrygone.Decide(registrygone.Facts{
+		Images: s.Images, RuntimeErr: n.runtimeErr, Missing: missing, Unpinned: unpinned, NotReady: notReady,
+		Tags: s.Tags, Held: registrygone.HeldTags(s.Tags, n.ids),
+		KubeletRead: true, KubeletErr: n.verr, Verification: n.v, IDs: n.ids,
+	})
+	rg := registryGone{Ready: v.Ready(), Status: v.Status, Reason: v.Reason, Message: v.Message, Why: v.Why, Policy: v.Policy}
+	if v.KubeletDecided {
+		rg.Kubelet, rg.NeedRegistry, rg.Unsure = v.Kubelet.Answer.String(), v.Kubelet.Needs, v.Kubelet.Unsure
+	}
 	return rg
 }
 
@@ -346,10 +353,15 @@ func printPlan(w io.Writer, r checkReport) {
 			fmt.Fprintf(w, "  release %s (%s): %d images for this node\n", s.Release.Version, s.Release.Image, s.Release.Images)
 		}
 		fmt.Fprintf(w, "  %s: %s\n", s.Verdict, s.Message)
-		if s.RegistryGone.Ready {
-			fmt.Fprintf(w, "  registry gone: ready (every image present and pinned; kubelet policy %s lets pods start from them)\n", s.RegistryGone.Policy)
-		} else {
-			fmt.Fprintf(w, "  registry gone: NOT READY\n")
+		switch rg := s.RegistryGone; {
+		case rg.Ready:
+			fmt.Fprintf(w, "  registry gone: ready: %s\n", oneLine(rg.Message, 600))
+		case rg.Status == status.Unknown:
+			fmt.Fprintf(w, "  registry gone: NOT READY (cannot be told: %s)\n", rg.Reason)
+		default:
+			fmt.Fprintf(w, "  registry gone: NOT READY (%s)\n", rg.Reason)
+		}
+		if !s.RegistryGone.Ready {
 			for _, why := range s.RegistryGone.Why {
 				fmt.Fprintf(w, "      %s\n", oneLine(why, 600))
 			}

@@ -18,7 +18,9 @@ import (
 
 	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/release/releasetest"
+	"github.com/imagepin/imagepin/status"
 )
 
 func TestCheckThroughAMirrorWithoutCRIO(t *testing.T) {
@@ -148,9 +150,58 @@ func TestRegistryGoneBeforeTheKubeletsFirstStart(t *testing.T) {
 				_ = os.Chmod(c.binary, 0o755)
 			}
 			v, err := wire.Kubelet(cfg)()
-			rg := registryGoneFor(v, err, map[string]string{app: "id-app"}, true, []string{app}, 0, nil)
+			rg := nodeFacts{ids: map[string]string{app: "id-app"}, v: v, verr: err}.registryGone(pinset.Set{Images: []string{app}}, nil, nil, "")
 			if rg.Ready != c.ready || rg.Kubelet != c.kubelet || !strings.Contains(strings.Join(rg.Why, "\n"), c.why) {
 				t.Fatalf("%+v; want ready %v, kubelet %s, why containing %q", rg, c.ready, c.kubelet, c.why)
+			}
+		})
+	}
+}
+
+// A set pinning reg.example/team/a:v2 is ready to lose its registry only when the runtime
+// lists that tag as the pinned digest's image: not when it lacks the tag, nor when the
+// tag names another image (taken from a registry where it moved). The words are
+// imagepind's (agent.TestAgentSaysWhenAPinnedTagIsNotHeld).
+func TestRegistryGoneWhenAPinnedTagIsNotHeld(t *testing.T) {
+	const tagNotHeld = "1 of 1 pinned tags are not held by the runtime as their pinned digests: reg.example/team/a:v2 (pods naming them would need the registry)"
+	res, err := pinset.ParseSetFile("apps.yaml", []byte("apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: apps}\nspec:\n  nodeSelector: {}\n  pinnedImages:\n"+
+		"  - reg.example/team/a:v2@sha256:"+strings.Repeat("1", 64)+"\n  - reg.example/team/b@sha256:"+strings.Repeat("2", 64)+"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := res.Sets[0]
+	a, b := set.Images[0], set.Images[1]
+	cfg := conf.Default()
+	cfg.Disk.KubeletConfig = write(t, t.TempDir(), "kubelet.conf", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates: {KubeletEnsureSecretPulledImages: true}\n")
+	cfg.Kubelet.ConfigDir, cfg.Kubelet.RootDir, cfg.Kubelet.Binary = "", t.TempDir(), ""
+	v, verr := wire.Kubelet(cfg)()
+	if verr != nil {
+		t.Fatal(verr)
+	}
+	for _, c := range []struct {
+		name  string
+		ids   map[string]string
+		ready bool
+	}{
+		{"the tag not listed", map[string]string{a: "id-a", b: "id-b"}, false},
+		{"the tag names another image", map[string]string{a: "id-a", b: "id-b", "reg.example/team/a:v2": "id-other"}, false},
+		{"the tag held", map[string]string{a: "id-a", b: "id-b", "reg.example/team/a:v2": "id-a"}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rg := nodeFacts{ids: c.ids, v: v}.registryGone(set, nil, nil, "")
+			if c.ready {
+				if !rg.Ready || rg.Status != status.True || rg.Reason != status.ReasonPodsStartWithoutRegistry || len(rg.Why) != 0 {
+					t.Fatalf("%+v", rg)
+				}
+				return
+			}
+			if rg.Ready || rg.Status != status.False || rg.Reason != status.ReasonTagsNotHeld || len(rg.Why) != 1 || rg.Why[0] != tagNotHeld || rg.Message != tagNotHeld {
+				t.Fatalf("%+v; want False/TagsNotHeld %q", rg, tagNotHeld)
+			}
+			var out strings.Builder
+			printPlan(&out, checkReport{Sets: []setPlan{{Set: "apps", Admitted: true, RegistryGone: rg}}})
+			if !strings.Contains(out.String(), "registry gone: NOT READY (TagsNotHeld)\n      "+tagNotHeld+"\n") {
+				t.Fatalf("printed:\n%s", out.String())
 			}
 		})
 	}

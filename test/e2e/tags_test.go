@@ -242,6 +242,8 @@ func TestTagsPinnedOnCRIO(t *testing.T) {
 		t.Fatalf("no kubelet line says %s was present:\n%s", tagged, p.kubelet.LogTail(40))
 	}
 	p.logKubelet("registry gone:", tagged, p.teamB)
+	// imagepinctl said so: the tag held as the pinned digest.
+	p.checkRegistryGone(0, "registry gone: ready: 3 images present and pinned, 1 pinned tags held as their pinned digests; ")
 
 	// imagepind stopped: the tag endpoint's address refuses; a pull of the tag goes on
 	// to the registry (gone: it fails) and the node's tag stays the pinned image.
@@ -284,6 +286,11 @@ func TestTagsPinnedOnCRIO(t *testing.T) {
 		t.Fatalf("CRI-O sent requests to the impostor: %v", reqs)
 	}
 	t.Logf("with an impostor on %s, CRI-O took %s from the registry (no request reached the impostor)", tagAddr, tagged)
+
+	// The node's tag now names the registry's image, not the pinned digest: a pod naming
+	// it would not start from the pinned image with the registry gone, and imagepinctl
+	// says so in imagepind's words (registrygone.Decide).
+	p.checkRegistryGone(1, "registry gone: NOT READY (TagsNotHeld)\n      1 of 1 pinned tags are not held by the runtime as their pinned digests: "+tagged+" (pods naming them would need the registry)\n")
 }
 
 func grepLines(s, sub string) string {
@@ -343,6 +350,8 @@ func TestTagsPinnedOnContainerd(t *testing.T) {
 	p.writePod("by-digest.yaml", "by-digest", p.teamB)
 	p.expectPods([]string{"by-tag", "by-digest"}, 5*time.Second)
 	p.logKubelet("registry gone:", tagged, p.teamB)
+	// imagepinctl said so: the tag held as the pinned digest.
+	p.checkRegistryGone(0, "registry gone: ready: 3 images present and pinned, 1 pinned tags held as their pinned digests; ")
 
 	// The set without the tag: the record imagepind made goes.
 	p.writeSet("apps.yaml", alphaSet("apps", p.pause, p.teamA, p.teamB))

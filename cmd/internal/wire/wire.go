@@ -105,6 +105,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	}
 	var tags func([]pinset.Tag)
 	var tagStatus func() (*status.Tags, []string)
+	var tagHeld func(string) bool
 	if opts.Tags != nil {
 		poke := opts.Tags.Poke
 		if *opts.Tags, err = Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.Log); err != nil {
@@ -112,7 +113,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 			return nil, nil, err
 		}
 		opts.Tags.Poke, opts.Tags.Checker.OnChange, opts.Tags.Keeper.OnChange = poke, poke, poke
-		tags, tagStatus = opts.Tags.Keeper.Want, opts.Tags.Status
+		tags, tagStatus, tagHeld = opts.Tags.Keeper.Want, opts.Tags.Status, opts.Tags.Keeper.Held
 	}
 	var registryBytes func(string) int64
 	if opts.Peers != nil {
@@ -150,6 +151,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		RegistryBytes: registryBytes,
 		Tags:          tags,
 		TagStatus:     tagStatus,
+		TagHeld:       tagHeld,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 	})
 	return a, client, nil

@@ -1,0 +1,160 @@
+package registrygone
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/imagepin/imagepin/kubelet"
+	"github.com/imagepin/imagepin/pinset"
+	"github.com/imagepin/imagepin/status"
+)
+
+const (
+	a = "reg.example/team/a@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	b = "reg.example/team/b@sha256:2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+var tagA = pinset.Tag{Name: "reg.example/team/a:v2", Image: a}
+
+func verification(t *testing.T, policy string, gate bool) kubelet.Verification {
+	t.Helper()
+	c := kubelet.Config{ImagePullCredentialsVerificationPolicy: policy}
+	records := kubelet.PullRecords{}
+	if gate {
+		c.FeatureGates = map[string]bool{kubelet.FeatureGate: true}
+		records.Enabled = true
+	}
+	v, err := kubelet.NewVerification(c, records, kubelet.Version{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Every reason, and which fact wins: a sure False (images, then tags, then the kubelet)
+// before an Unknown (the runtime, then the kubelet not read, unreadable, undecided).
+// Every obstacle is listed whatever wins.
+func TestDecide(t *testing.T) {
+	preloaded := verification(t, kubelet.NeverVerifyPreloadedImages, true)
+	always := verification(t, kubelet.AlwaysVerify, true)
+	alwaysGateUnknown := verification(t, kubelet.AlwaysVerify, false)
+	ready := func(mod func(*Facts)) Facts {
+		f := Facts{Images: []string{a, b}, KubeletRead: true, Verification: preloaded, IDs: map[string]string{a: "id-a", b: "id-b"}}
+		if mod != nil {
+			mod(&f)
+		}
+		return f
+	}
+	down := errors.New("connection refused")
+	notHeld := "1 of 1 pinned tags are not held by the runtime as their pinned digests: reg.example/team/a:v2 (pods naming them would need the registry)"
+	for _, c := range []struct {
+		name           string
+		f              Facts
+		status, reason string
+		why            []string // each in Why, in this order
+		msg            string   // in Message
+	}{
+		{name: "every image present and pinned, default policy", f: ready(nil), status: status.True, reason: status.ReasonPodsStartWithoutRegistry,
+			msg: "2 images present and pinned; imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images"},
+		{name: "tags held", f: ready(func(f *Facts) { f.Tags, f.Held = []pinset.Tag{tagA}, map[string]bool{tagA.Name: true} }),
+			status: status.True, reason: status.ReasonPodsStartWithoutRegistry, msg: "2 images present and pinned, 1 pinned tags held as their pinned digests; "},
+		{name: "an image missing", f: ready(func(f *Facts) { f.Missing = []string{b} }), status: status.False, reason: status.ReasonNotReady,
+			why: []string{"1 of 2 images are not on the node: " + b}},
+		{name: "an image not pinned", f: ready(func(f *Facts) { f.Unpinned = []string{a} }), status: status.False, reason: status.ReasonNotReady,
+			why: []string{"1 of 2 images are present but not pinned (the kubelet's image garbage collector may remove them): " + a}},
+		{name: "not Ready for another reason", f: ready(func(f *Facts) { f.NotReady = "pins written; waiting for CRI-O to have them in effect" }),
+			status: status.False, reason: status.ReasonNotReady, why: []string{"not every image is present and pinned: pins written; waiting for CRI-O"}},
+		{name: "the phase's words give way to the images'", f: ready(func(f *Facts) { f.Missing, f.NotReady = []string{b}, "1/2 images ready" }),
+			status: status.False, reason: status.ReasonNotReady, why: []string{"1 of 2 images are not on the node"}},
+		{name: "a tag not held", f: ready(func(f *Facts) { f.Tags = []pinset.Tag{tagA} }), status: status.False, reason: status.ReasonTagsNotHeld, why: []string{notHeld}},
+		{name: "AlwaysVerify", f: ready(func(f *Facts) { f.Verification = always }), status: status.False, reason: status.ReasonCredentialVerification,
+			why: []string{"AlwaysVerify: 2 of 2 images need the registry"}},
+		{name: "the runtime does not answer", f: ready(func(f *Facts) { f.RuntimeErr, f.IDs = down, nil }), status: status.Unknown, reason: status.ReasonRuntimeUnavailable,
+			why: []string{"the container runtime does not answer (connection refused)"}},
+		{name: "the kubelet not read yet", f: ready(func(f *Facts) { f.KubeletRead = false }), status: status.Unknown, reason: status.ReasonCheckingKubelet,
+			why: []string{"reading the kubelet's image pull credential verification"}},
+		{name: "the kubelet's files unreadable", f: ready(func(f *Facts) { f.KubeletErr = errors.New("kubelet drop-in /x.conf: no apiVersion/kind") }),
+			status: status.Unknown, reason: status.ReasonKubeletConfigUnreadable, why: []string{"cannot tell whether the kubelet verifies pull credentials at pod start: kubelet drop-in /x.conf"}},
+		{name: "the kubelet's gate not known under AlwaysVerify", f: ready(func(f *Facts) { f.Verification = alwaysGateUnknown }),
+			status: status.Unknown, reason: status.ReasonCredentialVerification, why: []string{"it cannot be told whether pods start from them without the registry"}},
+
+		{name: "images before the kubelet", f: ready(func(f *Facts) { f.Missing, f.Verification = []string{b}, always }),
+			status: status.False, reason: status.ReasonNotReady, why: []string{"1 of 2 images are not on the node", "AlwaysVerify: 2 of 2 images"}},
+		{name: "tags before the kubelet", f: ready(func(f *Facts) { f.Tags, f.Verification = []pinset.Tag{tagA}, always }),
+			status: status.False, reason: status.ReasonTagsNotHeld, why: []string{notHeld, "AlwaysVerify: 2 of 2 images"}},
+		{name: "a sure False before the runtime not answering", f: ready(func(f *Facts) { f.RuntimeErr, f.Verification = down, always }),
+			status: status.False, reason: status.ReasonCredentialVerification, why: []string{"does not answer", "AlwaysVerify: 2 of 2 images"}},
+		{name: "a release that cannot be expanded, the runtime not answering", f: ready(func(f *Facts) { f.RuntimeErr, f.NotReady = down, "release r cannot be expanded" }),
+			status: status.False, reason: status.ReasonNotReady, why: []string{"does not answer", "not every image is present and pinned: release r cannot be expanded"}},
+		{name: "the runtime first among the unknowns; its tags not told", f: ready(func(f *Facts) { f.RuntimeErr, f.KubeletRead, f.Tags = down, false, []pinset.Tag{tagA} }),
+			status: status.Unknown, reason: status.ReasonRuntimeUnavailable, why: []string{"does not answer", "reading the kubelet's"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := Decide(c.f)
+			if v.Status != c.status || v.Reason != c.reason || !strings.Contains(v.Message, c.msg) {
+				t.Fatalf("got %s/%s %q; want %s/%s containing %q", v.Status, v.Reason, v.Message, c.status, c.reason, c.msg)
+			}
+			if v.Ready() != (c.status == status.True) || (v.Ready() && len(v.Why) > 0) {
+				t.Fatalf("ready %v with why %q", v.Ready(), v.Why)
+			}
+			if len(v.Why) != len(c.why) {
+				t.Fatalf("why %q; want %d entries like %q", v.Why, len(c.why), c.why)
+			}
+			for i, w := range c.why {
+				if !strings.Contains(v.Why[i], w) {
+					t.Fatalf("why[%d] %q; want it to contain %q", i, v.Why[i], w)
+				}
+			}
+			if !v.Ready() && v.Message != strings.Join(v.Why, "; ") {
+				t.Fatalf("message %q is not the obstacles %q", v.Message, v.Why)
+			}
+			cond := v.Condition()
+			if cond.Type != status.ConditionRegistryIndependent || cond.Status != v.Status || cond.Reason != v.Reason || cond.Message != v.Message {
+				t.Fatalf("condition %+v of %+v", cond, v)
+			}
+		})
+	}
+}
+
+// The kubelet's own answer comes with the verdict, its images in need and unsure.
+func TestDecideCarriesTheKubeletsAnswer(t *testing.T) {
+	v := Decide(Facts{Images: []string{a, b}, KubeletRead: true, Verification: verification(t, kubelet.AlwaysVerify, true)})
+	if !v.KubeletDecided || v.Kubelet.Answer != kubelet.NeedsRegistry || len(v.Kubelet.Needs) != 2 || v.Policy != kubelet.AlwaysVerify {
+		t.Fatalf("%+v", v)
+	}
+	if v := Decide(Facts{Images: []string{a}}); v.KubeletDecided || v.Policy != "" {
+		t.Fatalf("not read, yet decided: %+v", v)
+	}
+}
+
+// A tag is held when the runtime lists it with the image ID of its pinned digest.
+func TestHeldTags(t *testing.T) {
+	tagB := pinset.Tag{Name: "reg.example/team/b:v1", Image: b}
+	moved := pinset.Tag{Name: "reg.example/team/a:latest", Image: a}
+	upper := pinset.Tag{Name: "reg.example/Team/b:V1", Image: "reg.example/Team/b@sha256:" + strings.Repeat("2", 64)}
+	listed := map[string]string{
+		strings.ToLower(a): "id-a", tagA.Name: "id-a",
+		strings.ToLower(b):      "id-b",
+		moved.Name:              "id-other", // the registry's image under the tag
+		"reg.example/team/b:v1": "id-b",
+	}
+	got := HeldTags([]pinset.Tag{tagA, tagB, moved, upper, {Name: "reg.example/team/c:v1", Image: "reg.example/team/c@sha256:" + strings.Repeat("3", 64)}}, listed)
+	want := map[string]bool{tagA.Name: true, tagB.Name: true, moved.Name: false, upper.Name: true, "reg.example/team/c:v1": false}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("held %v; want %v", got, want)
+	}
+}
+
+// A line names five images and counts the rest.
+func TestDecideNamesFive(t *testing.T) {
+	var images []string
+	for i := range 7 {
+		images = append(images, fmt.Sprintf("reg.example/team/i%d@sha256:%064x", i, i))
+	}
+	v := Decide(Facts{Images: images, Missing: images, KubeletRead: true, Verification: verification(t, "", true)})
+	if !strings.Contains(v.Why[0], "7 of 7 images are not on the node: ") || !strings.HasSuffix(v.Why[0], images[4]+" and 2 more") {
+		t.Fatalf("%q", v.Why[0])
+	}
+}
