@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/opencontainers/go-digest"
@@ -16,8 +17,17 @@ func FromRegistry(c *registry.Client) Source { return registrySource{c} }
 
 type registrySource struct{ c *registry.Client }
 
-func (s registrySource) Manifest(ctx context.Context, repo string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
-	return s.c.Manifest(ctx, repo, d)
+// Manifest is the registry's manifest repo@d, refused when the index naming it gives
+// another size (containers/image reads at most 4 MiB).
+func (s registrySource) Manifest(ctx context.Context, repo string, _ []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
+	data, mt, err := s.c.Manifest(ctx, repo, d)
+	if err != nil {
+		return nil, "", err
+	}
+	if size >= 0 && int64(len(data)) != size {
+		return nil, "", fmt.Errorf("%s: the registry sent %d bytes, the index naming it gives %d: %w", d, len(data), size, ErrSize)
+	}
+	return data, mt, nil
 }
 
 func (s registrySource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {

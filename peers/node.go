@@ -198,6 +198,9 @@ func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 		}
 		s.Node.Peers = &status.PeerBytes{Address: address, FromRegistry: n.Bytes.FromRegistry.Load(), FromPeers: n.Bytes.FromPeers.Load(),
 			ToPeers: n.Bytes.ToPeers.Load(), Stored: stored}
+		if bad := n.mirror.CorruptInRuntime(); len(bad) > 0 {
+			s.Faults = append(s.Faults, fmt.Sprintf("the runtime's content store holds %d blob(s) that do not match their digest (corrupted on disk; first %s): the node-local mirror serves them from its own store, filled from the peers or the registry; remove them there (containerd: ctr -n <namespace> content rm <digest>)", len(bad), bad[0]))
+		}
 		switch t, err := n.seeds.tally(n.cfg.SeedsDir); {
 		case err != nil:
 			s.Faults = append(s.Faults, fmt.Sprintf("%v: the blob store is not pruned until it is fixed or removed", err))

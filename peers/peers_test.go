@@ -36,6 +36,8 @@ const repo = "registry.example/ocp/release"
 // fakeRegistry serves one image from memory, slowly, counting what it is asked.
 type fakeRegistry struct {
 	manifest []byte
+	// children are manifests an index (manifest) names.
+	children map[digest.Digest][]byte
 	blobs    map[digest.Digest][]byte
 	delay    time.Duration
 	down     atomic.Bool
@@ -81,9 +83,12 @@ func (r *fakeRegistry) count(d digest.Digest) error {
 	return nil
 }
 
-func (r *fakeRegistry) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
+func (r *fakeRegistry) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest, _ int64) ([]byte, string, error) {
 	if err := r.count(d); err != nil {
 		return nil, "", err
+	}
+	if c, ok := r.children[d]; ok {
+		return c, "application/vnd.docker.distribution.manifest.v2+json", nil
 	}
 	if digest.FromBytes(r.manifest) != d {
 		return nil, "", errors.New("manifest unknown")
@@ -694,7 +699,10 @@ func (s *Source) asideFor(node string) time.Duration {
 
 // A peer announcing a blob far larger than the manifest gives is refused before
 // anything is read; one streaming on past it is cut at the blob's size. Either is set
-// aside as a peer sending wrong bytes (corruptFor), and the pull's retry is right.
+// aside as a peer sending wrong bytes (corruptFor), and the pull's retry is right. The
+// bytes read are counted once the peer's handler has returned (the transfer is over,
+// the fill behind the pull too): read straight from the Source (its own bound), and
+// through a node's mirror (which bounds what it reads again).
 func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -702,7 +710,7 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 	}{{"announcing 48 MiB", true}, {"streaming 48 MiB", false}} {
 		t.Run(c.name, func(t *testing.T) {
 			reg := newRegistry(t, 6, 256<<10)
-			var sent atomic.Int64
+			var sent, serving atomic.Int64
 			bad := func(i int, h http.Handler) http.Handler {
 				if i != 1 {
 					return h
@@ -712,6 +720,8 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 						h.ServeHTTP(w, r)
 						return
 					}
+					serving.Add(1)
+					defer serving.Add(-1)
 					if c.announce {
 						w.Header().Set("Content-Length", strconv.Itoa(48<<20))
 					}
@@ -726,14 +736,49 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 					}
 				})
 			}
+			// over waits until the peer's handlers have returned: nothing more comes.
+			over := func() {
+				t.Helper()
+				deadline := time.Now().Add(30 * time.Second)
+				for serving.Load() > 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("the peer still sends 30 s after the reader was done")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
 			cl := newClusterWith(t, reg, 2, bad)
 			liar := cl.nodes[1]
 			d := cl.blobHeadedBy(liar)
 			size := int64(len(reg.blobs[d]))
 			reader := cl.nodes[0]
+			md := digest.FromBytes(reg.manifest)
+
+			// Straight from the Source: the peer first (it heads d), then the registry.
+			rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			over()
+			t.Logf("from the Source: %d bytes, %v; the peer wrote %d bytes", len(got), err, sent.Load())
+			if fromPeer := reader.stats.FromPeers.Load(); fromPeer > size+1 {
+				t.Fatalf("%d bytes read from the peer for a blob of %d", fromPeer, size)
+			}
+			if aside := reader.src.asideFor(liar.addr); aside <= failedFor {
+				t.Fatalf("the peer is set aside for %s, want %s", aside, corruptFor)
+			}
+
+			// Through the node's mirror, the peer asked again.
+			reader.src.mu.Lock()
+			delete(reader.src.bad, liar.addr)
+			reader.src.mu.Unlock()
+			before := reader.stats.FromPeers.Load()
 			first := cl.pull(reader)
+			over()
 			t.Logf("first pull: %v; the peer wrote %d bytes", first, sent.Load())
-			if got := reader.stats.FromPeers.Load(); got > cl.size() {
+			if got := reader.stats.FromPeers.Load() - before; got > cl.size() {
 				t.Fatalf("%d bytes read from the peer for a blob of %d (the image is %d)", got, size, cl.size())
 			}
 			if aside := reader.src.asideFor(liar.addr); aside <= failedFor {
@@ -743,6 +788,96 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 				if err := cl.pull(reader); err != nil {
 					t.Fatalf("the retry: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// countBodies counts the bytes read from the bodies of responses whose URL holds path.
+type countBodies struct {
+	base http.RoundTripper
+	path string
+	n    *atomic.Int64
+}
+
+func (c countBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(r)
+	if err == nil && strings.Contains(r.URL.Path, c.path) {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{&countReader{resp.Body, c.n}, resp.Body}
+	}
+	return resp, err
+}
+
+type countReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// A peer sending far more than the size an index gives its child manifest (3 MiB,
+// under the 4 MiB every manifest is bounded by), announced or streamed: the asking node
+// reads no more than that size and a byte, sets the peer aside as one sending wrong
+// bytes, and has the manifest from the next (the registry).
+func TestAPeerSendingMoreThanTheIndexGivesAManifest(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		announce bool
+	}{{"announcing 3 MiB", true}, {"streaming 3 MiB", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			img, err := random.Image(16<<10, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := registryOf(img)
+			raw := reg.manifest
+			child := digest.FromBytes(raw)
+			reg.children = map[digest.Digest][]byte{child: raw}
+			reg.manifest = []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":%q,"size":%d}]}`, child, len(raw)))
+			index := digest.FromBytes(reg.manifest)
+			liar := -1
+			bad := func(i int, h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if i != liar || !strings.HasSuffix(r.URL.Path, "/manifests/"+child.String()) {
+						h.ServeHTTP(w, r)
+						return
+					}
+					if c.announce {
+						w.Header().Set("Content-Length", strconv.Itoa(3<<20))
+					}
+					w.WriteHeader(http.StatusOK)
+					chunk := make([]byte, 64<<10)
+					for range (3 << 20) / len(chunk) {
+						if _, err := w.Write(chunk); err != nil {
+							return
+						}
+					}
+				})
+			}
+			cl := newClusterWith(t, reg, 2, bad)
+			liar = 0
+			if Order(child, []string{cl.nodes[0].addr, cl.nodes[1].addr})[0] == cl.nodes[1].addr {
+				liar = 1
+			}
+			reader := cl.nodes[1-liar]
+			var read atomic.Int64
+			reader.src.Client = &http.Client{Transport: countBodies{reader.src.Client.Transport, "/manifests/" + child.String(), &read}}
+			data, _, err := reader.src.Manifest(context.Background(), repo, []digest.Digest{index}, child, int64(len(raw)))
+			if err != nil || !bytes.Equal(data, raw) {
+				t.Fatalf("the child manifest: %d bytes, %v", len(data), err)
+			}
+			if n := read.Load(); n > int64(len(raw))+1 {
+				t.Fatalf("%d bytes read from the peer for a manifest of %d", n, len(raw))
+			}
+			if aside := reader.src.asideFor(cl.nodes[liar].addr); aside <= failedFor {
+				t.Fatalf("the peer is set aside for %s, want %s", aside, corruptFor)
 			}
 		})
 	}
@@ -853,7 +988,7 @@ func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
 	if layer == "" {
 		t.Fatal("no layer over 4 MiB")
 	}
-	if _, _, err := asker.src.Forwarding().Manifest(context.Background(), repo, []digest.Digest{md}, layer); err == nil {
+	if _, _, err := asker.src.Forwarding().Manifest(context.Background(), repo, []digest.Digest{md}, layer, -1); err == nil {
 		t.Fatal("a layer was taken for a manifest")
 	}
 	if asker.src.isAside(holder.addr) {

@@ -371,12 +371,13 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 }
 
 // Manifest asks the nodes whose seeds hold d (HeldPath), then the nodes in d's order,
-// checking what each sends against d.
-func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+// checking what each sends against d, and reading none past size (the index's, when
+// chain[0] gives one; -1: maxManifest).
+func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	var errs []error
 	holders := s.holders(ctx, d)
 	for _, node := range holders {
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, holding)
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
 			continue
@@ -389,14 +390,14 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			continue
 		}
 		if node == self {
-			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d)
+			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d, size)
 			if err == nil {
 				return data, mt, nil
 			}
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, waiting)
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, waiting)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
 			continue
@@ -445,8 +446,9 @@ func (s *Source) holders(ctx context.Context, d digest.Digest) []string {
 
 // peerManifest is d from node, read with the blobs' stall bound (a peer that stops
 // sending is left after stallAfter, and every request joined to the fetch with it)
-// and at most maxManifest bytes; it sets the peer aside when it fails.
-func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, how asking) ([]byte, string, error) {
+// and at most size bytes (-1: maxManifest); it sets the peer aside when it fails, for
+// corruptFor when it sends another size or bytes that do not match d.
+func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, size int64, how asking) ([]byte, string, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, how)
@@ -457,14 +459,23 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 		return nil, "", err
 	}
 	defer resp.Body.Close()
-	if resp.ContentLength > maxManifest {
-		err := fmt.Errorf("announced a manifest of %d bytes, more than %d", resp.ContentLength, maxManifest)
+	limit := int64(maxManifest)
+	if size >= 0 {
+		limit = min(size, maxManifest)
+	}
+	switch {
+	case size >= 0 && resp.ContentLength >= 0 && resp.ContentLength != size:
+		err := fmt.Errorf("announced a manifest of %d bytes, the index gives %d: %w", resp.ContentLength, size, mirror.ErrSize)
+		s.setAside(node, corruptFor, err)
+		return nil, "", err
+	case resp.ContentLength > limit:
+		err := fmt.Errorf("announced a manifest of %d bytes, more than %d: %w", resp.ContentLength, limit, mirror.ErrSize)
 		s.setAside(node, corruptFor, err)
 		return nil, "", err
 	}
 	stall := time.AfterFunc(stallAfter, cancel)
 	defer stall.Stop()
-	data, err := io.ReadAll(io.LimitReader(&stalling{r: resp.Body, t: stall}, maxManifest+1))
+	data, err := io.ReadAll(io.LimitReader(&stalling{r: resp.Body, t: stall}, limit+1))
 	switch {
 	case err != nil && parent.Err() != nil:
 	case err != nil && ctx.Err() != nil:
@@ -472,8 +483,8 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 		s.setAside(node, failedFor, err)
 	case err != nil:
 		s.setAside(node, failedFor, err)
-	case len(data) > maxManifest:
-		err = fmt.Errorf("sent a manifest of more than %d bytes", maxManifest)
+	case int64(len(data)) > limit:
+		err = fmt.Errorf("sent a manifest of more than %d bytes: %w", limit, mirror.ErrSize)
 		s.setAside(node, corruptFor, err)
 	case digest.FromBytes(data) != d:
 		err = errors.New("sent a manifest that does not match its digest")
@@ -907,8 +918,8 @@ type counted struct {
 	stats *Stats
 }
 
-func (c counted) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
-	data, mt, err := c.Source.Manifest(ctx, repo, chain, d)
+func (c counted) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
+	data, mt, err := c.Source.Manifest(ctx, repo, chain, d, size)
 	c.stats.FromRegistry.Add(int64(len(data)))
 	c.stats.fromRegistry(repo, chain, d).Add(int64(len(data)))
 	return data, mt, err
