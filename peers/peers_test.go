@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -996,42 +998,148 @@ func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
 	}
 }
 
-// A peer answering 503 for ever costs one busy window (busyWait), then is set aside:
-// not a window for every digest it heads.
-func TestAPeerBusyForEverIsSetAside(t *testing.T) {
+// busyPeers makes every request time out waiting for a slot at once, and asks again
+// at once: a test's busy window is short.
+func busyPeers(t *testing.T) {
 	oldSlot, oldBusy, oldPoll := slotWait, busyWait, pinPoll
-	slotWait, busyWait, pinPoll = 20*time.Millisecond, 600*time.Millisecond, 50*time.Millisecond
+	slotWait, busyWait, pinPoll = 20*time.Millisecond, 400*time.Millisecond, 50*time.Millisecond
 	t.Cleanup(func() { slotWait, busyWait, pinPoll = oldSlot, oldBusy, oldPoll })
+}
+
+// fillSlots takes every slot of nd's server (blobs and manifests): it answers 503.
+func fillSlots(nd *node) {
+	for range cap(nd.server.slots) {
+		nd.server.slots <- struct{}{}
+	}
+	for range cap(nd.server.manifestSlots) {
+		nd.server.manifestSlots <- struct{}{}
+	}
+}
+
+// headAndOther are the node heading d among c's two nodes, and the other.
+func (c *cluster) headAndOther(d digest.Digest) (head, other *node) {
+	if Order(d, []string{c.nodes[0].addr, c.nodes[1].addr})[0] == c.nodes[0].addr {
+		return c.nodes[0], c.nodes[1]
+	}
+	return c.nodes[1], c.nodes[0]
+}
+
+// A peer answering 503 for ever costs one busy window (busyWait), then is set aside:
+// not a window for every digest it heads. The busy peer is the one heading more of the
+// image's digests (at least 7 of its 12), so it heads the manifest or blobs each time.
+func TestAPeerBusyForEverIsSetAside(t *testing.T) {
+	busyPeers(t)
 	reg := newRegistry(t, 10, 64<<10)
 	c := newCluster(t, reg, 2)
-	busy := c.nodes[1].server
-	for range cap(busy.slots) {
-		busy.slots <- struct{}{}
-	}
 	addrs := []string{c.nodes[0].addr, c.nodes[1].addr}
-	heads := 0
-	if Order(digest.FromBytes(reg.manifest), addrs)[0] == addrs[1] {
-		heads++
-	}
-	for d := range reg.blobs {
+	heads := [2]int{}
+	for _, d := range append([]digest.Digest{digest.FromBytes(reg.manifest)}, slices.Collect(maps.Keys(reg.blobs))...) {
 		if Order(d, addrs)[0] == addrs[1] {
-			heads++
+			heads[1]++
+		} else {
+			heads[0]++
 		}
 	}
-	if heads < 3 {
-		t.Skip("the busy peer heads fewer than three digests of this random image")
+	busy, reader := c.nodes[1], c.nodes[0]
+	if heads[0] > heads[1] {
+		busy, reader = c.nodes[0], c.nodes[1]
 	}
+	fillSlots(busy)
 	start := time.Now()
-	if err := c.pull(c.nodes[0]); err != nil {
+	if err := c.pull(reader); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	t.Logf("the busy peer heads %d digests; the pull took %s", heads, took)
-	if !c.nodes[0].src.isAside(addrs[1]) {
+	t.Logf("the busy peer heads %d of %d digests; the pull took %s", max(heads[0], heads[1]), heads[0]+heads[1], took)
+	if !reader.src.isAside(busy.addr) {
 		t.Fatal("a peer busy for a whole window was not set aside")
 	}
 	// Without the bound each digest it heads costs a whole window.
-	if took > time.Duration(heads)*busyWait-busyWait/2 {
-		t.Fatalf("the pull took %s: a busy window for each of %d digests", took, heads)
+	if took > 3*busyWait {
+		t.Fatalf("the pull took %s: a busy window for each digest the busy peer heads", took)
+	}
+}
+
+// A peer answering 503 for ever to manifest requests is asked again for one busy
+// window, then set aside, and the manifest comes from the next (the registry). Each
+// time it is found busy again for a whole window without answering in between, it is
+// set aside twice as long; once it answers, from failedFor again.
+func TestAPeerBusyForEverIsSetAsideForAManifest(t *testing.T) {
+	busyPeers(t)
+	reg := newRegistry(t, 1, 16<<10)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	busy, reader := c.headAndOther(md)
+	fillSlots(busy)
+	ask := func(round int, want time.Duration) {
+		t.Helper()
+		reader.src.mu.Lock()
+		delete(reader.src.bad, busy.addr) // the last set-aside ended
+		reader.src.mu.Unlock()
+		start := time.Now()
+		data, _, err := reader.src.Manifest(context.Background(), repo, nil, md, -1)
+		if err != nil || !bytes.Equal(data, reg.manifest) {
+			t.Fatalf("round %d: %d bytes, %v", round, len(data), err)
+		}
+		aside := reader.src.asideFor(busy.addr)
+		t.Logf("round %d: %s, then the peer set aside for %s", round, time.Since(start).Round(time.Millisecond), aside.Round(time.Second))
+		if aside > want || aside < want-5*time.Second {
+			t.Fatalf("round %d: the busy peer is set aside for %s, want %s", round, aside, want)
+		}
+	}
+	ask(1, failedFor)
+	ask(2, 2*failedFor)
+	ask(3, 4*failedFor)
+	// It answers (a slot free), then is busy again: failedFor again.
+	<-busy.server.manifestSlots
+	reader.src.mu.Lock()
+	delete(reader.src.bad, busy.addr)
+	reader.src.mu.Unlock()
+	if _, _, err := reader.src.Manifest(context.Background(), repo, nil, md, -1); err != nil {
+		t.Fatal(err)
+	}
+	busy.server.manifestSlots <- struct{}{}
+	ask(4, failedFor)
+}
+
+// A peer answering 503 for ever to blob requests (every ancestor of the blob in its
+// tree busy) is asked again for one busy window, then set aside, and the blob comes
+// from the registry.
+func TestAPeerBusyForEverIsSetAsideForABlob(t *testing.T) {
+	busyPeers(t)
+	reg := newRegistry(t, 1, 64<<10)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	var d digest.Digest
+	for d = range reg.blobs {
+		break
+	}
+	busy, reader := c.headAndOther(d)
+	fillSlots(busy)
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
+		if err != nil {
+			done <- result{nil, err}
+			return
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || !bytes.Equal(r.data, reg.blobs[d]) {
+			t.Fatalf("the blob: %d bytes, %v", len(r.data), r.err)
+		}
+	case <-time.After(10 * busyWait):
+		t.Fatal("the blob still waits on a peer busy for ever")
+	}
+	if !reader.src.isAside(busy.addr) {
+		t.Fatal("a peer busy for a whole window was not set aside")
 	}
 }

@@ -98,12 +98,16 @@ type health struct {
 	// held are the peers' summaries of what their seeds hold (HeldPath); nil: none
 	// asked.
 	held *holdings
+	// busyTimes are how many times in a row each peer was set aside for being busy a
+	// whole busyWait, with no answer from it in between (setAsideBusy).
+	busyTimes map[string]int
 }
 
 // NewSource is a Source (see its fields).
 func NewSource(self string, nodes func() []string, registry mirror.Source, client *http.Client, stats *Stats, log logrus.FieldLogger) *Source {
 	return &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log,
-		health: &health{bad: map[string]time.Time{}, refusing: map[string]*refusal{}, notPinning: map[[2]string]time.Time{}, held: newHoldings(client, log)}}
+		health: &health{bad: map[string]time.Time{}, refusing: map[string]*refusal{}, notPinning: map[[2]string]time.Time{},
+			busyTimes: map[string]int{}, held: newHoldings(client, log)}}
 }
 
 // Forwarding is this Source for what a node needs to answer a peer's request (the
@@ -179,7 +183,7 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 			if time.Since(start) >= busyWait {
 				// Busy for a whole window: every digest it heads would cost each asker
 				// as much. Set aside, as a peer that fails.
-				s.setAside(node, failedFor, fmt.Errorf("busy for %s: %w", busyWait, err))
+				s.setAsideBusy(node)
 				return nil, err
 			}
 			select {
@@ -294,6 +298,31 @@ func (s *Source) order(key digest.Digest) []string {
 	return append(good, aside...)
 }
 
+// setAsideBusy sets node aside after it was busy for a whole busyWait (a manifest asked
+// of it again and again, or a blob's every ancestor): for failedFor the first time, and
+// twice as long each time it is found so again without answering anything in between,
+// up to busyAsideMax. A peer answering 503 for ever costs each asker a busy window a
+// few times an hour, not twice a minute.
+func (s *Source) setAsideBusy(node string) {
+	s.mu.Lock()
+	n := s.busyTimes[node]
+	s.busyTimes[node] = n + 1
+	s.mu.Unlock()
+	d := busyAsideMax
+	if n < 16 {
+		d = min(failedFor<<n, busyAsideMax)
+	}
+	s.setAside(node, d, fmt.Errorf("busy for %s, %d times in a row: %w", busyWait, n+1, errBusy))
+}
+
+// answered notes that node answered a request (not busy): its busy set-asides start
+// again from failedFor.
+func (s *Source) answered(node string) {
+	s.mu.Lock()
+	delete(s.busyTimes, node)
+	s.mu.Unlock()
+}
+
 func (s *Source) setAside(node string, d time.Duration, why error) {
 	if node == self {
 		return
@@ -321,9 +350,10 @@ var (
 	notPinningFor = 10 * time.Minute
 	// busyWait bounds how long a busy peer is asked again for a manifest, and how long
 	// a blob's ancestors are asked again while every one of them is busy (they serve;
-	// the registry link is what peers spare); a peer busy that long is set aside for
-	// failedFor.
-	busyWait = time.Minute
+	// the registry link is what peers spare); a peer busy that long is set aside
+	// (setAsideBusy: failedFor, doubled each time again, up to busyAsideMax).
+	busyWait     = time.Minute
+	busyAsideMax = 10 * time.Minute
 )
 
 func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, stored bool) (*http.Response, error) {
@@ -352,6 +382,9 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	resp, err := s.Client.Do(req)
 	if err != nil {
 		return nil, err
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		s.answered(node)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK || (from > 0 && resp.StatusCode == http.StatusPartialContent):
@@ -621,7 +654,7 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 				}
 			} else {
 				for _, n := range busy {
-					p.s.setAside(n, failedFor, fmt.Errorf("busy for %s: %w", busyWait, errBusy))
+					p.s.setAsideBusy(n)
 				}
 			}
 			for _, n := range busy {
