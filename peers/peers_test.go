@@ -936,6 +936,56 @@ func TestAPeerStallingOnAManifest(t *testing.T) {
 	}
 }
 
+// A peer that takes a request and never answers it (no response headers) is left as
+// one that stops sending: after stallAfter, counted from the request (it held the
+// request 60 s, the transport's header timeout), set aside, and the next is asked.
+func TestAPeerThatNeverAnswers(t *testing.T) {
+	for _, kind := range []string{"manifests", "blobs"} {
+		t.Run(kind, func(t *testing.T) {
+			old := stallAfter
+			stallAfter = 200 * time.Millisecond
+			t.Cleanup(func() { stallAfter = old })
+			reg := newRegistry(t, 2, 64<<10)
+			silent := -1
+			hang := func(i int, h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if i != silent || !strings.Contains(r.URL.Path, "/"+kind+"/") {
+						h.ServeHTTP(w, r)
+						return
+					}
+					select { // takes the request, answers nothing (for long enough to tell)
+					case <-r.Context().Done():
+					case <-time.After(5 * time.Second):
+					}
+				})
+			}
+			c := newClusterWith(t, reg, 2, hang)
+			d := digest.FromBytes(reg.manifest)
+			if kind == "blobs" {
+				for d = range reg.blobs {
+					break
+				}
+			}
+			head, reader := c.headAndOther(d)
+			if head == c.nodes[0] {
+				silent = 0
+			} else {
+				silent = 1
+			}
+			start := time.Now()
+			if err := c.pull(reader); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("the pull took %s behind a peer that never answers", took)
+			}
+			if !reader.src.isAside(head.addr) {
+				t.Fatal("the peer that never answers was not set aside")
+			}
+		})
+	}
+}
+
 // Two nodes never wait on each other: with the registry gone and no node holding the
 // manifest, the node heading it asks its peer, whose hop back is answered from the
 // registry alone (a 404 at once), not joined to the first node's own fetch (which

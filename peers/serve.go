@@ -374,9 +374,13 @@ func Client(clientCertFile, caFile string) (*http.Client, error) {
 	}
 	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		ResponseHeaderTimeout: 60 * time.Second,
+		DialContext:       dialer.DialContext,
+		ForceAttemptHTTP2: true,
+		// A peer that takes a request and sends no answer is left as one that stops
+		// sending: after stallAfter without a byte, counted from the request. (A peer
+		// answers once its own fill has an answer from its parent or the registry: a
+		// registry slower than this to start a blob makes its children climb past it.)
+		ResponseHeaderTimeout: stallAfter,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
 		HTTP2: &http.HTTP2Config{
