@@ -161,6 +161,8 @@ func newClusterWith(t *testing.T, reg *fakeRegistry, n int, wrap func(i int, h h
 type clusterOpts struct {
 	// wrap wraps what node i serves its peers (nil: as is).
 	wrap func(i int, h http.Handler) http.Handler
+	// wrapServer wraps node i's whole peer server (its bounds and progress included).
+	wrapServer func(i int, h http.Handler) http.Handler
 	// fanout is each Source's (0: the default); maxServing each server's (0: 4).
 	fanout, maxServing int
 	// bytesPerSecond bounds what each node serves its peers (0: no bound).
@@ -242,7 +244,11 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 		server.init()
 		nd.server = server
 		nd.serverTLS = srvTLS.Clone()
-		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
+		var serverHandler http.Handler = server
+		if o.wrapServer != nil {
+			serverHandler = o.wrapServer(i, server)
+		}
+		nd.peer = &http.Server{Handler: serverHandler, TLSConfig: srvTLS}
 		go nd.peer.ServeTLS(listeners[i], "", "")
 		t.Cleanup(nd.local.Close)
 		t.Cleanup(func() { nd.peer.Close() })
@@ -936,9 +942,10 @@ func TestAPeerStallingOnAManifest(t *testing.T) {
 	}
 }
 
-// A peer that takes a request and never answers it (no response headers) is left as
-// one that stops sending: after stallAfter, counted from the request (it held the
-// request 60 s, the transport's header timeout), set aside, and the next is asked.
+// A peer that takes a request and sends nothing (no answer, not even a 102
+// Processing) is left as one that stops sending: after stallAfter, counted from the
+// request (it held the request 60 s, the transport's header timeout), set aside, and
+// the next is asked.
 func TestAPeerThatNeverAnswers(t *testing.T) {
 	for _, kind := range []string{"manifests", "blobs"} {
 		t.Run(kind, func(t *testing.T) {
@@ -953,13 +960,13 @@ func TestAPeerThatNeverAnswers(t *testing.T) {
 						h.ServeHTTP(w, r)
 						return
 					}
-					select { // takes the request, answers nothing (for long enough to tell)
+					select { // takes the request, sends nothing (for long enough to tell)
 					case <-r.Context().Done():
 					case <-time.After(5 * time.Second):
 					}
 				})
 			}
-			c := newClusterWith(t, reg, 2, hang)
+			c := newClusterOpts(t, reg, 2, clusterOpts{wrapServer: hang})
 			d := digest.FromBytes(reg.manifest)
 			if kind == "blobs" {
 				for d = range reg.blobs {
@@ -983,6 +990,52 @@ func TestAPeerThatNeverAnswers(t *testing.T) {
 				t.Fatal("the peer that never answers was not set aside")
 			}
 		})
+	}
+}
+
+// A peer that works on its answer longer than stallAfter (it waits on its own
+// sources: its parent, a busy peer, the registry) says so (102 Processing every
+// progressEvery): it is waited for, not left, and sends the blob.
+func TestAPeerWorkingOnItsAnswerIsWaitedFor(t *testing.T) {
+	old := stallAfter
+	stallAfter = 200 * time.Millisecond
+	t.Cleanup(func() { stallAfter = old })
+	reg := newRegistry(t, 2, 64<<10)
+	slow := -1
+	wait := func(i int, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if i == slow && strings.Contains(r.URL.Path, "/blobs/") {
+				time.Sleep(4 * stallAfter)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	c := newClusterWith(t, reg, 2, wait)
+	var d digest.Digest
+	for d = range reg.blobs {
+		break
+	}
+	head, reader := c.headAndOther(d)
+	if head == c.nodes[0] {
+		slow = 0
+	} else {
+		slow = 1
+	}
+	md := digest.FromBytes(reg.manifest)
+	rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(b, reg.blobs[d]) {
+		t.Fatalf("the blob: %d bytes, %v", len(b), err)
+	}
+	if reader.src.isAside(head.addr) {
+		t.Fatal("a peer working on its answer was set aside")
+	}
+	if reader.stats.FromPeers.Load() != int64(len(b)) {
+		t.Fatalf("%d bytes from the peer, want the blob's %d", reader.stats.FromPeers.Load(), len(b))
 	}
 }
 

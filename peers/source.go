@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -333,6 +335,21 @@ func (s *Source) setAside(node string, d time.Duration, why error) {
 	s.Log.WithError(why).WithField("peer", node).WithField("for", d).Warn("peers: setting a peer aside")
 }
 
+// errSilent is a peer that took a request and sent nothing for stallAfter.
+var errSilent = errors.New("the peer took the request and sends nothing")
+
+// cancelOnClose ends a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel(nil)
+	return err
+}
+
 // errNotThere is a peer's 404 (or 503: busy): ask the next, the peer is fine.
 // errNotPinned is a 404 from a peer that does not pin the image (or not yet).
 var (
@@ -379,10 +396,28 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	if from > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
 	}
-	resp, err := s.Client.Do(req)
+	// The stall bound counts from the request: a peer that sends nothing for
+	// stallAfter, not even a 102 Processing (a peer working on its answer sends one
+	// every progressEvery), is left.
+	rctx, cancel := context.WithCancelCause(ctx)
+	silent := time.AfterFunc(stallAfter, func() { cancel(errSilent) })
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		silent.Reset(stallAfter)
+		return nil
+	}}
+	resp, err := s.Client.Do(req.WithContext(httptrace.WithClientTrace(rctx, trace)))
+	if !silent.Stop() && err == nil {
+		err = context.Cause(rctx)
+		resp.Body.Close()
+	}
 	if err != nil {
+		if errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil {
+			err = fmt.Errorf("%s: nothing for %s: %w", url, stallAfter, errSilent)
+		}
+		cancel(nil)
 		return nil, err
 	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		s.answered(node)
 	}
