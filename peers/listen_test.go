@@ -2,7 +2,6 @@ package peers
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -17,12 +16,7 @@ func TestServeAnswersOnlyTheUsersItAllows(t *testing.T) {
 		allow bool
 	}{{"refused", false}, {"allowed", true}} {
 		t.Run(c.name, func(t *testing.T) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := l.Addr().String()
-			l.Close()
+			addr := freeAddr(t)
 			n := newNode(t, Config{MirrorAddress: addr})
 			n.Bind(Runtime{Registry: newRegistry(t, 1, 1<<10)})
 			asked := make(chan int, 16)
@@ -36,6 +30,7 @@ func TestServeAnswersOnlyTheUsersItAllows(t *testing.T) {
 			})
 			client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 			var resp *http.Response
+			var err error
 			for range 100 {
 				if resp, err = client.Get("http://" + addr + "/v2/"); err == nil || len(asked) > 0 {
 					break
