@@ -370,7 +370,10 @@ func (m *Mirror) loadManifest(ctx context.Context, repo string, chain []digest.D
 	switch {
 	case err == nil:
 		fromStore = true
-	case errors.Is(err, errNotStored) || errors.Is(err, errCorrupt):
+	case errors.Is(err, errCorrupt):
+		m.log.WithError(err).WithField("manifest", repo+"@"+d.String()).Warn("mirror: a stored manifest is corrupted on disk")
+		data, err = m.fetchManifest(ctx, repo, chain, d, size, src)
+	case errors.Is(err, errNotStored):
 		data, err = m.fetchManifest(ctx, repo, chain, d, size, src)
 	}
 	if err != nil {
@@ -424,27 +427,22 @@ func (m *Mirror) storedManifest(ctx context.Context, d digest.Digest, size int64
 }
 
 // corrupt handles a stored copy of d (a blob or a manifest: what) found not to match
-// d: the mirror's own copy (own) is deleted; the runtime's is left where it is (it is
-// the runtime's, not imagepind's, to delete), and from now on neither read nor taken
-// for a copy the mirror's store may drop (Prune). The next request fills d again.
+// d, and says so (the caller logs it): the mirror's own copy (own) is deleted; the
+// runtime's is left where it is (it is the runtime's, not imagepind's, to delete), and
+// from now on neither read nor taken for a copy the mirror's store may drop (Prune).
+// The next request fills d again.
 func (m *Mirror) corrupt(ctx context.Context, d digest.Digest, own bool, what string) error {
 	if own {
 		err := fmt.Errorf("the stored %s does not match %s: deleted from the store, filled again: %w", what, d, errCorrupt)
 		if derr := m.store.Delete(context.WithoutCancel(ctx), d); derr != nil {
 			err = fmt.Errorf("%w (deleting it: %v)", err, derr)
 		}
-		m.log.WithError(err).Warn("mirror: a stored copy is corrupted on disk")
 		return err
 	}
-	err := fmt.Errorf("the runtime's content store holds a %s that does not match %s: left there, read no more; filled from the peers or the registry into the mirror's store instead: %w", what, d, errCorrupt)
 	m.mu.Lock()
-	first := !m.corruptInRuntime[d]
 	m.corruptInRuntime[d] = true
 	m.mu.Unlock()
-	if first {
-		m.log.WithError(err).Warn("mirror: the runtime's content store holds a corrupted copy; remove it there (containerd: ctr -n <namespace> content rm " + d.String() + ")")
-	}
-	return err
+	return fmt.Errorf("the runtime's content store holds a %s that does not match %s: left there, read no more, filled from the peers or the registry into the mirror's store instead (containerd: ctr -n <namespace> content rm %s removes it): %w", what, d, d, errCorrupt)
 }
 
 // CorruptInRuntime are the digests whose copy in the runtime's content store (ReadAlso)
