@@ -998,14 +998,14 @@ func TestAPeerThatNeverAnswers(t *testing.T) {
 // progressEvery): it is waited for, not left, and sends the blob.
 func TestAPeerWorkingOnItsAnswerIsWaitedFor(t *testing.T) {
 	old := stallAfter
-	stallAfter = 200 * time.Millisecond
+	stallAfter = 400 * time.Millisecond
 	t.Cleanup(func() { stallAfter = old })
 	reg := newRegistry(t, 2, 64<<10)
 	slow := -1
 	wait := func(i int, h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if i == slow && strings.Contains(r.URL.Path, "/blobs/") {
-				time.Sleep(4 * stallAfter)
+				time.Sleep(3 * stallAfter)
 			}
 			h.ServeHTTP(w, r)
 		})

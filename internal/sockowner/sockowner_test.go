@@ -115,7 +115,7 @@ func TestRefusalsAreLoggedOncePerEvery(t *testing.T) {
 		t.Fatal(err)
 	}
 	log, hook := logtest.NewNullLogger()
-	sl := &Listener{Listener: l, Allow: func(int) bool { return false }, Log: log, Every: 500 * time.Millisecond}
+	sl := &Listener{Listener: l, Allow: func(int) bool { return false }, Log: log, Every: 2 * time.Second}
 	defer sl.Close()
 	go sl.Accept() // refuses every connection; returns when closed
 	const tries = 50
