@@ -114,25 +114,19 @@ func (m *Mirror) Close() {
 }
 
 // stored reads the stored blob d from off (from the store, else from the runtime's
-// content store), checked against d as it is read: a stored blob corrupted on disk
-// ends the reader with an error, not io.EOF, and leaves the store (the next request
-// fills it again). The bytes before off are read and checked too; a HEAD (head)
-// reads nothing.
+// content store), checked against d as it is read: a stored copy corrupted on disk ends
+// the reader with an error, not io.EOF (corrupt: the mirror's own copy leaves the store,
+// the runtime's is read no more), and the next request fills it again. The bytes before
+// off are read and checked too; a HEAD (head) reads nothing.
 func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64, head bool) (*blobReader, int64, error) {
-	rd, size, err := m.store.Reader(ctx, d)
-	own := err == nil
-	if err != nil && m.also != nil {
-		if rd2, size2, err2 := m.also.Reader(ctx, d); err2 == nil {
-			rd, size, err = rd2, size2, nil
-		}
-	}
+	rd, size, own, err := m.storedReader(ctx, d)
 	if err != nil {
 		return nil, 0, err
 	}
 	if off >= size {
 		off = 0
 	}
-	r := &blobReader{ctx: ctx, m: m, d: d, src: rd, verifier: d.Verifier(), ownStore: own}
+	r := &blobReader{ctx: ctx, m: m, d: d, src: rd, verifier: d.Verifier(), stored: true, ownStore: own}
 	if off > 0 && !head {
 		if _, err := io.CopyN(io.Discard, r, off); err != nil {
 			rd.Close()
@@ -287,10 +281,11 @@ type blobReader struct {
 	off  int64
 	file io.ReadSeekCloser
 
-	// a direct stream's, or a stored blob's (ownStore: in the mirror's store, which a
-	// mismatch deletes it from)
+	// a direct stream's, or a stored blob's (stored; ownStore: in the mirror's store,
+	// else in the runtime's content store)
 	src      io.ReadCloser
 	verifier digest.Verifier
+	stored   bool
 	ownStore bool
 }
 
@@ -303,11 +298,8 @@ func (r *blobReader) Read(p []byte) (int, error) {
 		r.verifier.Write(p[:n])
 		if err == io.EOF && !r.verifier.Verified() {
 			err = fmt.Errorf("the source sent bytes that do not match %s", r.d)
-			if r.ownStore {
-				err = fmt.Errorf("the stored blob does not match %s (corrupted on disk): deleted, the next request fills it again", r.d)
-				if derr := r.m.store.Delete(context.WithoutCancel(r.ctx), r.d); derr != nil {
-					err = fmt.Errorf("%w (deleting it: %v)", err, derr)
-				}
+			if r.stored {
+				err = r.m.corrupt(r.ctx, r.d, r.ownStore, "blob")
 			}
 		}
 		return n, err

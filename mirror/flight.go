@@ -98,7 +98,7 @@ type manifest struct {
 	mediaType string
 }
 
-func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	now := time.Now()
 	s.mu.Lock()
 	for k, v := range s.recent {
@@ -112,7 +112,7 @@ func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Diges
 		return k.data, k.mediaType, nil
 	}
 	m, err := s.manifests.do(ctx, d, func(ctx context.Context) (manifest, error) {
-		data, mt, err := s.Source.Manifest(ctx, repo, chain, d)
+		data, mt, err := s.Source.Manifest(ctx, repo, chain, d, size)
 		if err == nil && digest.FromBytes(data) == d {
 			s.mu.Lock()
 			s.recent[d] = kept{manifest{data, mt}, time.Now().Add(sharedFor)}

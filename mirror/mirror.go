@@ -23,6 +23,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,8 +42,11 @@ import (
 // the nearest to find a blob's repository; a peer needs the whole chain, up to a pinned
 // manifest, to know it may serve d.
 type Source interface {
-	// Manifest is the manifest repo@d, as served (bytes and media type).
-	Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error)
+	// Manifest is the manifest repo@d, as served (bytes and media type), of size bytes
+	// when the manifest above it gives a size (an index's child: chain[0] names it),
+	// else -1 (a pinned manifest: at most maxManifest). A source reads no sender past
+	// the size and refuses a manifest of another size (ErrSize).
+	Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error)
 	// Blob streams the blob d of repo, of size bytes (its descriptor's, in the manifest
 	// chain[0]), and says the size its sender announced (-1: none). A source refuses a
 	// sender announcing another size and ends the stream with an error, not io.EOF,
@@ -78,6 +82,9 @@ type Mirror struct {
 	fills map[digest.Digest]*fill
 	// flights are the manifests being fetched now, by source and digest.
 	flights flights[flightKey, []byte]
+	// corruptInRuntime are the digests whose copy in the runtime's content store
+	// (also) did not match when served: left there, read no more.
+	corruptInRuntime map[digest.Digest]bool
 	// storeFailed is when the store last failed a write (a full disk): for a minute
 	// after, blobs are streamed from the source without being stored.
 	storeFailed time.Time
@@ -113,22 +120,33 @@ func (m *Mirror) OnFilled(fn func()) { m.onFilled = fn }
 // Prune then drops from the store what c holds.
 func (m *Mirror) ReadAlso(c Content) { m.also = c }
 
-// reader is d from the store, else from the runtime's content store.
-func (m *Mirror) reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
-	rd, size, err := m.store.Reader(ctx, d)
-	if err != nil && m.also != nil {
+// storedReader is d from the store (own), else from the runtime's content store,
+// unless the copy there was found corrupted (corrupt).
+func (m *Mirror) storedReader(ctx context.Context, d digest.Digest) (rd io.ReadSeekCloser, size int64, own bool, err error) {
+	rd, size, err = m.store.Reader(ctx, d)
+	if err == nil {
+		return rd, size, true, nil
+	}
+	if m.also != nil && !m.isCorruptInRuntime(d) {
 		if rd2, size2, err2 := m.also.Reader(ctx, d); err2 == nil {
-			return rd2, size2, nil
+			return rd2, size2, false, nil
 		}
 	}
-	return rd, size, err
+	return nil, 0, false, err
+}
+
+func (m *Mirror) isCorruptInRuntime(d digest.Digest) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.corruptInRuntime[d]
 }
 
 // New builds a mirror over store, serving what pinned allows.
 func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror {
 	ctx, stop := context.WithCancel(context.Background())
 	return &Mirror{store: store, pinned: pinned, log: log, ctx: ctx, stop: stop,
-		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{}}
+		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{},
+		corruptInRuntime: map[digest.Digest]bool{}}
 }
 
 // Handler serves the mirror to the node's runtime, filling what the store lacks from
@@ -341,27 +359,104 @@ func (m *Mirror) manifestAllowed(repo string, d digest.Digest) bool {
 	return ok && c.manifest
 }
 
-// loadManifest is repo@d from the store, else from src (checked against d and stored),
-// with the blobs it names now allowed. fromStore says where it came from.
+// loadManifest is repo@d from the store (checked against d as it is read), else from
+// src (checked against d and stored), with the blobs it names now allowed. fromStore
+// says where it came from. A stored copy that does not match d is not served: the
+// mirror's own is deleted, the runtime's (containerd's) left alone and no longer read
+// (corruptInRuntime); either way the manifest is fetched again.
 func (m *Mirror) loadManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) (data []byte, fromStore bool, err error) {
-	if rd, _, err := m.reader(ctx, d); err == nil {
-		data, err = io.ReadAll(io.LimitReader(rd, maxManifest+1))
-		rd.Close()
-		if err != nil {
-			return nil, false, err
-		}
-		if err := isManifest(data); err != nil {
-			return nil, false, fmt.Errorf("%s in the store: %w", d, err)
-		}
+	size := m.manifestSize(repo, d)
+	data, err = m.storedManifest(ctx, d, size)
+	switch {
+	case err == nil:
 		fromStore = true
-	} else {
-		data, err = m.fetchManifest(ctx, repo, chain, d, src)
-		if err != nil {
-			return nil, false, err
-		}
+	case errors.Is(err, errCorrupt):
+		m.log.WithError(err).WithField("manifest", repo+"@"+d.String()).Warn("mirror: a stored manifest is corrupted on disk")
+		data, err = m.fetchManifest(ctx, repo, chain, d, size, src)
+	case errors.Is(err, errNotStored):
+		data, err = m.fetchManifest(ctx, repo, chain, d, size, src)
+	}
+	if err != nil {
+		return nil, false, err
 	}
 	m.remember(repo, d, data)
 	return data, fromStore, nil
+}
+
+// manifestSize is the size the manifest above repo@d gives it (an index naming it),
+// -1 when none gives one (a pinned manifest: it is bounded by maxManifest only).
+func (m *Mirror) manifestSize(repo string, d digest.Digest) int64 {
+	if c, ok := m.child(repo, d); ok && c.manifest {
+		return c.size
+	}
+	return -1
+}
+
+// errNotStored is a digest neither the store nor the runtime's content store holds (or
+// only a copy found corrupted there). errCorrupt is a stored copy that does not match
+// its digest: not served, and fetched again.
+var (
+	errNotStored = errors.New("not stored")
+	errCorrupt   = errors.New("corrupted on disk")
+)
+
+// storedManifest is manifest d of size bytes (-1: not known) from the store, else from
+// the runtime's content store: read whole (at most maxManifest bytes) and checked
+// against d. A copy that does not match is errCorrupt: deleted from the mirror's own
+// store, or, in the runtime's, left there and read no more (corruptInRuntime).
+func (m *Mirror) storedManifest(ctx context.Context, d digest.Digest, size int64) ([]byte, error) {
+	rd, _, own, err := m.storedReader(ctx, d)
+	if err != nil {
+		return nil, errNotStored
+	}
+	data, err := io.ReadAll(io.LimitReader(rd, maxManifest+1))
+	rd.Close()
+	if err != nil {
+		return nil, err
+	}
+	if digest.FromBytes(data) != d {
+		return nil, m.corrupt(ctx, d, own, "manifest")
+	}
+	if size >= 0 && int64(len(data)) != size {
+		return nil, fmt.Errorf("%s in the store: %d bytes, the index naming it gives %d: %w", d, len(data), size, ErrSize)
+	}
+	if err := isManifest(data); err != nil {
+		return nil, fmt.Errorf("%s in the store: %w", d, err)
+	}
+	return data, nil
+}
+
+// corrupt handles a stored copy of d (a blob or a manifest: what) found not to match
+// d, and says so (the caller logs it): the mirror's own copy (own) is deleted; the
+// runtime's is left where it is (it is the runtime's, not imagepind's, to delete), and
+// from now on neither read nor taken for a copy the mirror's store may drop (Prune).
+// The next request fills d again.
+func (m *Mirror) corrupt(ctx context.Context, d digest.Digest, own bool, what string) error {
+	if own {
+		err := fmt.Errorf("the stored %s does not match %s: deleted from the store, filled again: %w", what, d, errCorrupt)
+		if derr := m.store.Delete(context.WithoutCancel(ctx), d); derr != nil {
+			err = fmt.Errorf("%w (deleting it: %v)", err, derr)
+		}
+		return err
+	}
+	m.mu.Lock()
+	m.corruptInRuntime[d] = true
+	m.mu.Unlock()
+	return fmt.Errorf("the runtime's content store holds a %s that does not match %s: left there, read no more, filled from the peers or the registry into the mirror's store instead (containerd: ctr -n <namespace> content rm %s removes it): %w", what, d, d, errCorrupt)
+}
+
+// CorruptInRuntime are the digests whose copy in the runtime's content store (ReadAlso)
+// was found not to match: the mirror serves them from its own store, filled from the
+// peers or the registry, until the runtime no longer holds that copy.
+func (m *Mirror) CorruptInRuntime() []digest.Digest {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]digest.Digest, 0, len(m.corruptInRuntime))
+	for d := range m.corruptInRuntime {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // flightKey is one manifest fetch: a digest from one source. Fetches from different
@@ -383,16 +478,19 @@ func sourceKey(src Source) any {
 // fetchManifest is repo@d from src, checked against d and stored: one fetch for every
 // request asking at once (the runtime, and peers), which does not end with the request
 // that started it (flights).
-func (m *Mirror) fetchManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) ([]byte, error) {
+func (m *Mirror) fetchManifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source) ([]byte, error) {
 	return m.flights.do(ctx, flightKey{sourceKey(src), d}, func(ctx context.Context) ([]byte, error) {
-		return m.fetchAndStore(ctx, repo, chain, d, src)
+		return m.fetchAndStore(ctx, repo, chain, d, size, src)
 	})
 }
 
-func (m *Mirror) fetchAndStore(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, src Source) ([]byte, error) {
-	data, _, err := src.Manifest(ctx, repo, chain, d)
+func (m *Mirror) fetchAndStore(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source) ([]byte, error) {
+	data, _, err := src.Manifest(ctx, repo, chain, d, size)
 	if err != nil {
 		return nil, err
+	}
+	if size >= 0 && int64(len(data)) != size {
+		return nil, fmt.Errorf("the source sent %d bytes for %s, the index naming it gives %d: %w", len(data), d, size, ErrSize)
 	}
 	if digest.FromBytes(data) != d {
 		return nil, fmt.Errorf("the source sent a manifest that does not match %s", d)

@@ -44,7 +44,7 @@ type fakeSource struct {
 	read atomic.Int64
 }
 
-func (s *fakeSource) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
+func (s *fakeSource) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest, _ int64) ([]byte, string, error) {
 	s.calls.Add(1)
 	if digest.FromBytes(s.manifest) != d {
 		return nil, "", errors.New("manifest unknown")
@@ -605,7 +605,7 @@ type gatedSource struct {
 	started, release chan struct{}
 }
 
-func (s gatedSource) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+func (s gatedSource) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	select {
 	case s.started <- struct{}{}:
 	default:
@@ -615,7 +615,7 @@ func (s gatedSource) Manifest(ctx context.Context, repo string, chain []digest.D
 	case <-ctx.Done():
 		return nil, "", ctx.Err()
 	}
-	return s.fakeSource.Manifest(ctx, repo, chain, d)
+	return s.fakeSource.Manifest(ctx, repo, chain, d, size)
 }
 
 // Requests asking for a manifest at once share one fetch, but the one that started it

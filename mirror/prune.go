@@ -33,7 +33,7 @@ func (m *Mirror) PruneKeeping(ctx context.Context, pinned []string, seeded []dig
 			return
 		}
 		keep[d] = true
-		rd, _, err := m.reader(ctx, d)
+		rd, _, _, err := m.storedReader(ctx, d)
 		if err != nil {
 			return // not stored (yet): nothing below it to keep
 		}
@@ -69,8 +69,9 @@ func (m *Mirror) PruneKeeping(ctx context.Context, pinned []string, seeded []dig
 		if keepSeeded[d] {
 			return nil
 		}
-		// Not needed, or held by the runtime's own content store (no second copy).
-		if !keep[d] || (m.also != nil && m.also.Has(ctx, d)) {
+		// Not needed, or held by the runtime's own content store (no second copy),
+		// unless the copy there was found corrupted.
+		if !keep[d] || (m.also != nil && !m.isCorruptInRuntime(d) && m.also.Has(ctx, d)) {
 			gone = append(gone, d)
 			freed += size
 		}
@@ -87,6 +88,15 @@ func (m *Mirror) PruneKeeping(ctx context.Context, pinned []string, seeded []dig
 	ingests, ingestBytes, err := m.store.ReleaseIngests(ctx)
 	if err != nil {
 		return 0, 0, err
+	}
+	// A corrupted copy the runtime no longer holds (removed, or collected) is forgotten:
+	// what it holds again is read again, and checked as it is.
+	for _, d := range m.CorruptInRuntime() {
+		if !m.also.Has(ctx, d) {
+			m.mu.Lock()
+			delete(m.corruptInRuntime, d)
+			m.mu.Unlock()
+		}
 	}
 	// What the mirror may serve shrinks with the pins too.
 	m.mu.Lock()

@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/opencontainers/go-digest"
@@ -16,9 +17,28 @@ func FromRegistry(c *registry.Client) Source { return registrySource{c} }
 
 type registrySource struct{ c *registry.Client }
 
-func (s registrySource) Manifest(ctx context.Context, repo string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
-	return s.c.Manifest(ctx, repo, d)
+// Manifest is the registry's manifest repo@d, within stallTimeout: a manifest is read
+// whole (containers/image, at most 4 MiB), so the fill's bound on a blob (stallTimeout
+// without a byte) bounds the whole fetch. A registry that takes the request and never
+// answers ends it then, not only once every request waiting on it has gone.
+func (s registrySource) Manifest(ctx context.Context, repo string, _ []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, stallTimeout, errRegistryStalled)
+	defer cancel()
+	data, mt, err := s.c.Manifest(ctx, repo, d)
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errRegistryStalled) {
+			err = fmt.Errorf("%s: the registry sent no manifest within %s: %w", d, stallTimeout, err)
+		}
+		return nil, "", err
+	}
+	if size >= 0 && int64(len(data)) != size {
+		return nil, "", fmt.Errorf("%s: the registry sent %d bytes, the index naming it gives %d: %w", d, len(data), size, ErrSize)
+	}
+	return data, mt, nil
 }
+
+// errRegistryStalled ends a registry's manifest fetch that took stallTimeout.
+var errRegistryStalled = errors.New("the registry stalled")
 
 func (s registrySource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
 	if len(chain) == 0 {

@@ -21,7 +21,7 @@ import (
 // goneSource is a registry that does not exist: every request fails, counted.
 type goneSource struct{ calls atomic.Int64 }
 
-func (s *goneSource) Manifest(context.Context, string, []digest.Digest, digest.Digest) ([]byte, string, error) {
+func (s *goneSource) Manifest(context.Context, string, []digest.Digest, digest.Digest, int64) ([]byte, string, error) {
 	s.calls.Add(1)
 	return nil, "", errors.New("dial tcp: lookup seeded.example.invalid: no such host")
 }

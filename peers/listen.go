@@ -23,7 +23,7 @@ func (n *Node) Serve(ctx context.Context) error {
 		return err
 	}
 	if ap, err := netip.ParseAddrPort(l.Addr().String()); err == nil && ap.Addr().IsLoopback() {
-		l = &sockowner.Listener{Listener: l, Allow: sockowner.RootOrSelf, Log: n.log}
+		l = &sockowner.Listener{Listener: l, Allow: n.allow, Log: n.log}
 	}
 	return httpserve.Serve(ctx, l, n.local)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
+	"github.com/imagepin/imagepin/internal/sockowner"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/status"
@@ -77,13 +78,15 @@ type Node struct {
 	filled chan struct{}
 	// seeds are the seeds' totals for the status (Stamp).
 	seeds seedTotals
+	// allow says which users' connections the loopback mirror answers (Serve).
+	allow func(uid int) bool
 }
 
 // New builds the node's mirror over store, serving nothing until Pinner's writes tell
 // it what is pinned; Bind completes it once the runtime is known.
 func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
 	cfg.Nodes = slices.Clone(cfg.Nodes)
-	n := &Node{cfg: cfg, store: store, log: log, prune: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, store: store, log: log, prune: make(chan struct{}, 1), allow: sockowner.RootOrSelf}
 	empty := map[string]bool{}
 	n.pinned.Store(&empty)
 	n.mirror = mirror.New(store, n.isPinned, log.WithField("part", "mirror"))
@@ -195,6 +198,9 @@ func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 		}
 		s.Node.Peers = &status.PeerBytes{Address: address, FromRegistry: n.Bytes.FromRegistry.Load(), FromPeers: n.Bytes.FromPeers.Load(),
 			ToPeers: n.Bytes.ToPeers.Load(), Stored: stored}
+		if bad := n.mirror.CorruptInRuntime(); len(bad) > 0 {
+			s.Faults = append(s.Faults, fmt.Sprintf("the runtime's content store holds %d blob(s) that do not match their digest (corrupted on disk; first %s): the node-local mirror serves them from its own store, filled from the peers or the registry; remove them there (containerd: ctr -n <namespace> content rm <digest>)", len(bad), bad[0]))
+		}
 		switch t, err := n.seeds.tally(n.cfg.SeedsDir); {
 		case err != nil:
 			s.Faults = append(s.Faults, fmt.Sprintf("%v: the blob store is not pruned until it is fixed or removed", err))

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -402,5 +403,52 @@ func TestANodeOnTheRuntimesContentStoreKeepsNoSecondCopy(t *testing.T) {
 			t.Fatalf("the store keeps %d bytes the runtime holds (%v)", used, err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// corruptContent is containerd's content store holding a copy of one digest that does
+// not match it (corrupted on disk), and nothing else.
+type corruptContent struct {
+	d    digest.Digest
+	data []byte
+}
+
+func (c corruptContent) Reader(_ context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
+	if d != c.d {
+		return nil, 0, errors.New("not found")
+	}
+	return readSeekNopCloser{bytes.NewReader(c.data)}, int64(len(c.data)), nil
+}
+func (c corruptContent) Has(_ context.Context, d digest.Digest) bool { return d == c.d }
+
+type readSeekNopCloser struct{ *bytes.Reader }
+
+func (readSeekNopCloser) Close() error { return nil }
+
+// A copy in containerd's content store found corrupted is served from the registry
+// instead, and the node's status says so, with the command that removes it.
+func TestStampSaysTheRuntimesCopyIsCorrupted(t *testing.T) {
+	reg := newRegistry(t, 1, 16<<10)
+	md := digest.FromBytes(reg.manifest)
+	bad := bytes.Clone(reg.manifest)
+	bad[len(bad)/2] ^= 1
+	n := newNode(t, Config{})
+	n.Bind(Runtime{Registry: reg, Content: corruptContent{md, bad}})
+	n.setPinned([]string{repo + "@" + md.String()})
+	local := httptest.NewServer(n.local)
+	t.Cleanup(local.Close)
+	resp, err := http.Get(local.URL + "/v2/" + mirror.PathFor(repo) + "/manifests/" + md.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(b, reg.manifest) {
+		t.Fatalf("the manifest: %d, %d bytes", resp.StatusCode, len(b))
+	}
+	var st status.Node
+	n.Stamp(func(s status.Node) { st = s })(status.Node{})
+	if len(st.Faults) != 1 || !strings.Contains(st.Faults[0], md.String()) || !strings.Contains(st.Faults[0], "content rm") {
+		t.Fatalf("faults %q, want one naming %s and how to remove it", st.Faults, md)
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,8 @@ const repo = "registry.example/ocp/release"
 // fakeRegistry serves one image from memory, slowly, counting what it is asked.
 type fakeRegistry struct {
 	manifest []byte
+	// children are manifests an index (manifest) names.
+	children map[digest.Digest][]byte
 	blobs    map[digest.Digest][]byte
 	delay    time.Duration
 	down     atomic.Bool
@@ -81,9 +85,12 @@ func (r *fakeRegistry) count(d digest.Digest) error {
 	return nil
 }
 
-func (r *fakeRegistry) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
+func (r *fakeRegistry) Manifest(_ context.Context, _ string, _ []digest.Digest, d digest.Digest, _ int64) ([]byte, string, error) {
 	if err := r.count(d); err != nil {
 		return nil, "", err
+	}
+	if c, ok := r.children[d]; ok {
+		return c, "application/vnd.docker.distribution.manifest.v2+json", nil
 	}
 	if digest.FromBytes(r.manifest) != d {
 		return nil, "", errors.New("manifest unknown")
@@ -154,6 +161,8 @@ func newClusterWith(t *testing.T, reg *fakeRegistry, n int, wrap func(i int, h h
 type clusterOpts struct {
 	// wrap wraps what node i serves its peers (nil: as is).
 	wrap func(i int, h http.Handler) http.Handler
+	// wrapServer wraps node i's whole peer server (its bounds and progress included).
+	wrapServer func(i int, h http.Handler) http.Handler
 	// fanout is each Source's (0: the default); maxServing each server's (0: 4).
 	fanout, maxServing int
 	// bytesPerSecond bounds what each node serves its peers (0: no bound).
@@ -235,7 +244,11 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 		server.init()
 		nd.server = server
 		nd.serverTLS = srvTLS.Clone()
-		nd.peer = &http.Server{Handler: server, TLSConfig: srvTLS}
+		var serverHandler http.Handler = server
+		if o.wrapServer != nil {
+			serverHandler = o.wrapServer(i, server)
+		}
+		nd.peer = &http.Server{Handler: serverHandler, TLSConfig: srvTLS}
 		go nd.peer.ServeTLS(listeners[i], "", "")
 		t.Cleanup(nd.local.Close)
 		t.Cleanup(func() { nd.peer.Close() })
@@ -694,7 +707,10 @@ func (s *Source) asideFor(node string) time.Duration {
 
 // A peer announcing a blob far larger than the manifest gives is refused before
 // anything is read; one streaming on past it is cut at the blob's size. Either is set
-// aside as a peer sending wrong bytes (corruptFor), and the pull's retry is right.
+// aside as a peer sending wrong bytes (corruptFor), and the pull's retry is right. The
+// bytes read are counted once the peer's handler has returned (the transfer is over,
+// the fill behind the pull too): read straight from the Source (its own bound), and
+// through a node's mirror (which bounds what it reads again).
 func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 	for _, c := range []struct {
 		name     string
@@ -702,7 +718,7 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 	}{{"announcing 48 MiB", true}, {"streaming 48 MiB", false}} {
 		t.Run(c.name, func(t *testing.T) {
 			reg := newRegistry(t, 6, 256<<10)
-			var sent atomic.Int64
+			var sent, serving atomic.Int64
 			bad := func(i int, h http.Handler) http.Handler {
 				if i != 1 {
 					return h
@@ -712,6 +728,8 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 						h.ServeHTTP(w, r)
 						return
 					}
+					serving.Add(1)
+					defer serving.Add(-1)
 					if c.announce {
 						w.Header().Set("Content-Length", strconv.Itoa(48<<20))
 					}
@@ -726,14 +744,49 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 					}
 				})
 			}
+			// over waits until the peer's handlers have returned: nothing more comes.
+			over := func() {
+				t.Helper()
+				deadline := time.Now().Add(30 * time.Second)
+				for serving.Load() > 0 {
+					if time.Now().After(deadline) {
+						t.Fatal("the peer still sends 30 s after the reader was done")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
 			cl := newClusterWith(t, reg, 2, bad)
 			liar := cl.nodes[1]
 			d := cl.blobHeadedBy(liar)
 			size := int64(len(reg.blobs[d]))
 			reader := cl.nodes[0]
+			md := digest.FromBytes(reg.manifest)
+
+			// Straight from the Source: the peer first (it heads d), then the registry.
+			rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(rc)
+			rc.Close()
+			over()
+			t.Logf("from the Source: %d bytes, %v; the peer wrote %d bytes", len(got), err, sent.Load())
+			if fromPeer := reader.stats.FromPeers.Load(); fromPeer > size+1 {
+				t.Fatalf("%d bytes read from the peer for a blob of %d", fromPeer, size)
+			}
+			if aside := reader.src.asideFor(liar.addr); aside <= failedFor {
+				t.Fatalf("the peer is set aside for %s, want %s", aside, corruptFor)
+			}
+
+			// Through the node's mirror, the peer asked again.
+			reader.src.mu.Lock()
+			delete(reader.src.bad, liar.addr)
+			reader.src.mu.Unlock()
+			before := reader.stats.FromPeers.Load()
 			first := cl.pull(reader)
+			over()
 			t.Logf("first pull: %v; the peer wrote %d bytes", first, sent.Load())
-			if got := reader.stats.FromPeers.Load(); got > cl.size() {
+			if got := reader.stats.FromPeers.Load() - before; got > cl.size() {
 				t.Fatalf("%d bytes read from the peer for a blob of %d (the image is %d)", got, size, cl.size())
 			}
 			if aside := reader.src.asideFor(liar.addr); aside <= failedFor {
@@ -743,6 +796,96 @@ func TestAPeerSendingMoreThanTheManifestGives(t *testing.T) {
 				if err := cl.pull(reader); err != nil {
 					t.Fatalf("the retry: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// countBodies counts the bytes read from the bodies of responses whose URL holds path.
+type countBodies struct {
+	base http.RoundTripper
+	path string
+	n    *atomic.Int64
+}
+
+func (c countBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(r)
+	if err == nil && strings.Contains(r.URL.Path, c.path) {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{&countReader{resp.Body, c.n}, resp.Body}
+	}
+	return resp, err
+}
+
+type countReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// A peer sending far more than the size an index gives its child manifest (3 MiB,
+// under the 4 MiB every manifest is bounded by), announced or streamed: the asking node
+// reads no more than that size and a byte, sets the peer aside as one sending wrong
+// bytes, and has the manifest from the next (the registry).
+func TestAPeerSendingMoreThanTheIndexGivesAManifest(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		announce bool
+	}{{"announcing 3 MiB", true}, {"streaming 3 MiB", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			img, err := random.Image(16<<10, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg := registryOf(img)
+			raw := reg.manifest
+			child := digest.FromBytes(raw)
+			reg.children = map[digest.Digest][]byte{child: raw}
+			reg.manifest = []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":"application/vnd.docker.distribution.manifest.v2+json","digest":%q,"size":%d}]}`, child, len(raw)))
+			index := digest.FromBytes(reg.manifest)
+			liar := -1
+			bad := func(i int, h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if i != liar || !strings.HasSuffix(r.URL.Path, "/manifests/"+child.String()) {
+						h.ServeHTTP(w, r)
+						return
+					}
+					if c.announce {
+						w.Header().Set("Content-Length", strconv.Itoa(3<<20))
+					}
+					w.WriteHeader(http.StatusOK)
+					chunk := make([]byte, 64<<10)
+					for range (3 << 20) / len(chunk) {
+						if _, err := w.Write(chunk); err != nil {
+							return
+						}
+					}
+				})
+			}
+			cl := newClusterWith(t, reg, 2, bad)
+			liar = 0
+			if Order(child, []string{cl.nodes[0].addr, cl.nodes[1].addr})[0] == cl.nodes[1].addr {
+				liar = 1
+			}
+			reader := cl.nodes[1-liar]
+			var read atomic.Int64
+			reader.src.Client = &http.Client{Transport: countBodies{reader.src.Client.Transport, "/manifests/" + child.String(), &read}}
+			data, _, err := reader.src.Manifest(context.Background(), repo, []digest.Digest{index}, child, int64(len(raw)))
+			if err != nil || !bytes.Equal(data, raw) {
+				t.Fatalf("the child manifest: %d bytes, %v", len(data), err)
+			}
+			if n := read.Load(); n > int64(len(raw))+1 {
+				t.Fatalf("%d bytes read from the peer for a manifest of %d", n, len(raw))
+			}
+			if aside := reader.src.asideFor(cl.nodes[liar].addr); aside <= failedFor {
+				t.Fatalf("the peer is set aside for %s, want %s", aside, corruptFor)
 			}
 		})
 	}
@@ -796,6 +939,103 @@ func TestAPeerStallingOnAManifest(t *testing.T) {
 	}
 	if !reader.src.isAside(stalled.addr) {
 		t.Fatal("the stalling peer was not set aside")
+	}
+}
+
+// A peer that takes a request and sends nothing (no answer, not even a 102
+// Processing) is left as one that stops sending: after stallAfter, counted from the
+// request (it held the request 60 s, the transport's header timeout), set aside, and
+// the next is asked.
+func TestAPeerThatNeverAnswers(t *testing.T) {
+	for _, kind := range []string{"manifests", "blobs"} {
+		t.Run(kind, func(t *testing.T) {
+			old := stallAfter
+			stallAfter = 200 * time.Millisecond
+			t.Cleanup(func() { stallAfter = old })
+			reg := newRegistry(t, 2, 64<<10)
+			silent := -1
+			hang := func(i int, h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if i != silent || !strings.Contains(r.URL.Path, "/"+kind+"/") {
+						h.ServeHTTP(w, r)
+						return
+					}
+					select { // takes the request, sends nothing (for long enough to tell)
+					case <-r.Context().Done():
+					case <-time.After(5 * time.Second):
+					}
+				})
+			}
+			c := newClusterOpts(t, reg, 2, clusterOpts{wrapServer: hang})
+			d := digest.FromBytes(reg.manifest)
+			if kind == "blobs" {
+				for d = range reg.blobs {
+					break
+				}
+			}
+			head, reader := c.headAndOther(d)
+			if head == c.nodes[0] {
+				silent = 0
+			} else {
+				silent = 1
+			}
+			start := time.Now()
+			if err := c.pull(reader); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Fatalf("the pull took %s behind a peer that never answers", took)
+			}
+			if !reader.src.isAside(head.addr) {
+				t.Fatal("the peer that never answers was not set aside")
+			}
+		})
+	}
+}
+
+// A peer that works on its answer longer than stallAfter (it waits on its own
+// sources: its parent, a busy peer, the registry) says so (102 Processing every
+// progressEvery): it is waited for, not left, and sends the blob.
+func TestAPeerWorkingOnItsAnswerIsWaitedFor(t *testing.T) {
+	old := stallAfter
+	stallAfter = 400 * time.Millisecond
+	t.Cleanup(func() { stallAfter = old })
+	reg := newRegistry(t, 2, 64<<10)
+	slow := -1
+	wait := func(i int, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if i == slow && strings.Contains(r.URL.Path, "/blobs/") {
+				time.Sleep(3 * stallAfter)
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	c := newClusterWith(t, reg, 2, wait)
+	var d digest.Digest
+	for d = range reg.blobs {
+		break
+	}
+	head, reader := c.headAndOther(d)
+	if head == c.nodes[0] {
+		slow = 0
+	} else {
+		slow = 1
+	}
+	md := digest.FromBytes(reg.manifest)
+	rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(b, reg.blobs[d]) {
+		t.Fatalf("the blob: %d bytes, %v", len(b), err)
+	}
+	if reader.src.isAside(head.addr) {
+		t.Fatal("a peer working on its answer was set aside")
+	}
+	if reader.stats.FromPeers.Load() != int64(len(b)) {
+		t.Fatalf("%d bytes from the peer, want the blob's %d", reader.stats.FromPeers.Load(), len(b))
 	}
 }
 
@@ -853,7 +1093,7 @@ func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
 	if layer == "" {
 		t.Fatal("no layer over 4 MiB")
 	}
-	if _, _, err := asker.src.Forwarding().Manifest(context.Background(), repo, []digest.Digest{md}, layer); err == nil {
+	if _, _, err := asker.src.Forwarding().Manifest(context.Background(), repo, []digest.Digest{md}, layer, -1); err == nil {
 		t.Fatal("a layer was taken for a manifest")
 	}
 	if asker.src.isAside(holder.addr) {
@@ -861,42 +1101,148 @@ func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
 	}
 }
 
-// A peer answering 503 for ever costs one busy window (busyWait), then is set aside:
-// not a window for every digest it heads.
-func TestAPeerBusyForEverIsSetAside(t *testing.T) {
+// busyPeers makes every request time out waiting for a slot at once, and asks again
+// at once: a test's busy window is short.
+func busyPeers(t *testing.T) {
 	oldSlot, oldBusy, oldPoll := slotWait, busyWait, pinPoll
-	slotWait, busyWait, pinPoll = 20*time.Millisecond, 600*time.Millisecond, 50*time.Millisecond
+	slotWait, busyWait, pinPoll = 20*time.Millisecond, 400*time.Millisecond, 50*time.Millisecond
 	t.Cleanup(func() { slotWait, busyWait, pinPoll = oldSlot, oldBusy, oldPoll })
+}
+
+// fillSlots takes every slot of nd's server (blobs and manifests): it answers 503.
+func fillSlots(nd *node) {
+	for range cap(nd.server.slots) {
+		nd.server.slots <- struct{}{}
+	}
+	for range cap(nd.server.manifestSlots) {
+		nd.server.manifestSlots <- struct{}{}
+	}
+}
+
+// headAndOther are the node heading d among c's two nodes, and the other.
+func (c *cluster) headAndOther(d digest.Digest) (head, other *node) {
+	if Order(d, []string{c.nodes[0].addr, c.nodes[1].addr})[0] == c.nodes[0].addr {
+		return c.nodes[0], c.nodes[1]
+	}
+	return c.nodes[1], c.nodes[0]
+}
+
+// A peer answering 503 for ever costs one busy window (busyWait), then is set aside:
+// not a window for every digest it heads. The busy peer is the one heading more of the
+// image's digests (at least 7 of its 12), so it heads the manifest or blobs each time.
+func TestAPeerBusyForEverIsSetAside(t *testing.T) {
+	busyPeers(t)
 	reg := newRegistry(t, 10, 64<<10)
 	c := newCluster(t, reg, 2)
-	busy := c.nodes[1].server
-	for range cap(busy.slots) {
-		busy.slots <- struct{}{}
-	}
 	addrs := []string{c.nodes[0].addr, c.nodes[1].addr}
-	heads := 0
-	if Order(digest.FromBytes(reg.manifest), addrs)[0] == addrs[1] {
-		heads++
-	}
-	for d := range reg.blobs {
+	heads := [2]int{}
+	for _, d := range append([]digest.Digest{digest.FromBytes(reg.manifest)}, slices.Collect(maps.Keys(reg.blobs))...) {
 		if Order(d, addrs)[0] == addrs[1] {
-			heads++
+			heads[1]++
+		} else {
+			heads[0]++
 		}
 	}
-	if heads < 3 {
-		t.Skip("the busy peer heads fewer than three digests of this random image")
+	busy, reader := c.nodes[1], c.nodes[0]
+	if heads[0] > heads[1] {
+		busy, reader = c.nodes[0], c.nodes[1]
 	}
+	fillSlots(busy)
 	start := time.Now()
-	if err := c.pull(c.nodes[0]); err != nil {
+	if err := c.pull(reader); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
-	t.Logf("the busy peer heads %d digests; the pull took %s", heads, took)
-	if !c.nodes[0].src.isAside(addrs[1]) {
+	t.Logf("the busy peer heads %d of %d digests; the pull took %s", max(heads[0], heads[1]), heads[0]+heads[1], took)
+	if !reader.src.isAside(busy.addr) {
 		t.Fatal("a peer busy for a whole window was not set aside")
 	}
 	// Without the bound each digest it heads costs a whole window.
-	if took > time.Duration(heads)*busyWait-busyWait/2 {
-		t.Fatalf("the pull took %s: a busy window for each of %d digests", took, heads)
+	if took > 3*busyWait {
+		t.Fatalf("the pull took %s: a busy window for each digest the busy peer heads", took)
+	}
+}
+
+// A peer answering 503 for ever to manifest requests is asked again for one busy
+// window, then set aside, and the manifest comes from the next (the registry). Each
+// time it is found busy again for a whole window without answering in between, it is
+// set aside twice as long; once it answers, from failedFor again.
+func TestAPeerBusyForEverIsSetAsideForAManifest(t *testing.T) {
+	busyPeers(t)
+	reg := newRegistry(t, 1, 16<<10)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	busy, reader := c.headAndOther(md)
+	fillSlots(busy)
+	ask := func(round int, want time.Duration) {
+		t.Helper()
+		reader.src.mu.Lock()
+		delete(reader.src.bad, busy.addr) // the last set-aside ended
+		reader.src.mu.Unlock()
+		start := time.Now()
+		data, _, err := reader.src.Manifest(context.Background(), repo, nil, md, -1)
+		if err != nil || !bytes.Equal(data, reg.manifest) {
+			t.Fatalf("round %d: %d bytes, %v", round, len(data), err)
+		}
+		aside := reader.src.asideFor(busy.addr)
+		t.Logf("round %d: %s, then the peer set aside for %s", round, time.Since(start).Round(time.Millisecond), aside.Round(time.Second))
+		if aside > want || aside < want-5*time.Second {
+			t.Fatalf("round %d: the busy peer is set aside for %s, want %s", round, aside, want)
+		}
+	}
+	ask(1, failedFor)
+	ask(2, 2*failedFor)
+	ask(3, 4*failedFor)
+	// It answers (a slot free), then is busy again: failedFor again.
+	<-busy.server.manifestSlots
+	reader.src.mu.Lock()
+	delete(reader.src.bad, busy.addr)
+	reader.src.mu.Unlock()
+	if _, _, err := reader.src.Manifest(context.Background(), repo, nil, md, -1); err != nil {
+		t.Fatal(err)
+	}
+	busy.server.manifestSlots <- struct{}{}
+	ask(4, failedFor)
+}
+
+// A peer answering 503 for ever to blob requests (every ancestor of the blob in its
+// tree busy) is asked again for one busy window, then set aside, and the blob comes
+// from the registry.
+func TestAPeerBusyForEverIsSetAsideForABlob(t *testing.T) {
+	busyPeers(t)
+	reg := newRegistry(t, 1, 64<<10)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	var d digest.Digest
+	for d = range reg.blobs {
+		break
+	}
+	busy, reader := c.headAndOther(d)
+	fillSlots(busy)
+	type result struct {
+		data []byte
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
+		if err != nil {
+			done <- result{nil, err}
+			return
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		done <- result{b, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || !bytes.Equal(r.data, reg.blobs[d]) {
+			t.Fatalf("the blob: %d bytes, %v", len(r.data), r.err)
+		}
+	case <-time.After(10 * busyWait):
+		t.Fatal("the blob still waits on a peer busy for ever")
+	}
+	if !reader.src.isAside(busy.addr) {
+		t.Fatal("a peer busy for a whole window was not set aside")
 	}
 }

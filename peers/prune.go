@@ -42,8 +42,10 @@ var settleAfterFill = 5 * time.Second
 // each change of the pins (an image stays pinned for unpin_delay after its set goes:
 // so do its blobs). With the runtime's own content store (Runtime.Content), what it
 // holds goes too (no second copy at rest): looked at 5 s after the last blob filled,
-// and every minute.
+// and every minute. First, the ingests no fill holds (what a kill -9 or a reboot left
+// half written) go: a node that pins nothing after a restart never prunes.
 func (n *Node) Run(ctx context.Context) error {
+	n.releaseIngests(ctx)
 	var tick, settled <-chan time.Time
 	if n.filled != nil {
 		t := time.NewTicker(time.Minute)
@@ -87,5 +89,17 @@ func (n *Node) pruneOnce(ctx context.Context) {
 		n.log.WithError(err).Warn("mirror store: prune")
 	case count > 0:
 		n.log.WithField("blobs", count).WithField("bytes", freed).Info("mirror store: released the blobs of images no longer pinned, or held by the runtime's own content store")
+	}
+}
+
+// releaseIngests drops the store's ingests no fill holds: at start, before any pin is
+// known (a prune then would take every blob for unpinned), so only the half-written.
+func (n *Node) releaseIngests(ctx context.Context) {
+	count, freed, err := n.store.ReleaseIngests(ctx)
+	switch {
+	case err != nil:
+		n.log.WithError(err).Warn("mirror store: releasing the blobs left half written")
+	case count > 0:
+		n.log.WithField("ingests", count).WithField("bytes", freed).Info("mirror store: released the blobs a stopped imagepind left half written")
 	}
 }

@@ -7,9 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
 
+	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/seed"
 )
 
@@ -59,5 +62,48 @@ func TestPruneKeepsSeededBlobs(t *testing.T) {
 		if _, ok := n.store.Size(ctx, d); ok != want {
 			t.Fatalf("%s kept: %v, want %v", d, ok, want)
 		}
+	}
+}
+
+// A node restarted after a kill -9 releases the ingests the killed process left, at
+// once, though it pins nothing (no pin write ever wakes its prune): they do not stay
+// until its first pin.
+func TestRunReleasesIngestsLeftByAKillAtStart(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "blobs")
+	killed, err := blobstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1000)
+	rand.Read(b)
+	d := digest.FromBytes(b)
+	w, err := killed.Writer(ctx, d, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(b[:600]) // never committed nor closed: "kill -9"
+	store, err := blobstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := New(Config{}, store, logrus.New())
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(runCtx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := os.Stat(store.IngestFile(d))
+		if os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed fill's ingest is still there %s after the start: %v", 5*time.Second, err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

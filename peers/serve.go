@@ -104,6 +104,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.held.ServeHTTP(w, r)
 		return
 	}
+	// Until the answer, the client is told every progressEvery that the request is
+	// being worked on (it may wait on this node's own sources: its parent, a busy peer,
+	// the registry), so that it leaves only a node that hangs (Source.get).
+	a := newAnswering(w)
+	defer a.finish()
+	w = a
 	// A request waits its turn for a while (a pre-load asks for many blobs at once);
 	// then the client asks the next node.
 	var release func()
@@ -198,6 +204,93 @@ func (s *Server) takeBlob(ctx context.Context, d string) (release func()) {
 		return nil
 	}
 	return drop
+}
+
+// answerWithin bounds the wait for a peer's answer (its response headers), however
+// long it says it works on it (102 Processing).
+const answerWithin = 60 * time.Second
+
+// progressEvery is how often a node tells a peer waiting for its answer that it works on
+// it: well within the peer's stall bound.
+func progressEvery() time.Duration { return stallAfter / 3 }
+
+// answering is a response that sends 102 Processing every progressEvery until the
+// handler answers: the client tells a node waiting on its own sources from one that
+// took the request and hung. The handler's headers are its own until it answers (a
+// 1xx sends the response's header map, which the handler may be writing).
+type answering struct {
+	w      http.ResponseWriter
+	header http.Header
+
+	mu       sync.Mutex
+	answered bool
+	timer    *time.Timer
+}
+
+func newAnswering(w http.ResponseWriter) *answering {
+	a := &answering{w: w, header: http.Header{}}
+	a.mu.Lock()
+	a.timer = time.AfterFunc(progressEvery(), a.progress)
+	a.mu.Unlock()
+	return a
+}
+
+func (a *answering) progress() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.answered {
+		return
+	}
+	a.w.WriteHeader(http.StatusProcessing)
+	a.timer.Reset(progressEvery())
+}
+
+// answer sends the handler's headers with code, once (under mu).
+func (a *answering) answer(code int) {
+	if a.answered {
+		return
+	}
+	a.answered = true
+	a.timer.Stop()
+	h := a.w.Header()
+	for k, v := range a.header {
+		h[k] = v
+	}
+	a.w.WriteHeader(code)
+}
+
+func (a *answering) Header() http.Header { return a.header }
+
+func (a *answering) WriteHeader(code int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.answer(code)
+}
+
+func (a *answering) Write(p []byte) (int, error) {
+	a.mu.Lock()
+	a.answer(http.StatusOK)
+	a.mu.Unlock()
+	return a.w.Write(p)
+}
+
+// FlushError answers (200) if the handler has not, then flushes.
+func (a *answering) FlushError() error {
+	a.mu.Lock()
+	a.answer(http.StatusOK)
+	a.mu.Unlock()
+	return http.NewResponseController(a.w).Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (a *answering) Unwrap() http.ResponseWriter { return a.w }
+
+// finish ends the progress; a handler that wrote nothing answers 200, as net/http
+// does, with its headers.
+func (a *answering) finish() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.answer(http.StatusOK)
 }
 
 // limitedWriter counts what goes to peers and paces it.
@@ -374,9 +467,13 @@ func Client(clientCertFile, caFile string) (*http.Client, error) {
 	}
 	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		ResponseHeaderTimeout: 60 * time.Second,
+		DialContext:       dialer.DialContext,
+		ForceAttemptHTTP2: true,
+		// A peer that takes a request and sends nothing is left after stallAfter
+		// (Source.get: a 102 Processing counts, and a peer sends one every
+		// progressEvery while it works on its answer); one that keeps saying so, after
+		// answerWithin.
+		ResponseHeaderTimeout: answerWithin,
 		MaxIdleConnsPerHost:   4,
 		IdleConnTimeout:       90 * time.Second,
 		HTTP2: &http.HTTP2Config{

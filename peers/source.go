@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -98,12 +100,16 @@ type health struct {
 	// held are the peers' summaries of what their seeds hold (HeldPath); nil: none
 	// asked.
 	held *holdings
+	// busyTimes are how many times in a row each peer was set aside for being busy a
+	// whole busyWait, with no answer from it in between (setAsideBusy).
+	busyTimes map[string]int
 }
 
 // NewSource is a Source (see its fields).
 func NewSource(self string, nodes func() []string, registry mirror.Source, client *http.Client, stats *Stats, log logrus.FieldLogger) *Source {
 	return &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log,
-		health: &health{bad: map[string]time.Time{}, refusing: map[string]*refusal{}, notPinning: map[[2]string]time.Time{}, held: newHoldings(client, log)}}
+		health: &health{bad: map[string]time.Time{}, refusing: map[string]*refusal{}, notPinning: map[[2]string]time.Time{},
+			busyTimes: map[string]int{}, held: newHoldings(client, log)}}
 }
 
 // Forwarding is this Source for what a node needs to answer a peer's request (the
@@ -179,7 +185,7 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 			if time.Since(start) >= busyWait {
 				// Busy for a whole window: every digest it heads would cost each asker
 				// as much. Set aside, as a peer that fails.
-				s.setAside(node, failedFor, fmt.Errorf("busy for %s: %w", busyWait, err))
+				s.setAsideBusy(node)
 				return nil, err
 			}
 			select {
@@ -294,6 +300,31 @@ func (s *Source) order(key digest.Digest) []string {
 	return append(good, aside...)
 }
 
+// setAsideBusy sets node aside after it was busy for a whole busyWait (a manifest asked
+// of it again and again, or a blob's every ancestor): for failedFor the first time, and
+// twice as long each time it is found so again without answering anything in between,
+// up to busyAsideMax. A peer answering 503 for ever costs each asker a busy window a
+// few times an hour, not twice a minute.
+func (s *Source) setAsideBusy(node string) {
+	s.mu.Lock()
+	n := s.busyTimes[node]
+	s.busyTimes[node] = n + 1
+	s.mu.Unlock()
+	d := busyAsideMax
+	if n < 16 {
+		d = min(failedFor<<n, busyAsideMax)
+	}
+	s.setAside(node, d, fmt.Errorf("busy for %s, %d times in a row: %w", busyWait, n+1, errBusy))
+}
+
+// answered notes that node answered a request (not busy): its busy set-asides start
+// again from failedFor.
+func (s *Source) answered(node string) {
+	s.mu.Lock()
+	delete(s.busyTimes, node)
+	s.mu.Unlock()
+}
+
 func (s *Source) setAside(node string, d time.Duration, why error) {
 	if node == self {
 		return
@@ -302,6 +333,21 @@ func (s *Source) setAside(node string, d time.Duration, why error) {
 	s.bad[node] = time.Now().Add(d)
 	s.mu.Unlock()
 	s.Log.WithError(why).WithField("peer", node).WithField("for", d).Warn("peers: setting a peer aside")
+}
+
+// errSilent is a peer that took a request and sent nothing for stallAfter.
+var errSilent = errors.New("the peer took the request and sends nothing")
+
+// cancelOnClose ends a request's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelCauseFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel(nil)
+	return err
 }
 
 // errNotThere is a peer's 404 (or 503: busy): ask the next, the peer is fine.
@@ -321,9 +367,10 @@ var (
 	notPinningFor = 10 * time.Minute
 	// busyWait bounds how long a busy peer is asked again for a manifest, and how long
 	// a blob's ancestors are asked again while every one of them is busy (they serve;
-	// the registry link is what peers spare); a peer busy that long is set aside for
-	// failedFor.
-	busyWait = time.Minute
+	// the registry link is what peers spare); a peer busy that long is set aside
+	// (setAsideBusy: failedFor, doubled each time again, up to busyAsideMax).
+	busyWait     = time.Minute
+	busyAsideMax = 10 * time.Minute
 )
 
 func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, stored bool) (*http.Response, error) {
@@ -349,9 +396,30 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	if from > 0 {
 		req.Header.Set("Range", "bytes="+strconv.FormatInt(from, 10)+"-")
 	}
-	resp, err := s.Client.Do(req)
+	// The stall bound counts from the request: a peer that sends nothing for
+	// stallAfter, not even a 102 Processing (a peer working on its answer sends one
+	// every progressEvery), is left.
+	rctx, cancel := context.WithCancelCause(ctx)
+	silent := time.AfterFunc(stallAfter, func() { cancel(errSilent) })
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		silent.Reset(stallAfter)
+		return nil
+	}}
+	resp, err := s.Client.Do(req.WithContext(httptrace.WithClientTrace(rctx, trace)))
+	if !silent.Stop() && err == nil {
+		err = context.Cause(rctx)
+		resp.Body.Close()
+	}
 	if err != nil {
+		if errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil {
+			err = fmt.Errorf("%s: nothing for %s: %w", url, stallAfter, errSilent)
+		}
+		cancel(nil)
 		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		s.answered(node)
 	}
 	switch {
 	case resp.StatusCode == http.StatusOK || (from > 0 && resp.StatusCode == http.StatusPartialContent):
@@ -371,12 +439,13 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 }
 
 // Manifest asks the nodes whose seeds hold d (HeldPath), then the nodes in d's order,
-// checking what each sends against d.
-func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
+// checking what each sends against d, and reading none past size (the index's, when
+// chain[0] gives one; -1: maxManifest).
+func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	var errs []error
 	holders := s.holders(ctx, d)
 	for _, node := range holders {
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, holding)
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
 			continue
@@ -389,14 +458,14 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			continue
 		}
 		if node == self {
-			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d)
+			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d, size)
 			if err == nil {
 				return data, mt, nil
 			}
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, waiting)
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, waiting)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
 			continue
@@ -445,8 +514,9 @@ func (s *Source) holders(ctx context.Context, d digest.Digest) []string {
 
 // peerManifest is d from node, read with the blobs' stall bound (a peer that stops
 // sending is left after stallAfter, and every request joined to the fetch with it)
-// and at most maxManifest bytes; it sets the peer aside when it fails.
-func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, how asking) ([]byte, string, error) {
+// and at most size bytes (-1: maxManifest); it sets the peer aside when it fails, for
+// corruptFor when it sends another size or bytes that do not match d.
+func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, size int64, how asking) ([]byte, string, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, how)
@@ -457,14 +527,23 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 		return nil, "", err
 	}
 	defer resp.Body.Close()
-	if resp.ContentLength > maxManifest {
-		err := fmt.Errorf("announced a manifest of %d bytes, more than %d", resp.ContentLength, maxManifest)
+	limit := int64(maxManifest)
+	if size >= 0 {
+		limit = min(size, maxManifest)
+	}
+	switch {
+	case size >= 0 && resp.ContentLength >= 0 && resp.ContentLength != size:
+		err := fmt.Errorf("announced a manifest of %d bytes, the index gives %d: %w", resp.ContentLength, size, mirror.ErrSize)
+		s.setAside(node, corruptFor, err)
+		return nil, "", err
+	case resp.ContentLength > limit:
+		err := fmt.Errorf("announced a manifest of %d bytes, more than %d: %w", resp.ContentLength, limit, mirror.ErrSize)
 		s.setAside(node, corruptFor, err)
 		return nil, "", err
 	}
 	stall := time.AfterFunc(stallAfter, cancel)
 	defer stall.Stop()
-	data, err := io.ReadAll(io.LimitReader(&stalling{r: resp.Body, t: stall}, maxManifest+1))
+	data, err := io.ReadAll(io.LimitReader(&stalling{r: resp.Body, t: stall}, limit+1))
 	switch {
 	case err != nil && parent.Err() != nil:
 	case err != nil && ctx.Err() != nil:
@@ -472,8 +551,8 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 		s.setAside(node, failedFor, err)
 	case err != nil:
 		s.setAside(node, failedFor, err)
-	case len(data) > maxManifest:
-		err = fmt.Errorf("sent a manifest of more than %d bytes", maxManifest)
+	case int64(len(data)) > limit:
+		err = fmt.Errorf("sent a manifest of more than %d bytes: %w", limit, mirror.ErrSize)
 		s.setAside(node, corruptFor, err)
 	case digest.FromBytes(data) != d:
 		err = errors.New("sent a manifest that does not match its digest")
@@ -610,7 +689,7 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 				}
 			} else {
 				for _, n := range busy {
-					p.s.setAside(n, failedFor, fmt.Errorf("busy for %s: %w", busyWait, errBusy))
+					p.s.setAsideBusy(n)
 				}
 			}
 			for _, n := range busy {
@@ -907,8 +986,8 @@ type counted struct {
 	stats *Stats
 }
 
-func (c counted) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest) ([]byte, string, error) {
-	data, mt, err := c.Source.Manifest(ctx, repo, chain, d)
+func (c counted) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
+	data, mt, err := c.Source.Manifest(ctx, repo, chain, d, size)
 	c.stats.FromRegistry.Add(int64(len(data)))
 	c.stats.fromRegistry(repo, chain, d).Add(int64(len(data)))
 	return data, mt, err

@@ -130,7 +130,7 @@ func TestAPeerThatNeverListensCostsStartWaitOnce(t *testing.T) {
 	}
 	start = time.Now()
 	for _, nd := range live {
-		if _, _, err := nd.src.Manifest(t.Context(), repo, nil, digest.FromBytes(reg.manifest)); err != nil {
+		if _, _, err := nd.src.Manifest(t.Context(), repo, nil, digest.FromBytes(reg.manifest), -1); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := nd.src.ask(t.Context(), dead.addr, repo, "blobs", nil, c.largest(), 0, climbing); err == nil {

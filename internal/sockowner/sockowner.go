@@ -14,8 +14,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 )
@@ -100,12 +103,21 @@ func parseAddr(s string) (netip.AddrPort, error) {
 }
 
 // Listener accepts only connections whose client end a user in Allow owns; others are
-// closed at once (logged once a minute at most is the caller's concern: each is logged
-// at debug).
+// closed at once. The refusals are logged at Warn, at most one line per Every (0: a
+// minute): the first at once, the others of the next Every as one line with their
+// count and users when it ends (any local user may connect as often as it likes; the
+// log does not grow with it).
 type Listener struct {
 	net.Listener
 	Allow func(uid int) bool
 	Log   logrus.FieldLogger
+	Every time.Duration
+
+	mu      sync.Mutex
+	logged  time.Time      // when the last line was logged
+	held    int            // refusals since, not logged yet
+	heldBy  map[string]int // their users ("uid 1000", or the lookup's error), counted
+	flusher *time.Timer    // logs the held refusals when Every has passed
 }
 
 // Accept returns the next allowed connection.
@@ -119,17 +131,86 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err == nil && l.Allow(uid) {
 			return c, nil
 		}
-		if l.Log != nil {
-			e := l.Log.WithField("client", c.RemoteAddr().String())
-			if err != nil {
-				e = e.WithError(err)
-			} else {
-				e = e.WithField("uid", uid)
-			}
-			e.Warn("node-local mirror: refused a connection from a process that is not root (only the container runtime and imagepind read pinned images here)")
+		who := fmt.Sprintf("uid %d", uid)
+		if err != nil {
+			who = err.Error()
 		}
+		l.refused(c.RemoteAddr().String(), who)
 		c.Close()
 	}
+}
+
+// Close closes the listener, logging the refusals not logged yet.
+func (l *Listener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	if l.flusher != nil {
+		l.flusher.Stop()
+		l.flusher = nil
+	}
+	l.mu.Unlock()
+	l.flush()
+	return err
+}
+
+const refusedMsg = "node-local mirror: refused connections from processes that are not root (only the container runtime and imagepind read pinned images here)"
+
+func (l *Listener) every() time.Duration {
+	if l.Every > 0 {
+		return l.Every
+	}
+	return time.Minute
+}
+
+// refused logs a refused connection from client (who: its user), or holds it for the
+// next line.
+func (l *Listener) refused(client, who string) {
+	if l.Log == nil {
+		return
+	}
+	l.mu.Lock()
+	if l.held == 0 && time.Since(l.logged) >= l.every() {
+		l.logged = time.Now()
+		l.mu.Unlock()
+		l.Log.WithField("client", client).WithField("user", who).Warn(refusedMsg)
+		return
+	}
+	l.held++
+	if l.heldBy == nil {
+		l.heldBy = map[string]int{}
+	}
+	if _, ok := l.heldBy[who]; ok || len(l.heldBy) < 8 {
+		l.heldBy[who]++
+	}
+	if l.flusher == nil {
+		l.flusher = time.AfterFunc(time.Until(l.logged.Add(l.every())), func() {
+			l.mu.Lock()
+			l.flusher = nil
+			l.mu.Unlock()
+			l.flush()
+		})
+	}
+	l.mu.Unlock()
+}
+
+// flush logs the refusals held, as one line.
+func (l *Listener) flush() {
+	l.mu.Lock()
+	held, by := l.held, l.heldBy
+	l.held, l.heldBy = 0, nil
+	if held > 0 {
+		l.logged = time.Now()
+	}
+	l.mu.Unlock()
+	if held == 0 || l.Log == nil {
+		return
+	}
+	users := make([]string, 0, len(by))
+	for who, n := range by {
+		users = append(users, fmt.Sprintf("%s ×%d", who, n))
+	}
+	sort.Strings(users)
+	l.Log.WithField("refused", held).WithField("users", strings.Join(users, ", ")).Warn(refusedMsg)
 }
 
 // RootOrSelf allows root and the user this process runs as.

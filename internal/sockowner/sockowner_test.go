@@ -1,12 +1,17 @@
 package sockowner
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 )
 
 // The connection's client end is found in the real socket table, owned by this test's
@@ -98,5 +103,46 @@ func TestOwnerReadsTheKernelsTable(t *testing.T) {
 	a, err = parseAddr("00000000000000000000000001000000:1F13")
 	if err != nil || a != netip.MustParseAddrPort("[::1]:7955") {
 		t.Fatalf("::1: %v, %v", a, err)
+	}
+}
+
+// Refused connections are logged at most once per Every: the first at once, the others
+// of the next Every as one line with their count. Any local user may connect as often as
+// it likes; the log does not grow with it.
+func TestRefusalsAreLoggedOncePerEvery(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, hook := logtest.NewNullLogger()
+	sl := &Listener{Listener: l, Allow: func(int) bool { return false }, Log: log, Every: 2 * time.Second}
+	defer sl.Close()
+	go sl.Accept() // refuses every connection; returns when closed
+	const tries = 50
+	for range tries {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("a refused connection stays open")
+		}
+		c.Close()
+	}
+	if n := len(hook.AllEntries()); n != 1 {
+		t.Fatalf("%d lines logged for %d refused connections at once, want 1", n, tries)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(hook.AllEntries()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	entries := hook.AllEntries()
+	if len(entries) != 2 {
+		t.Fatalf("%d lines after Every, want 2 (the first, then the rest counted)", len(entries))
+	}
+	last := entries[1]
+	if last.Level != logrus.WarnLevel || last.Data["refused"] != tries-1 || !strings.Contains(fmt.Sprint(last.Data["users"]), fmt.Sprintf("uid %d ×%d", os.Getuid(), tries-1)) {
+		t.Fatalf("the second line: %s %v", last.Level, last.Data)
 	}
 }

@@ -61,9 +61,10 @@ func Run(t *testing.T, s Subject) {
 		for _, c := range []struct {
 			d     digest.Digest
 			chain []digest.Digest
-		}{{o.Index, nil}, {o.Image, []digest.Digest{o.Index}}} {
+			size  int64
+		}{{o.Index, nil, -1}, {o.Image, []digest.Digest{o.Index}, int64(len(o.manifests[o.Image].Data))}} {
 			m, err := within(t, "Manifest", transferring, func() (Manifest, error) {
-				data, mt, err := src.Manifest(t.Context(), o.Repo, c.chain, c.d)
+				data, mt, err := src.Manifest(t.Context(), o.Repo, c.chain, c.d, c.size)
 				return Manifest{data, mt}, err
 			})
 			want := o.manifests[c.d]
@@ -84,13 +85,30 @@ func Run(t *testing.T, s Subject) {
 	t.Run("UnknownManifestIsAnError", func(t *testing.T) {
 		o, src := stand(t, Honest)
 		m, err := within(t, "Manifest of a digest the origin lacks", promptly+transferring, func() (Manifest, error) {
-			data, mt, err := src.Manifest(t.Context(), o.Repo, nil, o.Missing)
+			data, mt, err := src.Manifest(t.Context(), o.Repo, nil, o.Missing, -1)
 			return Manifest{data, mt}, err
 		})
 		if err == nil {
 			t.Fatalf("a manifest the origin does not hold: %d bytes (%q), no error", len(m.Data), m.MediaType)
 		}
 		t.Logf("as expected: %v", err)
+	})
+
+	// The size an index gives its child manifest binds as a blob's does: asked for with
+	// one byte less or one more than the manifest has, a source refuses it with
+	// mirror.ErrSize (a peer reads no sender past the size).
+	t.Run("TheIndexsSizeBindsAManifest", func(t *testing.T) {
+		o, src := stand(t, Honest)
+		n := int64(len(o.manifests[o.Image].Data))
+		for _, size := range []int64{n - 1, n + 1} {
+			data, err := within(t, "Manifest of another size", transferring, func() ([]byte, error) {
+				data, _, err := src.Manifest(t.Context(), o.Repo, []digest.Digest{o.Index}, o.Image, size)
+				return data, err
+			})
+			if !errors.Is(err, mirror.ErrSize) {
+				t.Errorf("a manifest of %d bytes asked for as %d: %d bytes, %v; want mirror.ErrSize", n, size, len(data), err)
+			}
+		}
 	})
 
 	// Every blob comes back byte for byte, streamed, and the size said is the
@@ -251,7 +269,7 @@ func Run(t *testing.T, s Subject) {
 		b := o.Blobs[len(o.Blobs)-1]
 		calls := map[string]func(ctx context.Context) error{
 			"Manifest": func(ctx context.Context) error {
-				_, _, err := src.Manifest(ctx, o.Repo, nil, o.Index)
+				_, _, err := src.Manifest(ctx, o.Repo, nil, o.Index, -1)
 				return err
 			},
 			"Blob": func(ctx context.Context) error {
@@ -288,7 +306,7 @@ func Run(t *testing.T, s Subject) {
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		within(t, "Manifest with a cancelled context", promptly, func() ([]byte, error) {
-			data, _, err := src.Manifest(ctx, o.Repo, nil, o.Index)
+			data, _, err := src.Manifest(ctx, o.Repo, nil, o.Index, -1)
 			return data, err
 		})
 		within(t, "Blob with a cancelled context", promptly, func() ([]byte, error) {

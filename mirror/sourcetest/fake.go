@@ -47,13 +47,16 @@ func NewFake(manifests map[digest.Digest]Manifest, blobs map[digest.Digest][]byt
 // FakeOf is a Fake in front of o (its manifests and its sender, sending as o does).
 func FakeOf(o *Origin) *Fake { return &Fake{Manifests: o.Manifest, Sends: o.Send} }
 
-func (f *Fake) Manifest(ctx context.Context, _ string, _ []digest.Digest, d digest.Digest) ([]byte, string, error) {
+func (f *Fake) Manifest(ctx context.Context, _ string, _ []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, "", err
 	}
 	m, err := f.Manifests(ctx, d)
 	if err != nil {
 		return nil, "", err
+	}
+	if size >= 0 && int64(len(m.Data)) != size {
+		return nil, "", fmt.Errorf("manifest %s: %d bytes, the index gives %d: %w", d, len(m.Data), size, mirror.ErrSize)
 	}
 	return m.Data, m.MediaType, nil
 }
