@@ -104,6 +104,14 @@ func hostsRecord(stateDir string) string {
 	return filepath.Join(stateDir, "containerd-mirror-hosts.json")
 }
 
+// adminRegistriesDir is where imagepind keeps CRI-O's registries.conf.d as the
+// administrator wrote it, without the node-local mirror's drop-in
+// (crio.AdminFiles.Scratch): the registry access of what must never ask the mirror on
+// CRI-O (the mirror's own fills, the tag check).
+func adminRegistriesDir(stateDir string) string {
+	return filepath.Join(stateDir, "registries-admin.d")
+}
+
 // BindPeers gives node the runtime's way to registries and returns pinner with the
 // node-local mirror: each pin write tells the mirror what it may serve, then points the
 // runtime at it (CRI-O's registries drop-in, containerd's hosts.toml blocks). The
@@ -126,7 +134,7 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 		files = &containerd.MirrorHosts{Local: cfg.Peers.MirrorAddress, ConfigPath: cfg.Containerd.ConfigPath,
 			Record: hostsRecord(stateDir), Path: mirror.PathFor}
 	} else {
-		admin := &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: filepath.Join(stateDir, "registries-admin.d")}
+		admin := &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: adminRegistriesDir(stateDir)}
 		if _, _, err := admin.Read(); err != nil {
 			log.WithError(err).Warn("[peers] reading the administrator's registries files")
 		}
