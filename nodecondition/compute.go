@@ -5,12 +5,13 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/status"
 )
 
 // Type is the Node condition's type.
-const Type = "PinnedImagesReady"
+const Type = v1alpha1.NodeConditionPinnedImagesReady
 
 // Reasons of the condition.
 const (

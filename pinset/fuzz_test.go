@@ -4,12 +4,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/imagepin/imagepin/crio"
 )
 
 // FuzzParseSetFile: any input either fails with an error naming the file, or yields sets
-// whose images are valid digest references that render into a drop-in CRI-O can read.
+// whose images are valid digest references (that they render into a drop-in CRI-O can
+// read is crio's FuzzRenderParsedSets: the model's tests import no runtime).
 func FuzzParseSetFile(f *testing.F) {
 	f.Add([]byte("apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: a}\nspec:\n  nodeSelector: {matchLabels: {a: b}}\n  pinnedImages: [\"quay.io/x/a@" + d1 + "\"]\n"))
 	f.Add([]byte("apiVersion: machineconfiguration.openshift.io/v1\nkind: PinnedImageSet\nmetadata: {name: b, labels: {machineconfiguration.openshift.io/role: worker}}\nspec: {pinnedImages: [{name: \"quay.io/x/b@" + d2 + "\"}]}\n"))
@@ -32,7 +31,6 @@ func FuzzParseSetFile(f *testing.F) {
 			}
 			return
 		}
-		var all []string
 		for _, s := range res.Sets {
 			if s.Name == "" || s.UID == "" || s.SpecHash == "" || len(s.Images) == 0 {
 				t.Fatalf("incomplete set %+v", s)
@@ -42,10 +40,6 @@ func FuzzParseSetFile(f *testing.F) {
 					t.Fatalf("accepted invalid image %q: %v", img, err)
 				}
 			}
-			all = append(all, s.Images...)
-		}
-		if _, err := crio.Render(all); err != nil {
-			t.Fatalf("valid images do not render: %v", err)
 		}
 	})
 }

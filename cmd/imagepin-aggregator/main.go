@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/cluster/aggregator"
 	"github.com/imagepin/imagepin/cluster/clusterstatus"
 	"github.com/imagepin/imagepin/cluster/readauth"
@@ -35,7 +36,6 @@ import (
 	"github.com/imagepin/imagepin/internal/fsutil"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/internal/leader"
-	"github.com/imagepin/imagepin/nodecondition"
 )
 
 var version = "0.1.0-dev"
@@ -117,7 +117,7 @@ func defineFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.statusMinInterval, "status-min-interval", 10*time.Second, "a set's status is written at most this often")
 	fs.Float64Var(&o.statusQPS, "status-qps", 5, "status writes per second across all sets, at most")
 	fs.DurationVar(&o.statusWarmup, "status-warmup", 45*time.Second, "a new leader writes no status until every Node reported, or this long")
-	fs.StringVar(&o.startupTaint, "startup-taint", starttaint.DefaultKey, "with --cluster: the leader removes taints with this key from a Node once its "+nodecondition.Type+" condition is True (empty: never)")
+	fs.StringVar(&o.startupTaint, "startup-taint", starttaint.DefaultKey, "with --cluster: the leader removes taints with this key from a Node once its "+v1alpha1.NodeConditionPinnedImagesReady+" condition is True (empty: never)")
 }
 
 func envOr(key, def string) string {
@@ -212,7 +212,7 @@ func run(ctx context.Context, o options, log *logrus.Logger) error {
 		})
 		rcfg.Write = loop.Lead
 		if o.startupTaint != "" {
-			taints := starttaint.New(cs, events, starttaint.Config{Key: o.startupTaint, Condition: nodecondition.Type, Log: log})
+			taints := starttaint.New(cs, events, starttaint.Config{Key: o.startupTaint, Condition: v1alpha1.NodeConditionPinnedImagesReady, Log: log})
 			rcfg.Write = both(loop.Lead, taints.Lead)
 		}
 		if o.leaderElect {

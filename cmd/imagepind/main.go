@@ -26,6 +26,7 @@ import (
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
+	"github.com/imagepin/imagepin/tags"
 	"github.com/imagepin/imagepin/watch"
 )
 
@@ -132,15 +133,16 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	if peers != nil {
 		publish = peers.Stamp(publish)
 	}
-	// The tags the sets pin: filled by wire.Agent once the runtime is known.
-	tags := &wire.TagParts{Poke: poke}
+	// The pre-load of the tags the sets pin: built by wire.Agent once the runtime is known.
+	var tagNode *tags.Node
 	opts := wire.Options{
-		Peers:    peers,
-		Tags:     tags,
-		Version:  version,
-		Publish:  publish,
-		Log:      log,
-		Observer: m,
+		Peers:       peers,
+		OnTags:      func(n *tags.Node) { tagNode = n },
+		TagsChanged: poke,
+		Version:     version,
+		Publish:     publish,
+		Log:         log,
+		Observer:    m,
 		// WATCHDOG=1 only from the loop itself: a CRI-O outage slows no step for long
 		// (every call has a timeout), so it cannot get imagepind killed.
 		Alive:     notifier.Watchdog,
@@ -188,7 +190,8 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 	})
 	g.Go(func() error { return a.Run(ctx, triggers) })
 	g.Go(func() error { return trimmer.Run(ctx) })
-	g.Go(func() error { return tags.Run(ctx) })
+	// The tags' check, their endpoint (CRI-O) and their keeper.
+	g.Go(func() error { return tagNode.Run(ctx) })
 	if syncer != nil {
 		// The API being down never stops imagepind: the sync keeps the files and retries.
 		g.Go(func() error { return syncer.Run(ctx) })

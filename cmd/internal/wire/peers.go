@@ -1,8 +1,6 @@
 package wire
 
 import (
-	"errors"
-	"os"
 	"path/filepath"
 
 	"github.com/sirupsen/logrus"
@@ -22,14 +20,14 @@ import (
 
 // NewPeers opens the blob store and builds the node-local mirror of [peers]
 // (peers.Node); nil when [peers] is off, after removing what an earlier run left
-// (peersOff). BindPeers completes it once the runtime is known.
+// (peers.Off, given what the config names: peersLeftovers). BindPeers completes it once
+// the runtime is known.
 func NewPeers(cfg conf.Config, stateDir string, log logrus.FieldLogger) (*peers.Node, error) {
-	dir := StoreDir(cfg, stateDir)
 	if !cfg.Peers.Enabled {
-		peersOff(cfg, stateDir, dir, log)
+		peers.Off(peersLeftovers(cfg, stateDir), log)
 		return nil, nil
 	}
-	store, err := blobstore.Open(dir)
+	store, err := blobstore.Open(StoreDir(cfg, stateDir))
 	if err != nil {
 		return nil, err
 	}
@@ -65,43 +63,34 @@ func PeersConfig(cfg conf.Config) peers.Config {
 	return out
 }
 
-// peersOff removes what the node-local mirror left with [peers] on: CRI-O's registries
-// drop-in, the mirror's blocks in containerd's hosts.toml files, the store (only one
-// imagepind made, and only what it holds: store_dir may name any directory). The
-// mirror being gone makes the runtime go on to the next endpoint anyway; these are the
-// files the config names, so they are undone where the config is read.
-func peersOff(cfg conf.Config, stateDir, dir string, log logrus.FieldLogger) {
-	dropIn := filepath.Join(cfg.Disk.RegistriesConfDir, crio.MirrorDropInName)
-	if err := os.Remove(dropIn); err == nil {
-		log.WithField("file", dropIn).Info("[peers] is off: removed the node-local mirror's registries drop-in")
+// peersLeftovers are what the node-local mirror leaves with [peers] on, where the
+// config puts them: the store; CRI-O's registries drop-in and containerd's hosts.toml
+// blocks (either runtime's: the runtime is not known yet); the tag endpoint's CA in
+// CRI-O's certs.d, for tag_address.
+func peersLeftovers(cfg conf.Config, stateDir string) peers.Leftovers {
+	l := peers.Leftovers{
+		Store: StoreDir(cfg, stateDir),
+		Files: []peers.Files{
+			&crio.MirrorRegistries{Admin: &crio.AdminFiles{Dir: cfg.Disk.RegistriesConfDir}},
+			&containerd.MirrorHosts{Record: hostsRecord(stateDir), ConfigPath: cfg.Containerd.ConfigPath},
+		},
 	}
-	if cfg.Peers.TagAddress != "" {
-		if err := tagmirror.Forget(stateDir, cfg.Disk.CertsDir, cfg.Peers.TagAddress); err != nil {
-			log.WithError(err).Warn("[peers] is off: removing the tag endpoint's CA from certs.d")
-		}
+	if addr := cfg.Peers.TagAddress; addr != "" {
+		l.Untrust = func() error { return tagmirror.Forget(stateDir, cfg.Disk.CertsDir, addr) }
 	}
-	hosts := &containerd.MirrorHosts{Record: hostsRecord(stateDir), ConfigPath: cfg.Containerd.ConfigPath}
-	if _, err := os.Stat(hosts.Record); err == nil {
-		if err := hosts.SyncHosts(nil); err != nil {
-			log.WithError(err).Warn("[peers] is off: removing the node-local mirror from containerd's hosts.toml files")
-		} else {
-			log.Info("[peers] is off: removed the node-local mirror from containerd's hosts.toml files")
-		}
-	}
-	if _, err := os.Stat(dir); err == nil {
-		switch err := blobstore.Remove(dir); {
-		case err == nil:
-			log.WithField("dir", dir).Info("[peers] is off: removed the node-local mirror's blob store")
-		case errors.Is(err, blobstore.ErrNotAStore):
-			log.WithField("dir", dir).Debug("[peers] is off: store_dir holds no blob store imagepind made; left as it is")
-		default:
-			log.WithError(err).WithField("dir", dir).Warn("[peers] is off: removing the node-local mirror's blob store")
-		}
-	}
+	return l
 }
 
 func hostsRecord(stateDir string) string {
 	return filepath.Join(stateDir, "containerd-mirror-hosts.json")
+}
+
+// adminRegistriesDir is where imagepind keeps CRI-O's registries.conf.d as the
+// administrator wrote it, without the node-local mirror's drop-in
+// (crio.AdminFiles.Scratch): the registry access of what must never ask the mirror on
+// CRI-O (the mirror's own fills, the tag check).
+func adminRegistriesDir(stateDir string) string {
+	return filepath.Join(stateDir, "registries-admin.d")
 }
 
 // BindPeers gives node the runtime's way to registries and returns pinner with the
@@ -126,7 +115,7 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 		files = &containerd.MirrorHosts{Local: cfg.Peers.MirrorAddress, ConfigPath: cfg.Containerd.ConfigPath,
 			Record: hostsRecord(stateDir), Path: mirror.PathFor}
 	} else {
-		admin := &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: filepath.Join(stateDir, "registries-admin.d")}
+		admin := &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: adminRegistriesDir(stateDir)}
 		if _, _, err := admin.Read(); err != nil {
 			log.WithError(err).Warn("[peers] reading the administrator's registries files")
 		}

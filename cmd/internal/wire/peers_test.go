@@ -3,48 +3,70 @@ package wire
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/conf"
+	"github.com/imagepin/imagepin/containerd"
+	"github.com/imagepin/imagepin/crio"
+	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/tagmirror"
 )
 
-// [peers] off with store_dir naming a directory imagepind never made a store of (the
-// state directory, a data mount): every file in it stays. Before, imagepind ran
-// os.RemoveAll(store_dir) at every start with [peers] off.
-func TestPeersOffLeavesAStoreDirItDidNotMake(t *testing.T) {
+// [peers] off: what the mirror left where the config puts it is removed (CRI-O's
+// registries drop-in, the mirror's block in containerd's hosts.toml, the tag endpoint's
+// CA in certs.d, the store imagepind made), and the administrator's files stay as they
+// were. peers.Off's own tests cover a store_dir imagepind never made a store of.
+func TestPeersOffRemovesWhatTheConfigNames(t *testing.T) {
 	state := t.TempDir()
-	data := filepath.Join(t.TempDir(), "data")
-	os.MkdirAll(filepath.Join(data, "blobs"), 0o755)
-	os.WriteFile(filepath.Join(data, "blobs", "mine"), []byte("x"), 0o600)
-	os.WriteFile(filepath.Join(data, "db"), []byte("y"), 0o600)
 	cfg := conf.Default()
-	cfg.Disk.RegistriesConfDir = t.TempDir()
 	cfg.Peers.Enabled = false
-	cfg.Peers.StoreDir = data
+	cfg.Peers.TagAddress = "127.0.0.1:7445"
+	cfg.Disk.RegistriesConfDir, cfg.Disk.CertsDir, cfg.Containerd.ConfigPath = t.TempDir(), t.TempDir(), t.TempDir()
+	cfg.Peers.StoreDir = filepath.Join(t.TempDir(), "data")
+
+	dropIn := filepath.Join(cfg.Disk.RegistriesConfDir, crio.MirrorDropInName)
+	admin := filepath.Join(cfg.Disk.RegistriesConfDir, "50-admin.conf")
+	os.WriteFile(dropIn, []byte("[[registry]]\n"), 0o644)
+	os.WriteFile(admin, []byte("[[registry]]\n"), 0o644)
+	hostsToml := filepath.Join(cfg.Containerd.ConfigPath, "quay.io", "hosts.toml")
+	os.MkdirAll(filepath.Dir(hostsToml), 0o755)
+	adminHosts := "server = \"https://quay.io\"\n"
+	os.WriteFile(hostsToml, []byte(adminHosts), 0o644)
+	hosts := &containerd.MirrorHosts{Local: "127.0.0.1:7443", ConfigPath: cfg.Containerd.ConfigPath, Record: hostsRecord(state), Path: mirror.PathFor}
+	if _, err := hosts.Render([]string{"quay.io/x/a@sha256:" + strings.Repeat("1", 64)}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(hostsToml); string(b) == adminHosts {
+		t.Fatal("the mirror's block was not written")
+	}
+	ca, err := tagmirror.LoadCA(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tagmirror.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blobstore.Open(cfg.Peers.StoreDir); err != nil {
+		t.Fatal(err)
+	}
+
 	if p, err := NewPeers(cfg, state, logrus.New()); err != nil || p != nil {
 		t.Fatalf("NewPeers with [peers] off: %v, %v", p, err)
 	}
-	for _, f := range []string{"blobs/mine", "db"} {
-		if _, err := os.Stat(filepath.Join(data, f)); err != nil {
-			t.Errorf("%s deleted with [peers] off: %v", f, err)
+	for _, gone := range []string{dropIn, filepath.Join(cfg.Disk.CertsDir, cfg.Peers.TagAddress, "ca.crt"), hostsRecord(state), cfg.Peers.StoreDir} {
+		if _, err := os.Stat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s stays with [peers] off: %v", gone, err)
 		}
 	}
-
-	// A store it made is removed, and only what the store holds.
-	if _, err := blobstore.Open(data); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(admin); err != nil {
+		t.Errorf("the administrator's drop-in: %v", err)
 	}
-	if _, err := NewPeers(cfg, state, logrus.New()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(data, ".imagepin-blobstore")); !os.IsNotExist(err) {
-		t.Errorf("the store's marker stays with [peers] off: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(data, "db")); err != nil {
-		t.Errorf("db deleted with the store: %v", err)
+	if b, _ := os.ReadFile(hostsToml); string(b) != adminHosts {
+		t.Errorf("hosts.toml with [peers] off:\n%s\nwant the administrator's:\n%s", b, adminHosts)
 	}
 }
 

@@ -35,6 +35,7 @@ import (
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
+	"github.com/imagepin/imagepin/tags"
 )
 
 // Options are what differs between imagepind and imagepinctl apply.
@@ -55,8 +56,11 @@ type Options struct {
 	Idle func()
 	// SourceFaults are the cluster sync's faults, shown in the node's status.
 	SourceFaults func() []string
-	// Tags, when not nil, receives the parts that pre-load pinned tags (Tags).
-	Tags *TagParts
+	// OnTags, when not nil, asks for the pre-load of the tags the sets pin: it is given
+	// the tags' run-time (Tags), built once the runtime is known, for the caller to run;
+	// TagsChanged is called when what it reports changes.
+	OnTags      func(*tags.Node)
+	TagsChanged func()
 	// DetectFor bounds the wait for the runtime's CRI Version with [cri] runtime = auto
 	// (0: 10 s).
 	DetectFor time.Duration
@@ -103,17 +107,17 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	if s := opts.Peers.Store(); s != nil {
 		stored = s
 	}
-	var tags func([]pinset.Tag)
+	var wantTags func([]pinset.Tag)
 	var tagStatus func() (*status.Tags, []string)
 	var tagHeld func(string) bool
-	if opts.Tags != nil {
-		poke := opts.Tags.Poke
-		if *opts.Tags, err = Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.Log); err != nil {
+	if opts.OnTags != nil {
+		t, err := Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.TagsChanged, opts.Log)
+		if err != nil {
 			client.Close()
 			return nil, nil, err
 		}
-		opts.Tags.Poke, opts.Tags.Checker.OnChange, opts.Tags.Keeper.OnChange = poke, poke, poke
-		tags, tagStatus, tagHeld = opts.Tags.Keeper.Want, opts.Tags.Status, opts.Tags.Keeper.Held
+		opts.OnTags(t)
+		wantTags, tagStatus, tagHeld = t.Want, t.Status, t.Held
 	}
 	var registryBytes func(string) int64
 	if opts.Peers != nil {
@@ -149,7 +153,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Idle:     opts.Idle,
 
 		RegistryBytes: registryBytes,
-		Tags:          tags,
+		Tags:          wantTags,
 		TagStatus:     tagStatus,
 		TagHeld:       tagHeld,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
