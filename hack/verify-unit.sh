@@ -8,6 +8,9 @@ trap 'rm -rf "$root"' EXIT
 mkdir -p "$root/usr/bin" "$root/etc/systemd/system" "$root/lib/systemd"
 cp -r /lib/systemd/system "$root/lib/systemd/"
 install -m 0755 "$bin/imagepind" "$root/usr/bin/imagepind"
+# ExecReload runs /bin/kill (util-linux on RHEL, procps on Debian: on every node).
+mkdir -p "$root/bin"
+install -m 0755 "$(type -P kill)" "$root/bin/kill"
 install -m 0644 packaging/systemd/imagepind.service "$root/etc/systemd/system/"
 printf '[Unit]\nDescription=CRI-O stand-in\n[Service]\nType=notify\nExecStart=/usr/bin/imagepind\n' > "$root/etc/systemd/system/crio.service"
 # A CRI-O node (crio.service only); the containerd node's root is checked below.

@@ -62,13 +62,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
+	// systemctl reload imagepind (SIGHUP): look at the node now. Caught from the start, so
+	// a reload while imagepind starts never stops it.
+	reload := make(chan os.Signal, 1)
+	signal.Notify(reload, syscall.SIGHUP)
+	if err := run(ctx, cfg, reload, log); err != nil {
 		log.WithError(err).Error("imagepind stopped")
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
+func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *logrus.Logger) error {
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
 		return err
@@ -189,6 +193,16 @@ func run(ctx context.Context, cfg conf.Config, log *logrus.Logger) error {
 		}
 	})
 	g.Go(func() error { return a.Run(ctx, triggers) })
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-reload:
+				a.LookNow()
+			}
+		}
+	})
 	g.Go(func() error { return trimmer.Run(ctx) })
 	// The tags' check, their endpoint (CRI-O) and their keeper.
 	g.Go(func() error { return tagNode.Run(ctx) })

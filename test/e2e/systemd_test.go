@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -129,6 +130,29 @@ func TestSystemdUnitNotifyWatchdogAndDBusReload(t *testing.T) {
 	if !strings.Contains(w.crio.LogTail(400), "Set config pinned_images") {
 		t.Fatal("CRI-O did not reload its pins")
 	}
+	// systemctl reload imagepind (the unit's ExecReload, SIGHUP): a pinned image removed by
+	// hand comes back now, not at the next presence check (2 minutes on CRI-O), and the
+	// same process goes on.
+	pid0 := sd.Property("imagepind.service", "MainPID")
+	if out, err := exec.Command(filepath.Join(env.CacheDir(), "crictl"), "--runtime-endpoint", "unix://"+w.socket(), "rmi", refs[0]).CombinedOutput(); err != nil {
+		t.Fatalf("crictl rmi: %v %s", err, out)
+	}
+	removed := time.Now()
+	if out, err := sd.Systemctl("reload", "imagepind.service"); err != nil {
+		t.Fatalf("systemctl reload imagepind: %v %s", err, out)
+	}
+	waitUntil(t, "the removed image back after the reload", 30*time.Second, func() bool {
+		img, err := w.cri.ImageStatus(t.Context(), refs[0])
+		return err == nil && img.Present && img.Pinned
+	})
+	t.Logf("systemctl reload imagepind: the removed image back and pinned %s after its removal", time.Since(removed).Round(10*time.Millisecond))
+	if !strings.Contains(w.log(), "looking at the node again now (reload)") {
+		t.Fatal("imagepind's log does not show the reload")
+	}
+	if pid := sd.Property("imagepind.service", "MainPID"); pid != pid0 || sd.Property("imagepind.service", "NRestarts") != "0" {
+		t.Fatalf("the reload restarted imagepind: MainPID %s → %s, NRestarts %s", pid0, pid, sd.Property("imagepind.service", "NRestarts"))
+	}
+	w.waitFor("Ready after the reload", 30*time.Second, phaseIs("sd", status.Ready))
 	// Idle for longer than WatchdogSec (3s): pinged by the loop, not killed.
 	first := sd.Property("imagepind.service", "WatchdogTimestampMonotonic")
 	time.Sleep(7 * time.Second)
@@ -159,9 +183,9 @@ func TestSystemdUnitNotifyWatchdogAndDBusReload(t *testing.T) {
 		return phaseIs("sd", status.Ready)(n) && phaseIs("more", status.Ready)(n)
 	})
 	w.requirePinned(append(refs, more...)...)
-	// Metrics are served.
+	// Metrics are served (5 pulls: the 4 images, and the one removed and pulled again).
 	metrics := scrape(t, w)
-	for _, want := range []string{`imagepin_set_images_ready{set="sd"} 3`, `imagepin_set_phase{phase="Ready",set="more"} 1`, `imagepin_pulls_total{result="success"} 4`, `imagepin_reloads_total{result="confirmed"}`} {
+	for _, want := range []string{`imagepin_set_images_ready{set="sd"} 3`, `imagepin_set_phase{phase="Ready",set="more"} 1`, `imagepin_pulls_total{result="success"} 5`, `imagepin_reloads_total{result="confirmed"}`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %s", want)
 		}
