@@ -52,7 +52,8 @@ type demo struct {
 	crictl     crictl
 	metrics    string // imagepind's metrics address
 	daemonLog  string
-	cleanupPod func() // set once a pod runs: stops and removes it by its ID
+	daemon     *os.Process // imagepind, which the demo started: reloaded by its PID
+	cleanupPod func()      // set once a pod runs: stops and removes it by its ID
 
 	refs     []string // the pinned set, in order
 	names    map[string]string
@@ -200,6 +201,7 @@ address = %q
 	}
 	defer func() { daemon.Process.Signal(os.Interrupt); daemon.Wait() }()
 	fmt.Printf("    imagepind pid %d\n", daemon.Process.Pid)
+	d.daemon = daemon.Process
 	// Runs before the runtime stops (deferred later, so earlier).
 	defer func() {
 		if d.cleanupPod != nil {
