@@ -11,6 +11,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -137,6 +138,9 @@ type state struct {
 	started  time.Time
 	// held: a True condition found at start, kept through StartupGrace while sets wait.
 	held bool
+	// unregistered: the last attempt found no Node of this name (the kubelet has not
+	// registered it yet).
+	unregistered bool
 }
 
 // errHeld: the write waits for the startup grace (not a failure).
@@ -172,7 +176,22 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 			if !now.Before(due) {
 				s.tried = now
-				if err := w.write(ctx, &s, *want); errors.Is(err, errHeld) {
+				err := w.write(ctx, &s, *want)
+				// A joining node: its Node may appear any moment, and the startup taint
+				// waits on this write. Asked again every MinInterval (a GET), never
+				// backed off as an outage is.
+				if notRegistered(err) {
+					if !s.unregistered {
+						w.cfg.Log.WithError(err).WithField("node", w.cfg.NodeName).Info("node condition " + Type + ": waiting for the kubelet to register the Node; asking every " + w.cfg.MinInterval.String())
+					}
+					s.unregistered, s.failures = true, 0
+					continue
+				}
+				if s.unregistered && err == nil {
+					w.cfg.Log.WithField("node", w.cfg.NodeName).Info("node condition " + Type + ": the Node is registered")
+				}
+				s.unregistered = false
+				if errors.Is(err, errHeld) {
 					continue
 				} else if err != nil {
 					if ctx.Err() != nil {
@@ -202,6 +221,12 @@ func (w *Writer) Run(ctx context.Context) error {
 		case <-wait:
 		}
 	}
+}
+
+// notRegistered says the Node does not exist yet: a node joining, imagepind up before
+// its kubelet has registered it. Not an outage.
+func notRegistered(err error) bool {
+	return err != nil && apierrors.IsNotFound(err)
 }
 
 func (w *Writer) backoff(failures int) time.Duration {

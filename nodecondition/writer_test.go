@@ -344,3 +344,36 @@ func TestStartupGraceKeepsTrue(t *testing.T) {
 		t.Fatalf("condition %+v", c)
 	}
 }
+
+// A node joining: imagepind is up before its kubelet has registered the Node. The
+// writer asks again every MinInterval however long that takes (not the outage's
+// backoff, which reaches 2 minutes), so the condition, and with it the startup
+// taint's removal, follows the Node's registration within MinInterval.
+func TestANodeRegisteredLateIsWrittenWithinMinInterval(t *testing.T) {
+	r := newRig(t)
+	var gets atomic.Int64
+	r.cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		return false, nil, nil
+	})
+	r.w.Update(readyNode)
+	r.run()
+	eventually(t, "the first try", func() bool { return gets.Load() == 1 && r.clock.HasWaiters() })
+	// Ten minutes without a Node: a try every 2 s.
+	for range 600 {
+		r.clock.Step(time.Second)
+		time.Sleep(100 * time.Microsecond)
+	}
+	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	if n := gets.Load(); n < 60 { // one every 2 s is 300; the outage backoff makes about 10
+		t.Fatalf("%d tries in ten minutes without a Node; want one every 2 s", n)
+	}
+	if _, err := r.cs.CoreV1().Nodes().Create(context.Background(), kubeletNode(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Step(2 * time.Second)
+	r.idle("the write once the Node is there", 1)
+	if c := r.ours(); c == nil || c.Status != corev1.ConditionTrue {
+		t.Fatalf("after the Node registered: %+v", c)
+	}
+}
