@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -223,10 +224,11 @@ func (w *Writer) Run(ctx context.Context) error {
 	}
 }
 
-// notRegistered says the Node does not exist yet: a node joining, imagepind up before
-// its kubelet has registered it. Not an outage.
+// notRegistered says the Node does not exist yet, or the kubelet's kubeconfig is not
+// written yet: a node joining, imagepind up before its kubelet has bootstrapped and
+// registered it. Not an outage.
 func notRegistered(err error) bool {
-	return err != nil && apierrors.IsNotFound(err)
+	return err != nil && (apierrors.IsNotFound(err) || errors.Is(err, fs.ErrNotExist))
 }
 
 func (w *Writer) backoff(failures int) time.Duration {

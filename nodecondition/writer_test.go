@@ -3,6 +3,8 @@ package nodecondition
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -375,5 +377,40 @@ func TestANodeRegisteredLateIsWrittenWithinMinInterval(t *testing.T) {
 	r.idle("the write once the Node is there", 1)
 	if c := r.ours(); c == nil || c.Status != corev1.ConditionTrue {
 		t.Fatalf("after the Node registered: %+v", c)
+	}
+}
+
+// The same before the kubelet has written its kubeconfig (TLS bootstrap): no client yet,
+// asked again every MinInterval.
+func TestAKubeconfigWrittenLateIsUsedWithinMinInterval(t *testing.T) {
+	r := newRig(t, kubeletNode())
+	var tries atomic.Int64
+	var written atomic.Bool
+	log := logrus.New()
+	log.SetLevel(logrus.WarnLevel)
+	r.w = New(Config{NodeName: "worker-1", Clock: r.clock, Log: log}, func() (kubernetes.Interface, error) {
+		tries.Add(1)
+		if !written.Load() {
+			return nil, fmt.Errorf("kubeconfig: %w", &fs.PathError{Op: "stat", Path: "/var/lib/kubelet/kubeconfig", Err: fs.ErrNotExist})
+		}
+		return r.cs, nil
+	})
+	r.w.newRecorder = func(kubernetes.Interface) (record.EventRecorder, func()) { return r.events, func() {} }
+	r.w.Update(readyNode)
+	r.run()
+	eventually(t, "the first try", func() bool { return tries.Load() == 1 && r.clock.HasWaiters() })
+	for range 600 {
+		r.clock.Step(time.Second)
+		time.Sleep(100 * time.Microsecond)
+	}
+	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	if n := tries.Load(); n < 60 { // one every 2 s is 300; the outage backoff makes about 10
+		t.Fatalf("%d tries in ten minutes without a kubeconfig; want one every 2 s", n)
+	}
+	written.Store(true)
+	r.clock.Step(2 * time.Second)
+	r.idle("the write once the kubeconfig is there", 1)
+	if c := r.ours(); c == nil || c.Status != corev1.ConditionTrue {
+		t.Fatalf("after the kubeconfig was written: %+v", c)
 	}
 }
