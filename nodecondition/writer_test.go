@@ -186,11 +186,7 @@ func TestOutageThenRecovery(t *testing.T) {
 	r.clock.Step(2 * time.Second)
 	r.idle("a failed write", 2)
 	// Ten minutes of outage: 2 s doubling to 2 min is 2+4+8+16+32+64+120+120+120+120 s.
-	for range 600 {
-		r.clock.Step(time.Second)
-		time.Sleep(100 * time.Microsecond)
-	}
-	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	r.tenMinutes()
 	if n := r.attempts.Load(); n < 8 || n > 13 {
 		t.Fatalf("%d attempts in ten minutes of outage; want a backoff", n)
 	}
@@ -362,11 +358,7 @@ func TestANodeRegisteredLateIsWrittenWithinMinInterval(t *testing.T) {
 	r.run()
 	eventually(t, "the first try", func() bool { return gets.Load() == 1 && r.clock.HasWaiters() })
 	// Ten minutes without a Node: a try every 2 s.
-	for range 600 {
-		r.clock.Step(time.Second)
-		time.Sleep(100 * time.Microsecond)
-	}
-	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	r.tenMinutes()
 	if n := gets.Load(); n < 60 { // one every 2 s is 300; the outage backoff makes about 10
 		t.Fatalf("%d tries in ten minutes without a Node; want one every 2 s", n)
 	}
@@ -399,11 +391,7 @@ func TestAKubeconfigWrittenLateIsUsedWithinMinInterval(t *testing.T) {
 	r.w.Update(readyNode)
 	r.run()
 	eventually(t, "the first try", func() bool { return tries.Load() == 1 && r.clock.HasWaiters() })
-	for range 600 {
-		r.clock.Step(time.Second)
-		time.Sleep(100 * time.Microsecond)
-	}
-	eventually(t, "the writer waiting", r.clock.HasWaiters)
+	r.tenMinutes()
 	if n := tries.Load(); n < 60 { // one every 2 s is 300; the outage backoff makes about 10
 		t.Fatalf("%d tries in ten minutes without a kubeconfig; want one every 2 s", n)
 	}
@@ -413,4 +401,15 @@ func TestAKubeconfigWrittenLateIsUsedWithinMinInterval(t *testing.T) {
 	if c := r.ours(); c == nil || c.Status != corev1.ConditionTrue {
 		t.Fatalf("after the kubeconfig was written: %+v", c)
 	}
+}
+
+// tenMinutes steps the clock ten minutes, a second at a time, letting the writer run
+// between steps, and waits for it to wait on the clock again.
+func (r *rig) tenMinutes() {
+	r.t.Helper()
+	for range 600 {
+		r.clock.Step(time.Second)
+		time.Sleep(100 * time.Microsecond)
+	}
+	eventually(r.t, "the writer waiting", r.clock.HasWaiters)
 }
