@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 )
 
 // ErrBusy means another writer is filling the same blob now; ErrExists that the store
@@ -157,7 +158,7 @@ func (s *Store) ResumeWriter(ctx context.Context, prefix string, d digest.Digest
 		offset = 0
 	}
 	s.open[ref] = true
-	return &Writer{w: w, d: d, ref: ref, size: size, n: offset, s: s}, offset, nil
+	return &Writer{w: w, d: d, ref: ref, size: size, n: offset, wbDone: offset, s: s}, offset, nil
 }
 
 // IngestFile is the file a Writer of d writes, which readers may follow while it grows
@@ -166,7 +167,12 @@ func (s *Store) ResumeWriter(ctx context.Context, prefix string, d digest.Digest
 // data (<root>/ingest/<digest of the ref>/data); TestIngestFileGrowsWhileWritten fails
 // if a containerd release moves it.
 func (s *Store) IngestFile(d digest.Digest) string {
-	return filepath.Join(s.root, "ingest", digest.FromString(ingestRef(d)).Encoded(), "data")
+	return s.ingestData(ingestRef(d))
+}
+
+// ingestData is the file an ingest of ref writes.
+func (s *Store) ingestData(ref string) string {
+	return filepath.Join(s.root, "ingest", digest.FromString(ref).Encoded(), "data")
 }
 
 // Writer writes one blob.
@@ -178,15 +184,46 @@ type Writer struct {
 	n    int64
 	s    *Store
 	once sync.Once
+	// wb reads the ingest file for StartWriteback, which has started writing it out up
+	// to wbDone.
+	wb     *os.File
+	wbDone int64
 }
 
 // done forgets the Writer's ingest as live (ReleaseIngests may then drop it).
 func (w *Writer) done() {
 	w.once.Do(func() {
+		if w.wb != nil {
+			w.wb.Close()
+		}
 		w.s.mu.Lock()
 		delete(w.s.open, w.ref)
 		w.s.mu.Unlock()
 	})
+}
+
+// StartWriteback starts writing to disk the bytes written since its last call, and
+// does not wait for them (sync_file_range(2), SYNC_FILE_RANGE_WRITE): the disk writes
+// while the writer's next bytes are read and hashed, and Commit's fsync finds little
+// left to write. It only starts writeback: a blob is durable, as before, once Commit
+// returns. A filesystem that cannot do it is no error.
+func (w *Writer) StartWriteback() error {
+	if w.n <= w.wbDone {
+		return nil
+	}
+	if w.wb == nil {
+		f, err := os.Open(w.s.ingestData(w.ref))
+		if err != nil {
+			return fmt.Errorf("blob store: writeback of %s: %w", w.d, err)
+		}
+		w.wb = f
+	}
+	err := unix.SyncFileRange(int(w.wb.Fd()), w.wbDone, w.n-w.wbDone, unix.SYNC_FILE_RANGE_WRITE)
+	if err != nil && !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("blob store: writeback of %s: %w", w.d, err)
+	}
+	w.wbDone = w.n
+	return nil
 }
 
 func (w *Writer) Write(p []byte) (int, error) {

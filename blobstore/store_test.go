@@ -7,9 +7,12 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
 )
 
 func blob(t *testing.T, n int) ([]byte, digest.Digest) {
@@ -265,5 +268,75 @@ func TestResumeWriterAfterAKill(t *testing.T) {
 	w3.Close()
 	if n, bytes, err := s.ReleaseIngestsOf(ctx, "seed-"); err != nil || n != 1 || bytes != 10 {
 		t.Fatalf("ReleaseIngestsOf: %d ingests, %d bytes, %v", n, bytes, err)
+	}
+}
+
+// StartWriteback has the disk start writing what a Writer wrote, without waiting for
+// it: the ingest's pages stop being dirty soon after (the kernel's own writeback would
+// leave them for dirty_expire_centisecs, 30 s by default). The blob commits as before,
+// and no descriptor of the Writer outlives it.
+func TestStartWritebackWritesOutWhatWasWritten(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil || fs.Type == unix.TMPFS_MAGIC {
+		t.Skipf("%s is on tmpfs (or statfs failed: %v): no writeback to see", dir, err)
+	}
+	s, _ := Open(dir)
+	b, d := blob(t, 8<<20)
+	w, _, err := s.ResumeWriter(ctx, "seed-", d, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := len(b) / 2
+	w.Write(b[:half])
+	f, err := os.Open(s.ingestData("seed-" + d.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirty := func() uint64 {
+		var st unix.Cachestat_t
+		if err := unix.Cachestat(uint(f.Fd()), &unix.CachestatRange{}, &st, 0); err != nil {
+			t.Skipf("cachestat(2): %v", err)
+		}
+		return st.Dirty + st.Writeback
+	}
+	if dirty() == 0 {
+		f.Close()
+		t.Skip("nothing dirty right after the write: something synced the filesystem")
+	}
+	if err := w.StartWriteback(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for dirty() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d pages still dirty or under writeback 5 s after StartWriteback", dirty())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f.Close()
+	w.Write(b[half:])
+	if err := w.StartWriteback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	rd, _, err := s.Reader(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rd)
+	rd.Close()
+	if !bytes.Equal(got, b) {
+		t.Fatal("the committed blob is not what was written")
+	}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if l, _ := os.Readlink("/proc/self/fd/" + e.Name()); strings.Contains(l, d.Encoded()) {
+			t.Fatalf("descriptor %s still open on %s after Close", e.Name(), l)
+		}
 	}
 }

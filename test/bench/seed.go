@@ -30,8 +30,9 @@ import (
 )
 
 var (
-	seedSizes = flag.String("seed-mib", "512,2048", "archive sizes for the seed section, MiB (\"\": only the nodes Ready from one seed)")
-	seedNodes = flag.Bool("seed-ready", true, "in the seed section, also 3 nodes Ready from one seed against from the registry")
+	seedSizes  = flag.String("seed-mib", "512,2048", "archive sizes for the seed section, MiB (\"\": only the nodes Ready from one seed)")
+	seedNodes  = flag.Bool("seed-ready", true, "in the seed section, also 3 nodes Ready from one seed against from the registry")
+	seedBefore = flag.String("seed-before", "", "in the seed section, also time this imagepinctl (an earlier build) in the same runs, as \"before\"")
 )
 
 // seedLayer is the size of each layer of the seed section's archives.
@@ -55,7 +56,20 @@ func (b *bench) seedBench(ctx context.Context) error {
 	fmt.Printf("## Seeding: `imagepinctl seed` of an OCI archive, against `cp` of the same archive\n\n")
 	fmt.Printf("One image of %d MiB layers of random bytes in an OCI layout tar, on the same filesystem as the store and the copy (%s). ", seedLayer>>20, dir)
 	fmt.Printf("`cp` copies the archive; `cp + sync` also flushes it to disk, as the store's commits do. Each run seeds into an empty store. %d repetitions; medians.\n\n", *reps)
-	fmt.Printf("| archive | cp | cp + sync | imagepinctl seed | seed ÷ cp throughput | seed ÷ (cp + sync) | seed max RSS | cp max RSS |\n|---|---|---|---|---|---|---|---|\n")
+	before := *seedBefore
+	if before != "" {
+		if _, err := os.Stat(before); err != nil {
+			return fmt.Errorf("-seed-before: %w", err)
+		}
+		fmt.Printf("Before: %s, timed in the same runs. ", before)
+	}
+	fmt.Printf("Each run: `cp`, `cp + sync`, the seed%s, each starting after a `sync`.\n\n", map[bool]string{true: " and the seed before (taking turns at going first)", false: ""}[before != ""])
+	fmt.Printf("| archive | cp | cp + sync | imagepinctl seed | seed ÷ cp throughput | seed ÷ (cp + sync) | seed max RSS | cp max RSS |")
+	if before != "" {
+		fmt.Printf(" seed before | before ÷ cp | before ÷ (cp + sync) | before max RSS |")
+	}
+	fmt.Printf("\n|---|---|---|---|---|---|---|---|%s\n", map[bool]string{true: "---|---|---|---|", false: ""}[before != ""])
+	var lines []string
 	for _, s := range strings.Split(*seedSizes, ",") {
 		mib, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || mib < 64 {
@@ -66,10 +80,26 @@ func (b *bench) seedBench(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var cps, syncs, seeds []time.Duration
-		var seedRSS, cpRSS int64
+		var cps, syncs, seeds, befores []time.Duration
+		var seedRSS, cpRSS, beforeRSS int64
+		// seedOnce seeds archive with ctl into an empty store, after a sync (what the
+		// run before left dirty is not this run's to write).
+		seedOnce := func(ctl, name string) (time.Duration, int64, error) {
+			exec.CommandContext(ctx, "sync").Run()
+			state := filepath.Join(dir, fmt.Sprintf("state-%d-%s", mib, name))
+			cfg := filepath.Join(dir, "imagepind.toml")
+			if err := os.WriteFile(cfg, fmt.Appendf(nil, "state_dir = %q\n[peers]\nenabled = true\n", state), 0o644); err != nil {
+				return 0, 0, err
+			}
+			took, rss, err := timed(exec.CommandContext(ctx, ctl, "seed", "--config", cfg, archive))
+			if err != nil {
+				return 0, 0, fmt.Errorf("%s seed %s: %w", ctl, archive, err)
+			}
+			return took, rss, os.RemoveAll(state)
+		}
 		for r := range *reps {
 			dst := filepath.Join(dir, "copy.tar")
+			exec.CommandContext(ctx, "sync").Run()
 			took, rss, err := timed(exec.CommandContext(ctx, "cp", archive, dst))
 			if err != nil {
 				return err
@@ -77,6 +107,7 @@ func (b *bench) seedBench(ctx context.Context) error {
 			cps = append(cps, took)
 			cpRSS = max(cpRSS, rss)
 			os.Remove(dst)
+			exec.CommandContext(ctx, "sync").Run()
 			took, _, err = timed(exec.CommandContext(ctx, "sh", "-c", `cp "$1" "$2" && sync -f "$2"`, "sh", archive, dst))
 			if err != nil {
 				return err
@@ -84,26 +115,48 @@ func (b *bench) seedBench(ctx context.Context) error {
 			syncs = append(syncs, took)
 			os.Remove(dst)
 
-			state := filepath.Join(dir, fmt.Sprintf("state-%d-%d", mib, r))
-			cfg := filepath.Join(dir, "imagepind.toml")
-			if err := os.WriteFile(cfg, fmt.Appendf(nil, "state_dir = %q\n[peers]\nenabled = true\n", state), 0o644); err != nil {
-				return err
+			// The seed and the one before take turns at going first.
+			line := fmt.Sprintf("  seed %d MiB: cp %s, cp+sync %s", mib, cps[r].Round(time.Millisecond), syncs[r].Round(time.Millisecond))
+			order := []string{"seed", "before"}
+			if before == "" {
+				order = order[:1]
+			} else if r%2 == 1 {
+				order = []string{"before", "seed"}
 			}
-			cmd := exec.CommandContext(ctx, ctl, "seed", "--config", cfg, archive)
-			took, rss, err = timed(cmd)
-			if err != nil {
-				return fmt.Errorf("imagepinctl seed %s: %w", archive, err)
+			for _, which := range order {
+				exe, list, most := ctl, &seeds, &seedRSS
+				if which == "before" {
+					exe, list, most = before, &befores, &beforeRSS
+				}
+				took, rss, err := seedOnce(exe, which)
+				if err != nil {
+					return err
+				}
+				*list = append(*list, took)
+				*most = max(*most, rss)
+				line += fmt.Sprintf(", %s %s (RSS %d MiB)", which, took.Round(time.Millisecond), rss>>20)
 			}
-			seeds = append(seeds, took)
-			seedRSS = max(seedRSS, rss)
-			os.RemoveAll(state)
-			fmt.Fprintf(os.Stderr, "  seed %d MiB: cp %s, cp+sync %s, seed %s (RSS %d MiB)\n", mib, cps[r].Round(time.Millisecond), syncs[r].Round(time.Millisecond), took.Round(time.Millisecond), rss>>20)
+			fmt.Fprintln(os.Stderr, line)
 		}
 		cp, sy, sd := median(cps), median(syncs), median(seeds)
-		fmt.Printf("| %d MiB | %s (%.0f MiB/s) | %s (%.0f MiB/s) | %s (%.0f MiB/s) | **%.2f** | %.2f | **%.1f MiB** | %.1f MiB |\n", size>>20,
+		fmt.Printf("| %d MiB | %s (%.0f MiB/s) | %s (%.0f MiB/s) | %s (%.0f MiB/s) | **%.2f** | %.2f | **%.1f MiB** | %.1f MiB |", size>>20,
 			cp.Round(time.Millisecond), mibps(size, cp), sy.Round(time.Millisecond), mibps(size, sy), sd.Round(time.Millisecond), mibps(size, sd),
 			cp.Seconds()/sd.Seconds(), sy.Seconds()/sd.Seconds(), float64(seedRSS)/(1<<20), float64(cpRSS)/(1<<20))
+		if before != "" {
+			bf := median(befores)
+			fmt.Printf(" %s (%.0f MiB/s) | %.2f | %.2f | %.1f MiB |", bf.Round(time.Millisecond), mibps(size, bf), cp.Seconds()/bf.Seconds(), sy.Seconds()/bf.Seconds(), float64(beforeRSS)/(1<<20))
+		}
+		fmt.Println()
+		l := fmt.Sprintf("%d MiB runs (s): cp %s; cp + sync %s; seed %s", size>>20, runs(cps), runs(syncs), runs(seeds))
+		if before != "" {
+			l += "; before " + runs(befores)
+		}
+		lines = append(lines, l)
 		os.Remove(archive)
+	}
+	fmt.Println()
+	for _, l := range lines {
+		fmt.Printf("- %s\n", l)
 	}
 	fmt.Println()
 	if !*seedNodes {
