@@ -103,7 +103,10 @@ func Decide(f Facts) Verdict {
 				len(f.Unpinned), len(f.Images), names(f.Unpinned)))
 		}
 	}
-	if len(f.Missing) == 0 && len(f.Unpinned) == 0 && f.NotReady != "" {
+	// The phase's own words, unless the images' say it better. With the runtime down the
+	// images' words are not said (they cannot be told), and a sure obstacle the phase
+	// names (a release that cannot be expanded, a full disk) stays a sure False.
+	if (f.RuntimeErr != nil || len(f.Missing) == 0 && len(f.Unpinned) == 0) && f.NotReady != "" {
 		add(true, status.ReasonNotReady, "not every image is present and pinned: "+f.NotReady)
 	}
 

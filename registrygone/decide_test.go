@@ -66,6 +66,9 @@ func TestDecide(t *testing.T) {
 			why: []string{"1 of 2 images are present but not pinned (the kubelet's image garbage collector may remove them): " + a}},
 		{name: "not Ready for another reason", f: ready(func(f *Facts) { f.NotReady = "pins written; waiting for CRI-O to have them in effect" }),
 			status: status.False, reason: status.ReasonNotReady, why: []string{"not every image is present and pinned: pins written; waiting for CRI-O"}},
+		{name: "a sure obstacle with the runtime down", f: ready(func(f *Facts) {
+			f.RuntimeErr, f.Missing, f.NotReady = down, []string{a, b}, "release quay.io/r@sha256:1 cannot be expanded"
+		}), status: status.False, reason: status.ReasonNotReady, why: []string{"the container runtime does not answer", "not every image is present and pinned: release quay.io/r@sha256:1 cannot be expanded"}},
 		{name: "the phase's words give way to the images'", f: ready(func(f *Facts) { f.Missing, f.NotReady = []string{b}, "1/2 images ready" }),
 			status: status.False, reason: status.ReasonNotReady, why: []string{"1 of 2 images are not on the node"}},
 		{name: "a tag not held", f: ready(func(f *Facts) { f.Tags = []pinset.Tag{tagA} }), status: status.False, reason: status.ReasonTagsNotHeld, why: []string{notHeld}},
