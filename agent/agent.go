@@ -172,8 +172,9 @@ type Agent struct {
 	bg    sync.WaitGroup
 	// runtimeEvents wakes the loop when a pinner's watch saw a change.
 	runtimeEvents chan struct{}
-	// lookNow wakes the loop for LookNow.
-	lookNow chan struct{}
+	// lookNow wakes the loop for LookNow; lookAgain holds the looks it found under way.
+	lookNow   chan struct{}
+	lookAgain lookAgain
 }
 
 // New builds an agent. Nothing starts until Run.

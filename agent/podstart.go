@@ -42,7 +42,7 @@ func (a *Agent) checkPodStart() {
 		}
 		return func() {
 			a.kube.running = false
-			a.sched.set(podStartKey, a.deps.Clock.Now().Add(a.cfg.VerifyEvery))
+			a.sched.set(podStartKey, nextLook(&a.lookAgain.kubelet, a.deps.Clock.Now(), a.cfg.VerifyEvery))
 			if err != nil && a.kube.err == nil {
 				a.log.WithError(err).Warn("kubelet's image pull credential verification: cannot tell")
 			}

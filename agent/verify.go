@@ -39,7 +39,7 @@ func (a *Agent) verifyPresence() {
 // verified takes a ListImages answer, on the loop.
 func (a *Agent) verified(names map[string]string, err error) {
 	a.pulls.verifying = false
-	a.sched.set(verifyKey, a.deps.Clock.Now().Add(a.cfg.VerifyEvery))
+	a.sched.set(verifyKey, nextLook(&a.lookAgain.verify, a.deps.Clock.Now(), a.cfg.VerifyEvery))
 	if err != nil {
 		a.log.WithError(err).Debug("presence verification: list images")
 		return

@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/fakeruntime"
 )
 
 // On CRI-O an image removed behind imagepind's back (crictl rmi, podman rmi on the
@@ -53,6 +56,49 @@ func TestLookNowFindsARemovedImageAtOnce(t *testing.T) {
 	}
 	h.agent.LookNow()
 	h.agent.LookNow() // a second call while the first waits is the same look
+	h.waitFor("pulled again and Ready", func(n status.Node) bool {
+		return phase("s", status.Ready)(n) && h.rt.PullCount(a) == 2 && h.rt.Present(a)
+	})
+}
+
+// heldListing is the fake runtime whose ImageNames, once armed, answers what the runtime
+// held when it was asked but returns only when released: a presence check under way.
+type heldListing struct {
+	*fakeruntime.Runtime
+	armed   atomic.Bool
+	asked   chan struct{}
+	release chan struct{}
+}
+
+func (h *heldListing) ImageNames(ctx context.Context) (map[string]string, error) {
+	names, err := h.Runtime.ImageNames(ctx)
+	if h.armed.CompareAndSwap(true, false) {
+		h.asked <- struct{}{}
+		<-h.release
+	}
+	return names, err
+}
+
+// A reload that comes while a presence check is under way (it listed the runtime's
+// images before the administrator removed one) looks again as soon as that check ends,
+// not at the next check.
+func TestLookNowDuringALookLooksAgain(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.VerifyEvery = time.Hour
+	a := img("a", 1)
+	h.available(a)
+	held := &heldListing{Runtime: h.rt, asked: make(chan struct{}, 1), release: make(chan struct{})}
+	h.runtime = held
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.waitFor("Ready", phase("s", status.Ready))
+	held.armed.Store(true)
+	h.agent.LookNow()
+	<-held.asked // the listing has the image
+	h.rt.Remove(a)
+	h.agent.LookNow() // the administrator's reload, after the removal
+	time.Sleep(200 * time.Millisecond)
+	close(held.release)
 	h.waitFor("pulled again and Ready", func(n status.Node) bool {
 		return phase("s", status.Ready)(n) && h.rt.PullCount(a) == 2 && h.rt.Present(a)
 	})
