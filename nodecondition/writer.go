@@ -48,8 +48,12 @@ type Config struct {
 	// only wait (Pending, Pulling: a restarted imagepind confirming its pins), for at
 	// most this long; a Failed set is written at once (0: 1 min).
 	StartupGrace time.Duration
-	Log          logrus.FieldLogger
-	Clock        clock.Clock
+	// JoinWait: a Node not registered yet (or the kubelet's kubeconfig not written yet)
+	// is asked for every MinInterval for this long, then backed off as an outage, with a
+	// warning (0: 10 min).
+	JoinWait time.Duration
+	Log      logrus.FieldLogger
+	Clock    clock.Clock
 }
 
 func (c *Config) defaults() {
@@ -67,6 +71,9 @@ func (c *Config) defaults() {
 	}
 	if c.StartupGrace <= 0 {
 		c.StartupGrace = time.Minute
+	}
+	if c.JoinWait <= 0 {
+		c.JoinWait = 10 * time.Minute
 	}
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
@@ -140,8 +147,9 @@ type state struct {
 	// held: a True condition found at start, kept through StartupGrace while sets wait.
 	held bool
 	// unregistered: the last attempt found no Node of this name (the kubelet has not
-	// registered it yet).
-	unregistered bool
+	// registered it yet), since unregisteredAt.
+	unregistered   bool
+	unregisteredAt time.Time
 }
 
 // errHeld: the write waits for the startup grace (not a failure).
@@ -179,19 +187,32 @@ func (w *Writer) Run(ctx context.Context) error {
 				s.tried = now
 				err := w.write(ctx, &s, *want)
 				// A joining node: its Node may appear any moment, and the startup taint
-				// waits on this write. Asked again every MinInterval (a GET), never
-				// backed off as an outage is.
+				// waits on this write. Asked again every MinInterval (a GET) for
+				// JoinWait; after that it is more likely a name the kubelet does not
+				// register under, said once as a warning and backed off as an outage.
 				if notRegistered(err) {
 					if !s.unregistered {
+						s.unregisteredAt = now
 						w.cfg.Log.WithError(err).WithField("node", w.cfg.NodeName).Info("node condition " + Type + ": waiting for the kubelet to register the Node; asking every " + w.cfg.MinInterval.String())
 					}
-					s.unregistered, s.failures = true, 0
+					s.unregistered = true
+					if now.Sub(s.unregisteredAt) < w.cfg.JoinWait {
+						s.failures = 0
+						continue
+					}
+					if s.failures == 0 {
+						w.cfg.Log.WithError(err).WithField("node", w.cfg.NodeName).Warn("node condition " + Type + ": no Node of this name after " + w.cfg.JoinWait.String() +
+							": does the kubelet register the node under another name (--hostname-override)? Set [node] name to the kubelet's node name; asking less often now")
+					}
+					s.failures++
 					continue
 				}
-				if s.unregistered && err == nil {
-					w.cfg.Log.WithField("node", w.cfg.NodeName).Info("node condition " + Type + ": the Node is registered")
+				if s.unregistered && !notRegistered(err) {
+					if err == nil || errors.Is(err, errHeld) {
+						w.cfg.Log.WithField("node", w.cfg.NodeName).Info("node condition " + Type + ": the Node is registered")
+					}
+					s.unregistered = false
 				}
-				s.unregistered = false
 				if errors.Is(err, errHeld) {
 					continue
 				} else if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -354,6 +355,7 @@ func TestANodeRegisteredLateIsWrittenWithinMinInterval(t *testing.T) {
 		gets.Add(1)
 		return false, nil, nil
 	})
+	r.w.cfg.JoinWait = time.Hour
 	r.w.Update(readyNode)
 	r.run()
 	eventually(t, "the first try", func() bool { return gets.Load() == 1 && r.clock.HasWaiters() })
@@ -388,6 +390,7 @@ func TestAKubeconfigWrittenLateIsUsedWithinMinInterval(t *testing.T) {
 		return r.cs, nil
 	})
 	r.w.newRecorder = func(kubernetes.Interface) (record.EventRecorder, func()) { return r.events, func() {} }
+	r.w.cfg.JoinWait = time.Hour
 	r.w.Update(readyNode)
 	r.run()
 	eventually(t, "the first try", func() bool { return tries.Load() == 1 && r.clock.HasWaiters() })
@@ -408,8 +411,44 @@ func TestAKubeconfigWrittenLateIsUsedWithinMinInterval(t *testing.T) {
 func (r *rig) tenMinutes() {
 	r.t.Helper()
 	for range 600 {
+		// A step only once the writer waits on the clock: a loaded machine cannot make
+		// it miss a due time.
+		eventually(r.t, "the writer waiting", r.clock.HasWaiters)
 		r.clock.Step(time.Second)
-		time.Sleep(100 * time.Microsecond)
 	}
 	eventually(r.t, "the writer waiting", r.clock.HasWaiters)
+}
+
+// A Node that does not appear within JoinWait is more likely a name the kubelet does not
+// register under: said once as a warning, then asked for as in an outage (backed off),
+// not every 2 s for ever.
+func TestANodeThatNeverAppearsIsBackedOffAfterJoinWait(t *testing.T) {
+	r := newRig(t)
+	var gets atomic.Int64
+	r.cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		return false, nil, nil
+	})
+	log, hook := logtest.NewNullLogger()
+	r.w.cfg.Log, r.w.cfg.JoinWait = log, time.Minute
+	r.w.Update(readyNode)
+	r.run()
+	eventually(t, "the first try", func() bool { return gets.Load() == 1 && r.clock.HasWaiters() })
+	r.tenMinutes()
+	// 30 tries in the first minute, then 2 s doubling to 2 min: about 8 more.
+	if n := gets.Load(); n < 30 || n > 50 {
+		t.Fatalf("%d tries in ten minutes, JoinWait 1 min; want about 38", n)
+	}
+	warned := 0
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel {
+			warned++
+			if !strings.Contains(e.Message, "--hostname-override") {
+				t.Errorf("warning %q does not say what to check", e.Message)
+			}
+		}
+	}
+	if warned != 1 {
+		t.Fatalf("%d warnings; want one", warned)
+	}
 }
