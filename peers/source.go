@@ -557,6 +557,10 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 	case digest.FromBytes(data) != d:
 		err = errors.New("sent a manifest that does not match its digest")
 		s.setAside(node, corruptFor, err)
+	case size >= 0 && int64(len(data)) != size:
+		// The right bytes (the digest matches), fewer than the index naming them gives:
+		// the index is wrong, not the peer.
+		err = fmt.Errorf("sent a manifest of %d bytes, the index gives %d: %w", len(data), size, mirror.ErrSize)
 	}
 	if err != nil {
 		return nil, "", err
