@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -110,13 +109,10 @@ func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	k, ok := s.recent[d]
 	s.mu.Unlock()
 	if ok {
-		return sized(k.manifest, d, size)
+		return k.data, k.mediaType, nil
 	}
-	// The run asks for any size: callers joined to it, or served from recent, may each
-	// have another (the index naming it gives one, a pinned manifest none), and each
-	// caller's is checked on what came back.
 	m, err := s.manifests.do(ctx, d, func(ctx context.Context) (manifest, error) {
-		data, mt, err := s.Source.Manifest(ctx, repo, chain, d, -1)
+		data, mt, err := s.Source.Manifest(ctx, repo, chain, d, size)
 		if err == nil && digest.FromBytes(data) == d {
 			s.mu.Lock()
 			s.recent[d] = kept{manifest{data, mt}, time.Now().Add(sharedFor)}
@@ -124,16 +120,5 @@ func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Diges
 		}
 		return manifest{data, mt}, err
 	})
-	if err != nil {
-		return nil, "", err
-	}
-	return sized(m, d, size)
-}
-
-// sized is m for a caller that asked for size bytes (-1: any): another size is ErrSize.
-func sized(m manifest, d digest.Digest, size int64) ([]byte, string, error) {
-	if size >= 0 && int64(len(m.data)) != size {
-		return nil, "", fmt.Errorf("%s: %d bytes, the index naming it gives %d: %w", d, len(m.data), size, ErrSize)
-	}
-	return m.data, m.mediaType, nil
+	return m.data, m.mediaType, err
 }
