@@ -113,7 +113,7 @@ func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	}
 	m, err := s.manifests.do(ctx, d, func(ctx context.Context) (manifest, error) {
 		data, mt, err := s.Source.Manifest(ctx, repo, chain, d, size)
-		if err == nil && digest.FromBytes(data) == d {
+		if err == nil && Matches(data, d) {
 			s.mu.Lock()
 			s.recent[d] = kept{manifest{data, mt}, time.Now().Add(sharedFor)}
 			s.mu.Unlock()
