@@ -430,3 +430,26 @@ func TestASha512ManifestIsCheckedWithSha512(t *testing.T) {
 		t.Fatalf("CorruptInRuntime: %v", got)
 	}
 }
+
+// A manifest Shared keeps (or fetches for another caller at once) binds the size asked
+// for as the source does: asked for with another size than it has, it is refused
+// (ErrSize), not handed out because a caller asking with the right size (or none) got
+// it a moment before.
+func TestSharedBindsTheSizeOfAManifestItKeeps(t *testing.T) {
+	img, fake := newImage(t)
+	raw, _ := img.RawManifest()
+	d := digest.FromBytes(raw)
+	src := Shared(&manifestsSource{fakeSource: fake, manifests: map[digest.Digest][]byte{d: raw}, sizes: map[digest.Digest]int64{}})
+	ctx := context.Background()
+	n := int64(len(raw))
+	for _, size := range []int64{-1, n} {
+		if data, _, err := src.Manifest(ctx, repo, nil, d, size); err != nil || !bytes.Equal(data, raw) {
+			t.Fatalf("asked with size %d: %d bytes, %v", size, len(data), err)
+		}
+		for _, other := range []int64{n - 1, n + 1} {
+			if data, _, err := src.Manifest(ctx, repo, nil, d, other); !errors.Is(err, ErrSize) {
+				t.Fatalf("a manifest of %d bytes, kept, asked for as %d: %d bytes, %v; want ErrSize", n, other, len(data), err)
+			}
+		}
+	}
+}
