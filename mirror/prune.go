@@ -151,6 +151,9 @@ var recheckCorruptEvery = 5 * time.Minute
 // holds is read and checked again every recheckCorruptEvery, and forgotten once it
 // matches. A mark is kept while the runtime's store does not answer (the error).
 func (m *Mirror) recheckCorrupt(ctx context.Context) error {
+	if m.also == nil {
+		return nil
+	}
 	m.mu.Lock()
 	marks := maps.Clone(m.corruptInRuntime)
 	m.mu.Unlock()
