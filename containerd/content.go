@@ -7,6 +7,7 @@ import (
 	contentapi "github.com/containerd/containerd/api/services/content/v1"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/content/proxy"
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"google.golang.org/grpc"
@@ -38,7 +39,8 @@ func (c *Content) ctx(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "containerd-namespace", c.namespace)
 }
 
-// Reader reads blob d from containerd's content store; an error when it has none.
+// Reader reads blob d from containerd's content store; an error when it has none
+// (errdefs.IsNotFound), or when containerd does not answer (another).
 func (c *Content) Reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
 	ctx = c.ctx(ctx)
 	info, err := c.store.Info(ctx, d)
@@ -52,10 +54,14 @@ func (c *Content) Reader(ctx context.Context, d digest.Digest) (io.ReadSeekClose
 	return &sectionCloser{SectionReader: io.NewSectionReader(ra, 0, info.Size), c: ra}, info.Size, nil
 }
 
-// Has says whether containerd's content store holds d.
-func (c *Content) Has(ctx context.Context, d digest.Digest) bool {
+// Has says whether containerd's content store holds d; an error when containerd does
+// not tell (it does not answer), as opposed to a definite "not held".
+func (c *Content) Has(ctx context.Context, d digest.Digest) (bool, error) {
 	_, err := c.store.Info(c.ctx(ctx), d)
-	return err == nil
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 type sectionCloser struct {

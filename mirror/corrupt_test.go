@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -78,27 +79,46 @@ func TestACorruptedStoredManifestIsFetchedAgain(t *testing.T) {
 }
 
 // fakeContent is a runtime's content store in memory (containerd's), read-only to the
-// mirror.
+// mirror; down: it does not answer (containerd restarting), every call fails with it.
 type fakeContent struct {
 	mu    sync.Mutex
 	blobs map[digest.Digest][]byte
+	down  error
 }
 
 func (c *fakeContent) Reader(_ context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.down != nil {
+		return nil, 0, c.down
+	}
 	b, ok := c.blobs[d]
 	if !ok {
-		return nil, 0, errors.New("not found")
+		return nil, 0, fmt.Errorf("%s: %w", d, errdefs.ErrNotFound)
 	}
 	return nopSeekCloser{bytes.NewReader(b)}, int64(len(b)), nil
 }
 
-func (c *fakeContent) Has(_ context.Context, d digest.Digest) bool {
+func (c *fakeContent) Has(_ context.Context, d digest.Digest) (bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.down != nil {
+		return false, c.down
+	}
 	_, ok := c.blobs[d]
-	return ok
+	return ok, nil
+}
+
+func (c *fakeContent) setDown(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.down = err
+}
+
+func (c *fakeContent) put(d digest.Digest, b []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.blobs[d] = b
 }
 
 func (c *fakeContent) holds(d digest.Digest) []byte {
@@ -240,5 +260,196 @@ func TestAChildManifestIsBoundedByTheIndexsSize(t *testing.T) {
 	}
 	if _, ok := s2.store.Size(context.Background(), imd); ok {
 		t.Fatal("stored")
+	}
+}
+
+// corruptInRuntime is the mirror of TestACorruptedCopyInTheRuntimesContentStore after
+// its first requests: the runtime's content store holding the image with its layer
+// (ld) corrupted, and, when badManifest, its manifest (md) too; the layer's request
+// after the cut filled into the mirror's own store.
+func corruptInRuntime(t *testing.T, badManifest bool) (s served, content *fakeContent, src *fakeSource, md, ld digest.Digest, bad []byte) {
+	t.Helper()
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	md = digest.Digest(d.String())
+	layers, _ := img.Layers()
+	l0, _ := layers[0].Digest()
+	ld = digest.Digest(l0.String())
+	content = &fakeContent{blobs: map[digest.Digest][]byte{md: src.manifest}}
+	if badManifest {
+		content.blobs[md] = flipDigit(t, src.manifest)
+	}
+	for bd, b := range src.blobs {
+		content.blobs[bd] = b
+	}
+	bad = bytes.Clone(src.blobs[ld])
+	bad[len(bad)/2] ^= 0xff
+	content.blobs[ld] = bad
+	s = serve(t, src, func(_ string, dd digest.Digest) bool { return dd == md })
+	s.m.ReadAlso(content)
+	s.get("manifests", md)
+	if _, _, err := s.get("blobs", ld); err == nil {
+		t.Fatal("a layer corrupted in the runtime's store was served whole")
+	}
+	if b, _, err := s.get("blobs", ld); err != nil || !bytes.Equal(b, src.blobs[ld]) {
+		t.Fatalf("the layer after the cut: %d bytes, %v", len(b), err)
+	}
+	if _, ok := s.store.Size(context.Background(), ld); !ok {
+		t.Fatal("the layer was not filled into the mirror's store")
+	}
+	return s, content, src, md, ld, bad
+}
+
+// A runtime's content store that does not answer for a prune or two (containerd
+// restarting) is not taken for one that no longer holds what it held: the marks of
+// its corrupted copies stay, and so do the mirror's own copies of them, while it is
+// down and after; the prune says it kept what it could not tell.
+func TestARuntimeContentStoreNotAnsweringClearsNoMark(t *testing.T) {
+	s, content, src, md, ld, _ := corruptInRuntime(t, true)
+	ctx := context.Background()
+	pinned := []string{repo + "@" + md.String()}
+	content.setDown(errors.New("rpc error: code = Unavailable desc = connection refused"))
+	var errs [2]error
+	for i := range errs {
+		_, _, errs[i] = s.m.Prune(ctx, pinned)
+	}
+	content.setDown(nil)
+	if _, _, err := s.m.Prune(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.m.CorruptInRuntime(); len(got) != 2 {
+		t.Fatalf("CorruptInRuntime after the runtime's store came back: %v, want the manifest and the layer", got)
+	}
+	for _, kept := range []digest.Digest{md, ld} {
+		if _, ok := s.store.Size(ctx, kept); !ok {
+			t.Fatalf("%s left the mirror's store while the runtime's copy is corrupted", kept)
+		}
+	}
+	calls := src.calls.Load()
+	s.get("manifests", md)
+	if b, status, err := s.get("blobs", ld); err != nil || status != http.StatusOK || !bytes.Equal(b, src.blobs[ld]) {
+		t.Fatalf("the layer: %d, %d bytes, %v; want it right, from the mirror's store", status, len(b), err)
+	}
+	if src.calls.Load() != calls {
+		t.Fatalf("the source was asked %d times, want none", src.calls.Load()-calls)
+	}
+	for i, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "does not answer") {
+			t.Fatalf("prune %d with the runtime's store down: %v, want it said", i+1, err)
+		}
+	}
+}
+
+// A prune that cannot read a pinned manifest (held only by the runtime's content
+// store, which does not answer) cannot tell what it names: it deletes nothing, the
+// mirror's own copy of a layer corrupted in the runtime's store among what it keeps.
+func TestAPruneThatCannotReadAPinnedManifestDeletesNothing(t *testing.T) {
+	s, content, src, md, ld, _ := corruptInRuntime(t, false)
+	ctx := context.Background()
+	if _, ok := s.store.Size(ctx, md); ok {
+		t.Fatal("the manifest is in the mirror's store: it is to be in the runtime's only")
+	}
+	pinned := []string{repo + "@" + md.String()}
+	content.setDown(errors.New("rpc error: code = Unavailable desc = connection refused"))
+	if n, _, err := s.m.Prune(ctx, pinned); err == nil || n != 0 {
+		t.Fatalf("prune with the pinned manifest unreadable: %d released, %v; want none, and why", n, err)
+	}
+	if _, ok := s.store.Size(ctx, ld); !ok {
+		t.Fatal("the mirror's own copy of a layer corrupted in the runtime's store was deleted")
+	}
+	content.setDown(nil)
+	if _, _, err := s.m.Prune(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.store.Size(ctx, ld); !ok {
+		t.Fatal("the mirror's own copy of a layer corrupted in the runtime's store was deleted")
+	}
+	if b, _, err := s.get("blobs", ld); err != nil || !bytes.Equal(b, src.blobs[ld]) {
+		t.Fatalf("the layer: %d bytes, %v", len(b), err)
+	}
+}
+
+// A corrupted copy the runtime holds right again (removed and pulled again between two
+// prunes, so none saw it gone) is found so when read again (recheckCorruptEvery): the
+// mark goes, the runtime's copy is served again, and the mirror's second copy goes. One
+// still corrupted stays marked.
+func TestACorruptedCopyPutBackRightIsFoundRight(t *testing.T) {
+	old := recheckCorruptEvery
+	recheckCorruptEvery = 0
+	t.Cleanup(func() { recheckCorruptEvery = old })
+	s, content, src, md, ld, _ := corruptInRuntime(t, false)
+	ctx := context.Background()
+	pinned := []string{repo + "@" + md.String()}
+	if _, _, err := s.m.Prune(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.m.CorruptInRuntime(); len(got) != 1 || got[0] != ld {
+		t.Fatalf("CorruptInRuntime with the copy still corrupted: %v, want %s", got, ld)
+	}
+	content.put(ld, src.blobs[ld])
+	if _, _, err := s.m.Prune(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.m.CorruptInRuntime(); len(got) != 0 {
+		t.Fatalf("CorruptInRuntime with the runtime's copy right again: %v", got)
+	}
+	if _, _, err := s.m.Prune(ctx, pinned); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.store.Size(ctx, ld); ok {
+		t.Fatal("the mirror keeps a second copy of a layer the runtime holds right")
+	}
+	if b, _, err := s.get("blobs", ld); err != nil || !bytes.Equal(b, src.blobs[ld]) {
+		t.Fatalf("the layer from the runtime's store: %d bytes, %v", len(b), err)
+	}
+}
+
+// A manifest under a sha512 digest is checked with sha512: fetched from the source and
+// served, and served from the runtime's content store, never taken for corrupted. (The
+// mirror's store takes sha256 digests only: it is fetched again each time.)
+func TestASha512ManifestIsCheckedWithSha512(t *testing.T) {
+	img, fake := newImage(t)
+	raw, _ := img.RawManifest()
+	d := digest.SHA512.FromBytes(raw)
+	src := &manifestsSource{fakeSource: fake, manifests: map[digest.Digest][]byte{d: raw}, sizes: map[digest.Digest]int64{}}
+	s := serve(t, src, func(_ string, dd digest.Digest) bool { return dd == d })
+	for i := range 2 {
+		if b, status, err := s.get("manifests", d); err != nil || status != http.StatusOK || !bytes.Equal(b, raw) {
+			t.Fatalf("request %d: %d, %d bytes, %v", i+1, status, len(b), err)
+		}
+	}
+
+	content := &fakeContent{blobs: map[digest.Digest][]byte{d: raw}}
+	src2 := &manifestsSource{fakeSource: fake, manifests: map[digest.Digest][]byte{}, sizes: map[digest.Digest]int64{}}
+	s2 := serve(t, src2, func(_ string, dd digest.Digest) bool { return dd == d })
+	s2.m.ReadAlso(content)
+	if b, status, err := s2.get("manifests", d); err != nil || status != http.StatusOK || !bytes.Equal(b, raw) {
+		t.Fatalf("from the runtime's store: %d, %d bytes, %v", status, len(b), err)
+	}
+	if got := s2.m.CorruptInRuntime(); len(got) != 0 {
+		t.Fatalf("CorruptInRuntime: %v", got)
+	}
+}
+
+// A manifest Shared keeps (or fetches for another caller at once) binds the size asked
+// for as the source does: asked for with another size than it has, it is refused
+// (ErrSize), not handed out because a caller asking with the right size (or none) got
+// it a moment before.
+func TestSharedBindsTheSizeOfAManifestItKeeps(t *testing.T) {
+	img, fake := newImage(t)
+	raw, _ := img.RawManifest()
+	d := digest.FromBytes(raw)
+	src := Shared(&manifestsSource{fakeSource: fake, manifests: map[digest.Digest][]byte{d: raw}, sizes: map[digest.Digest]int64{}})
+	ctx := context.Background()
+	n := int64(len(raw))
+	for _, size := range []int64{-1, n} {
+		if data, _, err := src.Manifest(ctx, repo, nil, d, size); err != nil || !bytes.Equal(data, raw) {
+			t.Fatalf("asked with size %d: %d bytes, %v", size, len(data), err)
+		}
+		for _, other := range []int64{n - 1, n + 1} {
+			if data, _, err := src.Manifest(ctx, repo, nil, d, other); !errors.Is(err, ErrSize) {
+				t.Fatalf("a manifest of %d bytes, kept, asked for as %d: %d bytes, %v; want ErrSize", n, other, len(data), err)
+			}
+		}
 	}
 }

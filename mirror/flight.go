@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -82,7 +83,9 @@ var sharedFor = 10 * time.Second
 
 type shared struct {
 	Source
-	manifests flights[digest.Digest, manifest]
+	// manifests are joined by digest and size: a caller asking with another size than
+	// the manifest has gets ErrSize, not what a caller asking with the right one got.
+	manifests flights[sizedDigest, manifest]
 
 	mu     sync.Mutex
 	recent map[digest.Digest]kept
@@ -91,6 +94,11 @@ type shared struct {
 type kept struct {
 	manifest
 	until time.Time
+}
+
+type sizedDigest struct {
+	d    digest.Digest
+	size int64
 }
 
 type manifest struct {
@@ -109,11 +117,15 @@ func (s *shared) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	k, ok := s.recent[d]
 	s.mu.Unlock()
 	if ok {
+		// Kept from a fetch asked with another size, maybe (-1, or the right one).
+		if size >= 0 && int64(len(k.data)) != size {
+			return nil, "", fmt.Errorf("%s: %d bytes, the index naming it gives %d: %w", d, len(k.data), size, ErrSize)
+		}
 		return k.data, k.mediaType, nil
 	}
-	m, err := s.manifests.do(ctx, d, func(ctx context.Context) (manifest, error) {
+	m, err := s.manifests.do(ctx, sizedDigest{d, size}, func(ctx context.Context) (manifest, error) {
 		data, mt, err := s.Source.Manifest(ctx, repo, chain, d, size)
-		if err == nil && digest.FromBytes(data) == d {
+		if err == nil && Matches(data, d) {
 			s.mu.Lock()
 			s.recent[d] = kept{manifest{data, mt}, time.Now().Add(sharedFor)}
 			s.mu.Unlock()

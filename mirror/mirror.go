@@ -30,6 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
 
@@ -83,8 +84,10 @@ type Mirror struct {
 	// flights are the manifests being fetched now, by source and digest.
 	flights flights[flightKey, []byte]
 	// corruptInRuntime are the digests whose copy in the runtime's content store
-	// (also) did not match when served: left there, read no more.
-	corruptInRuntime map[digest.Digest]bool
+	// (also) did not match when served: left there, read no more (but checked again
+	// now and then while the runtime holds it: Prune), each with when it was last
+	// found not to match.
+	corruptInRuntime map[digest.Digest]time.Time
 	// storeFailed is when the store last failed a write (a full disk): for a minute
 	// after, blobs are streamed from the source without being stored.
 	storeFailed time.Time
@@ -109,8 +112,11 @@ type child struct {
 // Content is a runtime's own content store, read-only (containerd's): what the mirror
 // serves without a copy in its store.
 type Content interface {
+	// Reader reads d; an error errdefs.IsNotFound tells when the store holds no d, any
+	// other that it could not tell (it does not answer).
 	Reader(ctx context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error)
-	Has(ctx context.Context, d digest.Digest) bool
+	// Has says whether the store holds d; an error when it could not tell.
+	Has(ctx context.Context, d digest.Digest) (bool, error)
 }
 
 // OnFilled calls fn after each blob a fill committed (set before serving).
@@ -128,8 +134,13 @@ func (m *Mirror) storedReader(ctx context.Context, d digest.Digest) (rd io.ReadS
 		return rd, size, true, nil
 	}
 	if m.also != nil && !m.isCorruptInRuntime(d) {
-		if rd2, size2, err2 := m.also.Reader(ctx, d); err2 == nil {
+		rd2, size2, err2 := m.also.Reader(ctx, d)
+		if err2 == nil {
 			return rd2, size2, false, nil
+		}
+		if errdefs.IsNotFound(err) {
+			// The store has none: what the runtime's says (none, or it could not tell).
+			err = err2
 		}
 	}
 	return nil, 0, false, err
@@ -138,7 +149,14 @@ func (m *Mirror) storedReader(ctx context.Context, d digest.Digest) (rd io.ReadS
 func (m *Mirror) isCorruptInRuntime(d digest.Digest) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.corruptInRuntime[d]
+	_, ok := m.corruptInRuntime[d]
+	return ok
+}
+
+// Matches says whether data is d's content, hashed with d's own algorithm (sha256,
+// sha512).
+func Matches(data []byte, d digest.Digest) bool {
+	return d.Validate() == nil && d.Algorithm().FromBytes(data) == d
 }
 
 // New builds a mirror over store, serving what pinned allows.
@@ -146,7 +164,7 @@ func New(store *blobstore.Store, pinned Pinned, log logrus.FieldLogger) *Mirror 
 	ctx, stop := context.WithCancel(context.Background())
 	return &Mirror{store: store, pinned: pinned, log: log, ctx: ctx, stop: stop,
 		children: map[string]map[digest.Digest]child{}, fills: map[digest.Digest]*fill{},
-		corruptInRuntime: map[digest.Digest]bool{}}
+		corruptInRuntime: map[digest.Digest]time.Time{}}
 }
 
 // Handler serves the mirror to the node's runtime, filling what the store lacks from
@@ -414,7 +432,7 @@ func (m *Mirror) storedManifest(ctx context.Context, d digest.Digest, size int64
 	if err != nil {
 		return nil, err
 	}
-	if digest.FromBytes(data) != d {
+	if !Matches(data, d) {
 		return nil, m.corrupt(ctx, d, own, "manifest")
 	}
 	if size >= 0 && int64(len(data)) != size {
@@ -440,7 +458,7 @@ func (m *Mirror) corrupt(ctx context.Context, d digest.Digest, own bool, what st
 		return err
 	}
 	m.mu.Lock()
-	m.corruptInRuntime[d] = true
+	m.corruptInRuntime[d] = time.Now()
 	m.mu.Unlock()
 	return fmt.Errorf("the runtime's content store holds a %s that does not match %s: left there, read no more, filled from the peers or the registry into the mirror's store instead (containerd: ctr -n <namespace> content rm %s removes it): %w", what, d, d, errCorrupt)
 }
@@ -492,7 +510,7 @@ func (m *Mirror) fetchAndStore(ctx context.Context, repo string, chain []digest.
 	if size >= 0 && int64(len(data)) != size {
 		return nil, fmt.Errorf("the source sent %d bytes for %s, the index naming it gives %d: %w", len(data), d, size, ErrSize)
 	}
-	if digest.FromBytes(data) != d {
+	if !Matches(data, d) {
 		return nil, fmt.Errorf("the source sent a manifest that does not match %s", d)
 	}
 	if err := isManifest(data); err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
 
@@ -359,9 +360,9 @@ func TestNodesServeShareAndPrune(t *testing.T) {
 type heldContent struct{}
 
 func (heldContent) Reader(context.Context, digest.Digest) (io.ReadSeekCloser, int64, error) {
-	return nil, 0, errors.New("not found")
+	return nil, 0, errdefs.ErrNotFound
 }
-func (heldContent) Has(context.Context, digest.Digest) bool { return true }
+func (heldContent) Has(context.Context, digest.Digest) (bool, error) { return true, nil }
 
 // On containerd the mirror's store holds a blob only until containerd does: pruned once
 // the fills settle, with the pins unchanged.
@@ -415,11 +416,11 @@ type corruptContent struct {
 
 func (c corruptContent) Reader(_ context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
 	if d != c.d {
-		return nil, 0, errors.New("not found")
+		return nil, 0, errdefs.ErrNotFound
 	}
 	return readSeekNopCloser{bytes.NewReader(c.data)}, int64(len(c.data)), nil
 }
-func (c corruptContent) Has(_ context.Context, d digest.Digest) bool { return d == c.d }
+func (c corruptContent) Has(_ context.Context, d digest.Digest) (bool, error) { return d == c.d, nil }
 
 type readSeekNopCloser struct{ *bytes.Reader }
 

@@ -1246,3 +1246,84 @@ func TestAPeerBusyForEverIsSetAsideForABlob(t *testing.T) {
 		t.Fatal("a peer busy for a whole window was not set aside")
 	}
 }
+
+// One busy episode seen by many fetches at once (a pre-load asks for every blob the
+// busy peer heads) sets the peer aside once, for failedFor (the first time), with one
+// line logged: not once per fetch, each doubling the last (up to busyAsideMax at once).
+func TestOneBusyEpisodeSeenByManyFetchesSetsAsideOnce(t *testing.T) {
+	busyPeers(t)
+	reg := newRegistry(t, 12, 16<<10)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	heads := func(busy *node) (ds []digest.Digest) {
+		for d := range reg.blobs {
+			if h, _ := c.headAndOther(d); h == busy {
+				ds = append(ds, d)
+			}
+		}
+		return ds
+	}
+	busy, reader := c.nodes[0], c.nodes[1]
+	ds := heads(busy)
+	if len(ds) < 3 {
+		busy, reader = reader, busy
+		ds = heads(busy)
+	}
+	if len(ds) < 3 {
+		t.Fatalf("the busy peer heads %d blobs, want 3 or more", len(ds))
+	}
+	var warned atomic.Int32
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	log.AddHook(countWarns{&warned})
+	reader.src.Log = log
+	fillSlots(busy)
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, rc)
+			rc.Close()
+		}()
+	}
+	wg.Wait()
+	aside := reader.src.asideFor(busy.addr)
+	t.Logf("%d blobs fetched at once behind one busy peer: set aside for %s, %d lines logged", len(ds), aside.Round(time.Second), warned.Load())
+	if aside > failedFor+time.Second {
+		t.Fatalf("one busy episode set the peer aside for %s, want %s", aside.Round(time.Second), failedFor)
+	}
+	if warned.Load() != 1 {
+		t.Fatalf("one busy episode logged %d set-asides, want 1", warned.Load())
+	}
+}
+
+// countWarns counts the lines logged at Warn.
+type countWarns struct{ n *atomic.Int32 }
+
+func (countWarns) Levels() []logrus.Level { return []logrus.Level{logrus.WarnLevel} }
+func (h countWarns) Fire(*logrus.Entry) error {
+	h.n.Add(1)
+	return nil
+}
+
+// A peer set aside for long (it sent wrong bytes) stays aside that long when one of its
+// requests then fails (a shorter set-aside): the longer holds.
+func TestALaterShortSetAsideDoesNotShortenALongOne(t *testing.T) {
+	s := NewSource("", func() []string { return nil }, nil, http.DefaultClient, &Stats{}, logrus.New())
+	s.setAside("peer.example:1", corruptFor, errors.New("wrong bytes"))
+	s.setAside("peer.example:1", failedFor, errors.New("cut"))
+	if aside := s.asideFor("peer.example:1"); aside < corruptFor-time.Second {
+		t.Fatalf("set aside for %s after a set-aside for %s, then one for %s", aside.Round(time.Second), corruptFor, failedFor)
+	}
+	s.setAside("peer.example:2", failedFor, errors.New("cut"))
+	s.setAside("peer.example:2", corruptFor, errors.New("wrong bytes"))
+	if aside := s.asideFor("peer.example:2"); aside < corruptFor-time.Second {
+		t.Fatalf("set aside for %s after a set-aside for %s, then one for %s", aside.Round(time.Second), failedFor, corruptFor)
+	}
+}

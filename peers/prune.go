@@ -83,11 +83,13 @@ func (n *Node) pruneOnce(ctx context.Context) {
 			return
 		}
 	}
+	// An error with counts: pruned in part (what the runtime's content store, not
+	// answering, may hold stays).
 	count, freed, err := n.mirror.PruneKeeping(ctx, refs, seeded)
-	switch {
-	case err != nil:
+	if err != nil {
 		n.log.WithError(err).Warn("mirror store: prune")
-	case count > 0:
+	}
+	if count > 0 {
 		n.log.WithField("blobs", count).WithField("bytes", freed).Info("mirror store: released the blobs of images no longer pinned, or held by the runtime's own content store")
 	}
 }

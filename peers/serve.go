@@ -218,6 +218,13 @@ func progressEvery() time.Duration { return stallAfter / 3 }
 // handler answers: the client tells a node waiting on its own sources from one that
 // took the request and hung. The handler's headers are its own until it answers (a
 // 1xx sends the response's header map, which the handler may be writing).
+//
+// On HTTP/2 a 1xx's header frame is encoded on the connection's writer, which may still
+// read the response's header map after WriteHeader returned (early, when the client
+// reset the stream): the answer must not write into that map then. net/http sends a
+// 1xx from a copy of the map when it holds a Content-Length (which no 1xx carries): the
+// response's map holds one (holdCopy) from the start until the answer, so no 102 is
+// ever sent from the map the answer writes.
 type answering struct {
 	w      http.ResponseWriter
 	header http.Header
@@ -227,8 +234,13 @@ type answering struct {
 	timer    *time.Timer
 }
 
+// holdCopy is the Content-Length the response's header map holds until the answer,
+// so that every 102 is sent from a copy of it (answering).
+const holdCopy = "0"
+
 func newAnswering(w http.ResponseWriter) *answering {
 	a := &answering{w: w, header: http.Header{}}
+	w.Header()["Content-Length"] = []string{holdCopy}
 	a.mu.Lock()
 	a.timer = time.AfterFunc(progressEvery(), a.progress)
 	a.mu.Unlock()
@@ -253,6 +265,7 @@ func (a *answering) answer(code int) {
 	a.answered = true
 	a.timer.Stop()
 	h := a.w.Header()
+	delete(h, "Content-Length") // holdCopy, unless the handler set one (below)
 	for k, v := range a.header {
 		h[k] = v
 	}

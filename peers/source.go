@@ -101,15 +101,17 @@ type health struct {
 	// asked.
 	held *holdings
 	// busyTimes are how many times in a row each peer was set aside for being busy a
-	// whole busyWait, with no answer from it in between (setAsideBusy).
+	// whole busyWait, with no answer from it in between (setAsideBusy); busyUntil is
+	// when its last busy set-aside ends.
 	busyTimes map[string]int
+	busyUntil map[string]time.Time
 }
 
 // NewSource is a Source (see its fields).
 func NewSource(self string, nodes func() []string, registry mirror.Source, client *http.Client, stats *Stats, log logrus.FieldLogger) *Source {
 	return &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log,
 		health: &health{bad: map[string]time.Time{}, refusing: map[string]*refusal{}, notPinning: map[[2]string]time.Time{},
-			busyTimes: map[string]int{}, held: newHoldings(client, log)}}
+			busyTimes: map[string]int{}, busyUntil: map[string]time.Time{}, held: newHoldings(client, log)}}
 }
 
 // Forwarding is this Source for what a node needs to answer a peer's request (the
@@ -304,16 +306,25 @@ func (s *Source) order(key digest.Digest) []string {
 // of it again and again, or a blob's every ancestor): for failedFor the first time, and
 // twice as long each time it is found so again without answering anything in between,
 // up to busyAsideMax. A peer answering 503 for ever costs each asker a busy window a
-// few times an hour, not twice a minute.
+// few times an hour, not twice a minute. What counts is busy episodes, not requests:
+// every fetch under way when a peer is busy (a pre-load asks for many blobs at once)
+// finds it busy for its own window, and those found while its busy set-aside is in
+// force add nothing (one step, one log line, per episode).
 func (s *Source) setAsideBusy(node string) {
+	now := time.Now()
 	s.mu.Lock()
+	if now.Before(s.busyUntil[node]) && now.Before(s.bad[node]) {
+		s.mu.Unlock()
+		return
+	}
 	n := s.busyTimes[node]
 	s.busyTimes[node] = n + 1
-	s.mu.Unlock()
 	d := busyAsideMax
 	if n < 16 {
 		d = min(failedFor<<n, busyAsideMax)
 	}
+	s.busyUntil[node] = now.Add(d)
+	s.mu.Unlock()
 	s.setAside(node, d, fmt.Errorf("busy for %s, %d times in a row: %w", busyWait, n+1, errBusy))
 }
 
@@ -322,17 +333,26 @@ func (s *Source) setAsideBusy(node string) {
 func (s *Source) answered(node string) {
 	s.mu.Lock()
 	delete(s.busyTimes, node)
+	delete(s.busyUntil, node)
 	s.mu.Unlock()
 }
 
+// setAside sets node aside for d, or for what is left of an earlier set-aside when that
+// is longer: a peer set aside for long (wrong bytes, busy again and again) is not taken
+// back early by a request of its that failed meanwhile.
 func (s *Source) setAside(node string, d time.Duration, why error) {
 	if node == self {
 		return
 	}
+	until := time.Now().Add(d)
 	s.mu.Lock()
-	s.bad[node] = time.Now().Add(d)
+	if s.bad[node].After(until) {
+		until = s.bad[node]
+	} else {
+		s.bad[node] = until
+	}
 	s.mu.Unlock()
-	s.Log.WithError(why).WithField("peer", node).WithField("for", d).Warn("peers: setting a peer aside")
+	s.Log.WithError(why).WithField("peer", node).WithField("for", time.Until(until).Round(time.Second)).Warn("peers: setting a peer aside")
 }
 
 // errSilent is a peer that took a request and sent nothing for stallAfter.
@@ -402,11 +422,15 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	rctx, cancel := context.WithCancelCause(ctx)
 	silent := time.AfterFunc(stallAfter, func() { cancel(errSilent) })
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error {
-		silent.Reset(stallAfter)
+		if rctx.Err() == nil {
+			silent.Reset(stallAfter)
+		}
 		return nil
 	}}
 	resp, err := s.Client.Do(req.WithContext(httptrace.WithClientTrace(rctx, trace)))
-	if !silent.Stop() && err == nil {
+	silent.Stop()
+	if err == nil && rctx.Err() != nil {
+		// The bound (or ctx) ended the request as its answer came: the body is cut.
 		err = context.Cause(rctx)
 		resp.Body.Close()
 	}
@@ -554,7 +578,7 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 	case int64(len(data)) > limit:
 		err = fmt.Errorf("sent a manifest of more than %d bytes: %w", limit, mirror.ErrSize)
 		s.setAside(node, corruptFor, err)
-	case digest.FromBytes(data) != d:
+	case !mirror.Matches(data, d):
 		err = errors.New("sent a manifest that does not match its digest")
 		s.setAside(node, corruptFor, err)
 	case size >= 0 && int64(len(data)) != size:
