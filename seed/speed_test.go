@@ -257,7 +257,7 @@ func writeSpeedArchive(t *testing.T, file string, size int64) (int64, []string) 
 	t.Helper()
 	n := max(int(size/speedLayer), 1)
 	layer := func(i int) io.Reader {
-		return io.LimitReader(&chachaReader{r: rand.New(rand.NewChaCha8([32]byte{byte(i), byte(i >> 8), 2}))}, speedLayer)
+		return io.LimitReader(rand.NewChaCha8([32]byte{byte(i), byte(i >> 8), 2}), speedLayer)
 	}
 	type desc struct {
 		MediaType string `json:"mediaType"`
@@ -318,16 +318,4 @@ func (r *stringReader) Read(p []byte) (int, error) {
 	n := copy(p, r.s)
 	r.s = r.s[n:]
 	return n, nil
-}
-
-type chachaReader struct{ r *rand.Rand }
-
-func (c *chachaReader) Read(p []byte) (int, error) {
-	for i := 0; i < len(p); i += 8 {
-		v := c.r.Uint64()
-		for j := 0; j < 8 && i+j < len(p); j++ {
-			p[i+j] = byte(v >> (8 * j))
-		}
-	}
-	return len(p), nil
 }

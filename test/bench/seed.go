@@ -291,19 +291,7 @@ func writeSeedArchive(file string, size int64) (int64, error) {
 
 // layerBytes are layer i's seedLayer bytes, the same at each read.
 func layerBytes(i int) io.Reader {
-	return io.LimitReader(&randReader{r: rand.New(rand.NewChaCha8([32]byte{byte(i), byte(i >> 8), 1}))}, seedLayer)
-}
-
-type randReader struct{ r *rand.Rand }
-
-func (r *randReader) Read(p []byte) (int, error) {
-	for i := 0; i < len(p); i += 8 {
-		v := r.r.Uint64()
-		for j := 0; j < 8 && i+j < len(p); j++ {
-			p[i+j] = byte(v >> (8 * j))
-		}
-	}
-	return len(p), nil
+	return io.LimitReader(rand.NewChaCha8([32]byte{byte(i), byte(i >> 8), 1}), seedLayer)
 }
 
 func digestOf(b []byte) string {
