@@ -207,7 +207,7 @@ func (w *Writer) Run(ctx context.Context) error {
 					s.failures++
 					continue
 				}
-				if s.unregistered && !notRegistered(err) {
+				if s.unregistered { // and no longer: the branch above continues
 					if err == nil || errors.Is(err, errHeld) {
 						w.cfg.Log.WithField("node", w.cfg.NodeName).Info("node condition " + Type + ": the Node is registered")
 					}

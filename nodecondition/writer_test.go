@@ -350,11 +350,7 @@ func TestStartupGraceKeepsTrue(t *testing.T) {
 // taint's removal, follows the Node's registration within MinInterval.
 func TestANodeRegisteredLateIsWrittenWithinMinInterval(t *testing.T) {
 	r := newRig(t)
-	var gets atomic.Int64
-	r.cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		gets.Add(1)
-		return false, nil, nil
-	})
+	gets := r.countGets()
 	r.w.cfg.JoinWait = time.Hour
 	r.w.Update(readyNode)
 	r.run()
@@ -424,11 +420,7 @@ func (r *rig) tenMinutes() {
 // not every 2 s for ever.
 func TestANodeThatNeverAppearsIsBackedOffAfterJoinWait(t *testing.T) {
 	r := newRig(t)
-	var gets atomic.Int64
-	r.cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-		gets.Add(1)
-		return false, nil, nil
-	})
+	gets := r.countGets()
 	log, hook := logtest.NewNullLogger()
 	r.w.cfg.Log, r.w.cfg.JoinWait = log, time.Minute
 	r.w.Update(readyNode)
@@ -451,4 +443,14 @@ func TestANodeThatNeverAppearsIsBackedOffAfterJoinWait(t *testing.T) {
 	if warned != 1 {
 		t.Fatalf("%d warnings; want one", warned)
 	}
+}
+
+// countGets counts the writer's reads of the Node (each a try while it is not there).
+func (r *rig) countGets() *atomic.Int64 {
+	var gets atomic.Int64
+	r.cs.PrependReactor("get", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+		gets.Add(1)
+		return false, nil, nil
+	})
+	return &gets
 }
