@@ -128,7 +128,8 @@ type asking int
 
 const (
 	// waiting asks again while the peer does not pin the image yet (up to pinWait once
-	// per peer and image) and while it is busy (up to busyWait): a manifest's order.
+	// per peer and image) and while it is busy (up to busyWait, and no longer once it
+	// is set aside): a manifest's order.
 	waiting asking = iota
 	// climbing asks again while the peer does not pin the image yet; a busy peer is
 	// left at once (the next ancestor is asked): a blob's tree.
@@ -188,6 +189,11 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 				// Busy for a whole window: every digest it heads would cost each asker
 				// as much. Set aside, as a peer that fails.
 				s.setAsideBusy(node)
+				return nil, err
+			}
+			if s.isAside(node) {
+				// Set aside meanwhile (another fetch found it busy for its whole
+				// window): this one waits on it no longer.
 				return nil, err
 			}
 			select {
@@ -462,12 +468,14 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	return nil, fmt.Errorf("%s: %s", url, resp.Status)
 }
 
-// Manifest asks the nodes whose seeds hold d (HeldPath), then the nodes in d's order,
-// checking what each sends against d, and reading none past size (the index's, when
-// chain[0] gives one; -1: maxManifest).
+// Manifest asks the nodes whose seeds hold d (HeldPath) and are not set aside, then
+// the nodes in d's order, checking what each sends against d, and reading none past
+// size (the index's, when chain[0] gives one; -1: maxManifest). A node set aside comes
+// after the registry and is asked once (a holder for what it holds only): it is not
+// waited on, busy or not pinning yet, until its time is up.
 func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	var errs []error
-	holders := s.holders(ctx, d)
+	holders, asideHolders := s.holders(ctx, d)
 	for _, node := range holders {
 		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
 		if err != nil {
@@ -489,7 +497,14 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, waiting)
+		how := waiting
+		if s.isAside(node) {
+			how = once
+			if slices.Contains(asideHolders, node) {
+				how = storedOnly
+			}
+		}
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, how)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
 			continue
@@ -504,12 +519,14 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 // mirror's): a peer sending more is sending wrong bytes.
 const maxManifest = 4 << 20
 
-// holders are the peers (not this node) whose seeds hold d, in d's order, those set
-// aside last: the registry may well not have it, and asking the nodes one by one
-// finds only them.
-func (s *Source) holders(ctx context.Context, d digest.Digest) []string {
+// holders are the peers (not this node) whose seeds hold d, in d's order: the registry
+// may well not have it, and asking the nodes one by one finds only them. Those set
+// aside are apart (aside): they are skipped until their time is up, so that a holder
+// busy for ever (it answers 503 to all) costs each node a busy window only when its
+// set-aside ends, not every fetch of a digest its summary lists.
+func (s *Source) holders(ctx context.Context, d digest.Digest) (live, aside []string) {
 	if s.held == nil {
-		return nil
+		return nil, nil
 	}
 	var nodes []string
 	for _, n := range s.Nodes() {
@@ -518,22 +535,27 @@ func (s *Source) holders(ctx context.Context, d digest.Digest) []string {
 		}
 	}
 	if len(nodes) == 0 {
-		return nil
+		return nil, nil
 	}
 	held := s.held.of(ctx, nodes, d)
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	slices.SortStableFunc(held, func(a, b string) int {
-		switch aa, ba := now.Before(s.bad[a]), now.Before(s.bad[b]); {
-		case aa == ba:
-			return 0
-		case ba:
-			return -1
+	for _, n := range held {
+		if now.Before(s.bad[n]) {
+			aside = append(aside, n)
+		} else {
+			live = append(live, n)
 		}
-		return 1
-	})
-	return held
+	}
+	return live, aside
+}
+
+// isAside tells whether node is set aside now.
+func (s *Source) isAside(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Before(s.bad[node])
 }
 
 // peerManifest is d from node, read with the blobs' stall bound (a peer that stops
@@ -669,10 +691,11 @@ type turn struct {
 // plan is who to ask for a blob, one after another: this node's ancestors in the
 // blob's tree, nearest first (a busy one is left for the next at once; when all were
 // busy, all are asked again after pinPoll, for up to busyWait); then the nodes whose
-// seeds hold it (HeldPath), for what they hold only; then the registry;
-// then, when the registry fails too (gone), the other nodes once each: those weighing
-// more asked as ancestors are, the others only for what they hold (storedOnly), so
-// that a node joining with the registry gone gets a blob from whoever has it.
+// seeds hold it (HeldPath) and are not set aside, for what they hold only; then the
+// registry; then, when the registry fails too (gone), the other nodes once each
+// (those set aside last, holders among them): those weighing more asked as ancestors
+// are, the others only for what they hold (storedOnly), so that a node joining with
+// the registry gone gets a blob from whoever has it.
 type plan struct {
 	s *Source
 	d digest.Digest
@@ -726,7 +749,9 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 			continue
 		}
 		p.climbed = true
-		for _, n := range p.s.holders(ctx, p.d) {
+		// The holders set aside are left to others (once, after the registry).
+		live, _ := p.s.holders(ctx, p.d)
+		for _, n := range live {
 			if !p.asked[n] {
 				p.rest = append(p.rest, turn{n, holding})
 			}
