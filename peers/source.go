@@ -902,7 +902,13 @@ func (r *resumer) open(ctx context.Context, t turn) (io.ReadCloser, error) {
 		}
 		return body, nil
 	}
-	resp, err := r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, r.off, t.how)
+	// Every byte came and the end did not (the sender was cut after its last byte): a
+	// range from r.off would be one past the end (416), so the blob is asked whole.
+	from := r.off
+	if from >= r.size {
+		from = 0
+	}
+	resp, err := r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, from, t.how)
 	if err != nil {
 		return nil, err
 	}
