@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
 
@@ -250,4 +252,62 @@ func TestKeptBlobsLetANodeJoinWithTheRegistryGone(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// someContent is containerd's content store holding the image but one layer, which it
+// discarded once unpacked (discard_unpacked_layers).
+type someContent struct {
+	blobs map[digest.Digest][]byte
+}
+
+func (c someContent) Reader(_ context.Context, d digest.Digest) (io.ReadSeekCloser, int64, error) {
+	b, ok := c.blobs[d]
+	if !ok {
+		return nil, 0, errdefs.ErrNotFound
+	}
+	return readSeekNopCloser{bytes.NewReader(b)}, int64(len(b)), nil
+}
+
+func (c someContent) Has(_ context.Context, d digest.Digest) (bool, error) {
+	_, ok := c.blobs[d]
+	return ok, nil
+}
+
+// On containerd the node serves its peers from containerd's content store, which
+// holds what containerd pulled, before the pin or not: the node stores nothing of it.
+// A layer containerd discarded once unpacked is the exception: the node fetches that
+// one into its own store and keeps it there (the prune keeps what containerd lacks).
+func TestOnContainerdTheNodeKeepsWhatTheContentStoreDiscarded(t *testing.T) {
+	fastKeep(t)
+	old := settleAfterFill
+	settleAfterFill = 10 * time.Millisecond
+	t.Cleanup(func() { settleAfterFill = old })
+	reg := newRegistry(t, 3, 64<<10)
+	md := digest.FromBytes(reg.manifest)
+	content := someContent{blobs: map[digest.Digest][]byte{md: reg.manifest}}
+	var discarded digest.Digest
+	for d, b := range reg.blobs {
+		if discarded == "" && len(b) > 1000 {
+			discarded = d
+			continue
+		}
+		content.blobs[d] = b
+	}
+	n := newNode(t, Config{})
+	n.Bind(Runtime{Registry: reg, Content: content})
+	n.setPinned([]string{repo + "@" + md.String()})
+	run(t, n.Run)
+	waitHeld(t, n, 10*time.Second)
+	time.Sleep(100 * time.Millisecond) // a prune after the fill settled
+	var stored []digest.Digest
+	n.store.Walk(context.Background(), func(d digest.Digest, _ int64) error {
+		stored = append(stored, d)
+		return nil
+	})
+	if len(stored) != 1 || stored[0] != discarded {
+		t.Fatalf("the store holds %v; want the discarded layer %s alone", stored, discarded)
+	}
+	if got := reg.attempts.Load(); got != 1 {
+		t.Fatalf("the registry was asked %d times; want once, for the discarded layer", got)
+	}
 }
