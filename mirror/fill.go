@@ -53,17 +53,10 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 		return nil, 0, errClosed
 	}
 	if f == nil && !skipStore {
-		sw, err := m.store.Writer(context.WithoutCancel(ctx), d, -1)
+		var err error
+		f, err = m.startFill(ctx, repo, chain, d, size, src)
 		switch {
 		case err == nil:
-			f = &fill{file: m.store.IngestFile(d), size: size}
-			f.cond = sync.NewCond(&f.mu)
-			m.fills[d] = f
-			m.running.Add(1)
-			go func() {
-				defer m.running.Done()
-				m.run(f, sw, repo, chain, d, src)
-			}()
 		case errors.Is(err, blobstore.ErrExists):
 			// A fill ended between the caller's look into the store and now.
 			m.mu.Unlock()
@@ -95,6 +88,25 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 		return nil, 0, err
 	}
 	return &blobReader{ctx: ctx, f: f, m: m, d: d}, f.size, nil
+}
+
+// startFill starts filling blob d of size bytes from src into the store, m.mu held:
+// blobstore.ErrExists when the store holds it already, ErrBusy when its own lock is
+// held (a fill ending now), another error when the store cannot take it.
+func (m *Mirror) startFill(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source) (*fill, error) {
+	sw, err := m.store.Writer(context.WithoutCancel(ctx), d, -1)
+	if err != nil {
+		return nil, err
+	}
+	f := &fill{file: m.store.IngestFile(d), size: size}
+	f.cond = sync.NewCond(&f.mu)
+	m.fills[d] = f
+	m.running.Add(1)
+	go func() {
+		defer m.running.Done()
+		m.run(f, sw, repo, chain, d, src)
+	}()
+	return f, nil
 }
 
 // errClosed is a request to a closed mirror.

@@ -6,16 +6,19 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	goruntime "runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/internal/sockowner"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/status"
 )
@@ -47,6 +50,9 @@ type Config struct {
 	// SeedsDir holds the records of seeds (package seed): the store's prune keeps what
 	// they name. "": no seeds.
 	SeedsDir string
+	// Platform is the node's (the zero value: this process's, GOOS/GOARCH): of an
+	// index, the node keeps the instance its runtime pulls (Run).
+	Platform registry.Platform
 }
 
 // Node is a node's mirror at run time: what it may serve (the pinned references, told
@@ -76,6 +82,8 @@ type Node struct {
 	// a blob a fill committed, when the runtime keeps its own copy (Runtime.Content).
 	prune  chan struct{}
 	filled chan struct{}
+	// keep puts in the store the blobs of pinned images the node holds nowhere (Run).
+	keep *keeper
 	// seeds are the seeds' totals for the status (Stamp).
 	seeds seedTotals
 	// allow says which users' connections the loopback mirror answers (Serve).
@@ -90,6 +98,13 @@ func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
 	empty := map[string]bool{}
 	n.pinned.Store(&empty)
 	n.mirror = mirror.New(store, n.isPinned, log.WithField("part", "mirror"))
+	platform := cfg.Platform
+	if platform.OS == "" {
+		platform = registry.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH}
+	}
+	n.keep = &keeper{mirror: n.mirror, pinned: n.pinnedRefs, isPinned: n.isPinned, wake: make(chan struct{}, 1),
+		pruneNow: n.wakePrune, log: log.WithField("part", "keep")}
+	n.keep.instance = func(index []byte) (digest.Digest, error) { return registry.Instance(index, platform) }
 	return n
 }
 
@@ -129,6 +144,7 @@ func (n *Node) Bind(rt Runtime) {
 	}
 	reg := CountRegistry(rt.Registry, &n.Bytes)
 	n.local = n.mirror.Handler(reg, &n.Served)
+	n.keep.src = reg
 	if n.cfg.Address == "" {
 		return
 	}
@@ -154,6 +170,7 @@ func (n *Node) share(reg mirror.Source) error {
 	src := NewSource(n.cfg.Address, n.nodes, reg, client, &n.Bytes, log)
 	src.Fanout = n.cfg.Fanout
 	n.local = n.mirror.Handler(src, &n.Served)
+	n.keep.src = src
 	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir,
 		MaxServing: n.cfg.MaxServing, BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
 	n.serverTLS = serverTLS
