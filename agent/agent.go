@@ -129,6 +129,10 @@ type Deps struct {
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string
+	// SourceSynced says whether whatever fills the sets directory has written its first
+	// lists (the cluster sync: the sets and this Node's labels); until then the node's
+	// status says WaitingForClusterSync. nil: always (local files only).
+	SourceSynced func() bool
 	// Tags receives the tags the desired sets pin, at every pass (tagpin.Keeper.Want,
 	// which pre-loads them); nil: tags are not pre-loaded.
 	Tags func([]pinset.Tag)

@@ -66,6 +66,8 @@ type harness struct {
 	agent *Agent
 	// tagHeld is Deps.TagHeld.
 	tagHeld func(name string) bool
+	// sourceSynced is Deps.SourceSynced.
+	sourceSynced func() bool
 }
 
 func newHarness(t testing.TB) *harness {
@@ -113,6 +115,8 @@ func (h *harness) start() {
 		Releases: h.releases,
 		Kubelet:  h.kubelet,
 		TagHeld:  h.tagHeld,
+
+		SourceSynced: h.sourceSynced,
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {

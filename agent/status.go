@@ -22,10 +22,14 @@ func (a *Agent) publish(desired []pinset.Set) {
 			Runtime:         status.Runtime{Name: a.rt.runtime.Name, Version: a.rt.runtime.Version},
 			ImageFilesystem: a.disk.imageFS,
 		},
-		Sets:       []status.Set{},
-		FileErrors: a.in.fileErrors,
+		Sets:                  []status.Set{},
+		FileErrors:            a.in.fileErrors,
+		WaitingForClusterSync: a.in.waitingForSync,
 	}
 	n.Faults = append(n.Faults, a.in.inputFaults...)
+	if n.WaitingForClusterSync {
+		n.Faults = append(n.Faults, status.FaultWaitingForClusterSync)
+	}
 	n.Faults = append(n.Faults, a.pins.faults...)
 	if a.rt.err != nil {
 		n.Faults = append(n.Faults, "container runtime unavailable: "+a.rt.err.Error())

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
-	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -57,10 +56,8 @@ const maxNamed = 10
 // runtime does not hold yet, then (in RegistryIndependent mode) sets pods would still
 // need the registry for (pinned tags that are not pre-loaded at all among them).
 func Compute(n status.Node, mode Mode) (Condition, bool) {
-	for _, f := range n.Faults {
-		if f == clustersync.NotSynced {
-			return Condition{}, false
-		}
+	if n.WaitingForClusterSync {
+		return Condition{}, false
 	}
 	var failed, pending, dependent []string
 	for _, s := range n.Sets {

@@ -68,6 +68,10 @@ const (
 	ReasonTagsNotHeld = "TagsNotHeld"
 )
 
+// FaultWaitingForClusterSync is the fault a node's status carries while
+// WaitingForClusterSync.
+const FaultWaitingForClusterSync = "cluster sync: waiting for the first list of PinnedImageSets and of this Node"
+
 // Node is the whole report of one node: what imagepind writes to the status file and
 // sends to the aggregator.
 type Node struct {
@@ -78,6 +82,11 @@ type Node struct {
 	// Faults are node-wide problems that stop nothing but need an administrator:
 	// the sets directory gone, the labels file broken, CRI-O unreachable.
 	Faults []string `json:"faults,omitempty"`
+	// WaitingForClusterSync: the cluster sync has not written its first lists of
+	// PinnedImageSets and of this Node yet, so Sets may lack sets that target the node.
+	// Faults say so too, in FaultWaitingForClusterSync's words. Not sent to the
+	// aggregator, which knows the sets itself.
+	WaitingForClusterSync bool `json:"waitingForClusterSync,omitempty"`
 	// Tags are the tags the sets pin (nil: none).
 	Tags *Tags `json:"tags,omitempty"`
 }

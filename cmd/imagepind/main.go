@@ -154,7 +154,7 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 		Idle:      trimmer.Settled,
 	}
 	if syncer != nil {
-		opts.SourceFaults = wire.SyncFaults(syncer)
+		opts.SourceFaults, opts.SourceSynced = syncer.Faults, syncer.Synced
 	}
 	a, client, err := wire.Agent(cfg, store, opts)
 	if err != nil {

@@ -54,8 +54,10 @@ type Options struct {
 	Heartbeat time.Duration
 	// Idle is called when the loop settles (agent.Deps.Idle).
 	Idle func()
-	// SourceFaults are the cluster sync's faults, shown in the node's status.
+	// SourceFaults are the cluster sync's faults, shown in the node's status;
+	// SourceSynced says whether it has written its first lists (agent.Deps).
 	SourceFaults func() []string
+	SourceSynced func() bool
 	// OnTags, when not nil, asks for the pre-load of the tags the sets pin: it is given
 	// the tags' run-time (Tags), built once the runtime is known, for the caller to run;
 	// TagsChanged is called when what it reports changes.
@@ -157,6 +159,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		TagStatus:     tagStatus,
 		TagHeld:       tagHeld,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
+		SourceSynced:  opts.SourceSynced,
 	})
 	return a, client, nil
 }
