@@ -135,10 +135,10 @@ type Deps struct {
 	// TagStatus is the pinned tags for the node's status, and the faults of their
 	// pre-load; nil: none.
 	TagStatus func() (*status.Tags, []string)
-	// TagHeld says whether the runtime holds a pinned tag (by name) as its pinned
-	// digest (tagpin.Keeper.Held): a set is RegistryIndependent only when it holds all
-	// of the set's tags. nil: it holds none.
-	TagHeld func(name string) bool
+	// TagHeld says whether the runtime holds a pinned tag's name as its pinned digest
+	// (tagpin.Keeper.Held; as another digest: false): a set is RegistryIndependent only
+	// when it holds all of the set's tags. nil: it holds none.
+	TagHeld func(pinset.Tag) bool
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

@@ -22,6 +22,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -65,7 +66,7 @@ type harness struct {
 	// agent is the running agent (after start).
 	agent *Agent
 	// tagHeld is Deps.TagHeld.
-	tagHeld func(name string) bool
+	tagHeld func(pinset.Tag) bool
 }
 
 func newHarness(t testing.TB) *harness {

@@ -69,7 +69,7 @@ func registryCondition(o phaseOutcome, ps podStart, f registrygone.Facts) status
 func (a *Agent) tagsHeld(tags []pinset.Tag) map[string]bool {
 	held := map[string]bool{}
 	for _, t := range tags {
-		held[t.Name] = a.deps.TagHeld != nil && a.deps.TagHeld(t.Name)
+		held[t.Name] = a.deps.TagHeld != nil && a.deps.TagHeld(t)
 	}
 	return held
 }

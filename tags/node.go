@@ -52,9 +52,9 @@ func New(p Parts, onChange func()) *Node {
 // Want sets the tags the desired sets pin (agent.Deps.Tags); it never blocks.
 func (n *Node) Want(tags []pinset.Tag) { n.keeper.Want(tags) }
 
-// Held says whether the runtime holds the pinned tag name as its pinned digest (the
-// keeper's answer): what the registry-gone verdict asks of each pinned tag.
-func (n *Node) Held(name string) bool { return n.keeper.Held(name) }
+// Held says whether the runtime holds the pinned tag t.Name as t.Image (the keeper's
+// answer): what the registry-gone verdict asks of each pinned tag.
+func (n *Node) Held(t pinset.Tag) bool { return n.keeper.Held(t) }
 
 // Run runs the check, the endpoint and the keeper until ctx ends, and returns nil then.
 // The endpoint listens before the keeper starts: a pull of a tag while it does not
@@ -93,7 +93,7 @@ func (n *Node) Status() (*status.Tags, []string) {
 	}
 	st := &status.Tags{Pinned: len(tags), Moved: n.checker.Moved(), Kept: n.keeper.Runs()}
 	for _, t := range tags {
-		if n.keeper.Held(t.Name) {
+		if n.keeper.Held(t) {
 			st.Held++
 		}
 	}

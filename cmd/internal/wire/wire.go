@@ -109,7 +109,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	}
 	var wantTags func([]pinset.Tag)
 	var tagStatus func() (*status.Tags, []string)
-	var tagHeld func(string) bool
+	var tagHeld func(pinset.Tag) bool
 	if opts.OnTags != nil {
 		t, err := Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.TagsChanged, opts.Log)
 		if err != nil {
