@@ -18,7 +18,7 @@ const podStartKey = "podstart"
 type podStart struct {
 	v       kubelet.Verification
 	err     error
-	ids     map[string]string // lower-cased name → image ID (ListImages)
+	ids     map[string]string // name → image ID (ListImages, as the runtime spells names)
 	known   bool
 	running bool
 }

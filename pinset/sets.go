@@ -341,11 +341,11 @@ func parseDocument(raw []byte) (Set, string, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 			continue
 		}
-		if prev, dup := index[strings.ToLower(name)]; dup {
+		if prev, dup := index[hostFolded(name)]; dup {
 			errs = append(errs, fmt.Errorf("%s: %q duplicates spec.pinnedImages[%d]", field, name, prev))
 			continue
 		}
-		index[strings.ToLower(name)] = i
+		index[hostFolded(name)] = i
 		if tag.Name != "" {
 			if prev, dup := tags[tag.Name]; dup && prev.tag.Image != tag.Image {
 				errs = append(errs, fmt.Errorf("%s: tag %s is also spec.pinnedImages[%d] with another digest (%s): a tag names one image", field, tag.Name, prev.at, prev.tag.Image))
@@ -355,10 +355,10 @@ func parseDocument(raw []byte) (Set, string, error) {
 				s.Tags = append(s.Tags, tag)
 			}
 		}
-		if _, dup := digests[strings.ToLower(img)]; dup {
+		if _, dup := digests[hostFolded(img)]; dup {
 			continue // the same digest with another tag (or none): pinned once
 		}
-		digests[strings.ToLower(img)] = true
+		digests[hostFolded(img)] = true
 		s.Images = append(s.Images, img)
 	}
 	if len(errs) > 0 {
@@ -370,6 +370,18 @@ func parseDocument(raw []byte) (Set, string, error) {
 	}
 	s.SpecHash = specHash(s.Selector.String(), s.Images, s.Tags, s.ReleaseImage, s.OSImageStream)
 	return s, warning, nil
+}
+
+// hostFolded is a fully qualified reference with its registry host lower-cased, for
+// telling duplicates: the host is case-insensitive, the repository path is lower case
+// already (ParsePinned refuses any other), and a tag keeps its case (:V1 and :v1 are two
+// tags).
+func hostFolded(ref string) string {
+	host, rest, ok := strings.Cut(ref, "/")
+	if !ok {
+		return ref
+	}
+	return strings.ToLower(host) + "/" + rest
 }
 
 // imagepinSelector is the selector of an imagepin.io set: spec.nodeSelector and the pool
