@@ -1081,3 +1081,19 @@ func TestReadyFollowsTheLastPullAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A set that targets no node (neither spec.nodeSelector nor a role label) is in the
+// node's status as such, not only in the log; a set that selects other nodes is not.
+func TestStatusListsASetTargetingNoNode(t *testing.T) {
+	h := newHarness(t)
+	a := img("a", 1)
+	h.available(a)
+	h.start()
+	h.writeFile("nowhere.yaml", "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: nowhere}\nspec:\n  pinnedImages: [\""+a+"\"]\n")
+	h.writeFile("masters.yaml", v1Doc("masters", "master", a))
+	n := h.waitFor("the set targeting no node listed", func(n status.Node) bool { return len(n.Untargeted) > 0 })
+	want := []status.Untargeted{{Name: "nowhere", File: "nowhere.yaml", Why: "no spec.nodeSelector and no machineconfiguration.openshift.io/role label"}}
+	if !slices.Equal(n.Untargeted, want) || len(n.Sets) != 0 {
+		t.Fatalf("untargeted %+v, sets %+v; want %+v and no set", n.Untargeted, n.Sets, want)
+	}
+}

@@ -38,6 +38,12 @@ func (a *Agent) publish(desired []pinset.Set) {
 		n.Tags, faults = a.deps.TagStatus()
 		n.Faults = append(n.Faults, faults...)
 	}
+	for _, s := range a.in.sets {
+		if why, ok := s.Selector.SelectsNoNode(); ok {
+			n.Untargeted = append(n.Untargeted, status.Untargeted{Name: s.Name, File: s.File, Why: why})
+		}
+	}
+	sort.Slice(n.Untargeted, func(i, j int) bool { return n.Untargeted[i].Name < n.Untargeted[j].Name })
 	for _, s := range desired {
 		var prev *status.Set
 		if p := a.out.last.Set(s.Name); p != nil {

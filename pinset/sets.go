@@ -289,7 +289,7 @@ func parseDocument(raw []byte) (Set, string, error) {
 		}
 		pool, ok := d.Metadata.Labels[RoleLabel]
 		if !ok || pool == "" {
-			s.Selector = Nothing("no " + RoleLabel + " label: applies to no node")
+			s.Selector = Nothing("no " + RoleLabel + " label")
 			warning = "metadata.labels: no " + RoleLabel + " label, so the set applies to no node (as in OpenShift)"
 		} else if s.Selector, err = RoleSelector(pool); err != nil {
 			return s, "", fmt.Errorf("metadata.labels[%s]: %w", RoleLabel, err)
@@ -395,7 +395,7 @@ func imagepinSelector(ns *LabelSelector, labels map[string]string) (Selector, st
 	}
 	switch {
 	case ns == nil && !hasPool:
-		why := "no spec.nodeSelector and no " + RoleLabel + " label: applies to no node"
+		why := "no spec.nodeSelector and no " + RoleLabel + " label"
 		return Nothing(why), "spec.nodeSelector: missing and no " + RoleLabel + " label, so the set applies to no node (nodeSelector: {} selects every node)", nil
 	case ns == nil:
 		sel, err := RoleSelector(pool)
