@@ -129,14 +129,14 @@ type Deps struct {
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string
-	// Tags receives the tags the desired sets pin, at every pass (tagpin.Keeper.Want,
+	// Tags receives the tags the desired sets pin, at every pass (keep.Keeper.Want,
 	// which pre-loads them); nil: tags are not pre-loaded.
 	Tags func([]pinset.Tag)
 	// TagStatus is the pinned tags for the node's status, and the faults of their
 	// pre-load; nil: none.
 	TagStatus func() (*status.Tags, []string)
 	// TagHeld says whether the runtime holds a pinned tag's name as its pinned digest
-	// (tagpin.Keeper.Held; as another digest: false): a set is RegistryIndependent only
+	// (keep.Keeper.Held; as another digest: false): a set is RegistryIndependent only
 	// when it holds all of the set's tags. nil: it holds none.
 	TagHeld func(pinset.Tag) bool
 }

@@ -9,30 +9,30 @@ import (
 
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
-	"github.com/imagepin/imagepin/tagcheck"
-	"github.com/imagepin/imagepin/tagmirror"
-	"github.com/imagepin/imagepin/tagpin"
+	"github.com/imagepin/imagepin/tags/check"
+	"github.com/imagepin/imagepin/tags/endpoint"
+	"github.com/imagepin/imagepin/tags/keep"
 )
 
 // Parts are a node's tag parts, built by the composition root for the runtime found.
 type Parts struct {
-	// Keeper makes the runtime hold the wanted tags (one without a runtime, tagpin.New
+	// Keeper makes the runtime hold the wanted tags (one without a runtime, keep.New
 	// with nil, where the runtime cannot be made to: Status says why).
-	Keeper *tagpin.Keeper
+	Keeper *keep.Keeper
 	// Checker asks the registries which digest each wanted tag names now; its tags are
 	// the keeper's (Keeper.Tags).
-	Checker *tagcheck.Checker
+	Checker *check.Checker
 	// Endpoint is the node-local mirror's TLS endpoint for tags that CRI-O pulls a tag
 	// through; nil on containerd (the keeper writes image records) and without
 	// [peers] tag_address.
-	Endpoint *tagmirror.Server
+	Endpoint *endpoint.Server
 }
 
 // Node is the tags' run-time on a node.
 type Node struct {
-	keeper   *tagpin.Keeper
-	checker  *tagcheck.Checker
-	endpoint *tagmirror.Server
+	keeper   *keep.Keeper
+	checker  *check.Checker
+	endpoint *endpoint.Server
 	onChange func()
 	// fault says why the endpoint is not served (empty: it is, or there is none).
 	fault atomic.Pointer[string]
