@@ -48,6 +48,19 @@ func (noObserver) Pull(string, time.Duration) {}
 func (noObserver) Reload(string)              {}
 func (noObserver) Reconciled(time.Time)       {}
 
+// Tags is the pre-load of the tags the sets pin (tags.Node): the agent says which tags
+// are wanted and asks which are held and what to report.
+type Tags interface {
+	// Want takes the tags the desired sets pin, at every pass; it never blocks.
+	Want([]pinset.Tag)
+	// Held says whether the runtime holds t.Name as t.Image (as another digest: false):
+	// a set is RegistryIndependent only when it holds all of the set's tags.
+	Held(t pinset.Tag) bool
+	// Status is the pinned tags for the node's status, and the faults of their
+	// pre-load.
+	Status() (*status.Tags, []string)
+}
+
 // Releases expands spec.releaseImage.
 type Releases interface {
 	Expand(ctx context.Context, pullSpec string) (release.Release, error)
@@ -129,16 +142,9 @@ type Deps struct {
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string
-	// Tags receives the tags the desired sets pin, at every pass (keep.Keeper.Want,
-	// which pre-loads them); nil: tags are not pre-loaded.
-	Tags func([]pinset.Tag)
-	// TagStatus is the pinned tags for the node's status, and the faults of their
-	// pre-load; nil: none.
-	TagStatus func() (*status.Tags, []string)
-	// TagHeld says whether the runtime holds a pinned tag's name as its pinned digest
-	// (keep.Keeper.Held; as another digest: false): a set is RegistryIndependent only
-	// when it holds all of the set's tags. nil: it holds none.
-	TagHeld func(pinset.Tag) bool
+	// Tags pre-loads the tags the desired sets pin and says which are held; nil: tags
+	// are not pre-loaded, none is held, the status shows none.
+	Tags Tags
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

@@ -22,7 +22,6 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/pin"
-	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/release"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
@@ -65,8 +64,8 @@ type harness struct {
 	kubelet func() (kubelet.Verification, error)
 	// agent is the running agent (after start).
 	agent *Agent
-	// tagHeld is Deps.TagHeld.
-	tagHeld func(pinset.Tag) bool
+	// tags is Deps.Tags.
+	tags Tags
 }
 
 func newHarness(t testing.TB) *harness {
@@ -113,7 +112,7 @@ func (h *harness) start() {
 		Observer: h.observer,
 		Releases: h.releases,
 		Kubelet:  h.kubelet,
-		TagHeld:  h.tagHeld,
+		Tags:     h.tags,
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {

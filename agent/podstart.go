@@ -65,11 +65,11 @@ func registryCondition(o phaseOutcome, ps podStart, f registrygone.Facts) status
 }
 
 // tagsHeld says which of tags the runtime holds as their pinned digests (nil
-// Deps.TagHeld: none).
+// Deps.Tags: none).
 func (a *Agent) tagsHeld(tags []pinset.Tag) map[string]bool {
 	held := map[string]bool{}
 	for _, t := range tags {
-		held[t.Name] = a.deps.TagHeld != nil && a.deps.TagHeld(t)
+		held[t.Name] = a.deps.Tags != nil && a.deps.Tags.Held(t)
 	}
 	return held
 }

@@ -33,9 +33,9 @@ func (a *Agent) publish(desired []pinset.Set) {
 	if a.disk.err != nil {
 		n.Faults = append(n.Faults, "disk check: "+a.disk.err.Error())
 	}
-	if a.deps.TagStatus != nil {
+	if a.deps.Tags != nil {
 		var faults []string
-		n.Tags, faults = a.deps.TagStatus()
+		n.Tags, faults = a.deps.Tags.Status()
 		n.Faults = append(n.Faults, faults...)
 	}
 	for _, s := range a.in.sets {

@@ -49,7 +49,7 @@ func New(p Parts, onChange func()) *Node {
 	return &Node{keeper: p.Keeper, checker: p.Checker, endpoint: p.Endpoint, onChange: onChange}
 }
 
-// Want sets the tags the desired sets pin (agent.Deps.Tags); it never blocks.
+// Want sets the tags the desired sets pin (agent.Tags); it never blocks.
 func (n *Node) Want(tags []pinset.Tag) { n.keeper.Want(tags) }
 
 // Held says whether the runtime holds the pinned tag t.Name as t.Image (the keeper's
@@ -82,7 +82,7 @@ func (n *Node) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// Status is the tags for the node's status (agent.Deps.TagStatus): how many the sets
+// Status is the tags for the node's status (agent.Tags): how many the sets
 // pin, how many the runtime holds, which moved in their registry; and the faults of the
 // pre-load: each tag the keeper could not make, the endpoint not served, a runtime the
 // keeper cannot make hold tags. Nil and no fault while the sets pin no tag.
