@@ -37,11 +37,17 @@ func (a *Agent) publish(desired []pinset.Set) {
 	if a.disk.err != nil {
 		n.Faults = append(n.Faults, "disk check: "+a.disk.err.Error())
 	}
-	if a.deps.TagStatus != nil {
+	if a.deps.Tags != nil {
 		var faults []string
-		n.Tags, faults = a.deps.TagStatus()
+		n.Tags, faults = a.deps.Tags.Status()
 		n.Faults = append(n.Faults, faults...)
 	}
+	for _, s := range a.in.sets {
+		if why, ok := s.Selector.SelectsNoNode(); ok {
+			n.Untargeted = append(n.Untargeted, status.Untargeted{Name: s.Name, File: s.File, Why: why})
+		}
+	}
+	sort.Slice(n.Untargeted, func(i, j int) bool { return n.Untargeted[i].Name < n.Untargeted[j].Name })
 	for _, s := range desired {
 		var prev *status.Set
 		if p := a.out.last.Set(s.Name); p != nil {

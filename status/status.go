@@ -89,6 +89,17 @@ type Node struct {
 	WaitingForClusterSync bool `json:"waitingForClusterSync,omitempty"`
 	// Tags are the tags the sets pin (nil: none).
 	Tags *Tags `json:"tags,omitempty"`
+	// Untargeted are the sets read that target no node at all (an imagepin.io set with
+	// neither spec.nodeSelector nor a role label, a v1 set without a role label): they
+	// apply nowhere, here or elsewhere. In name order.
+	Untargeted []Untargeted `json:"untargeted,omitempty"`
+}
+
+// Untargeted is a set read that targets no node: its name, its file, and why.
+type Untargeted struct {
+	Name string `json:"name"`
+	File string `json:"file"`
+	Why  string `json:"why"`
 }
 
 // NodeInfo describes the node and its container runtime.
