@@ -64,3 +64,32 @@ func TestAFIFONamedLikeAnArchiveIsRefused(t *testing.T) {
 		t.Fatalf("stored %v, recorded %v", e.blobs(t), e.records(t))
 	}
 }
+
+// A symlinked oc-mirror archive leading out of the directory is refused, as the files
+// of the other formats are; one leading to an archive inside it is read.
+func TestASymlinkedArchiveOutOfTheMediumIsRefused(t *testing.T) {
+	o := writeOCI(t, 21)
+	dir, archive := archiveDir(t, o)
+	outside := filepath.Join(t.TempDir(), "elsewhere.tar")
+	must(t, os.Rename(archive, outside))
+	must(t, os.Symlink(outside, archive))
+	e := newEnv(t, Deps{})
+	e.seeder.cfg.Names.Registry = "quay.io"
+	_, err := seedWithin(t, e, dir)
+	if !errors.Is(err, ErrBadMedia) || !strings.Contains(err.Error(), "mirror_000001.tar: a symlink leading out of") {
+		t.Fatalf("got %v, want the link out of the medium refused", err)
+	}
+	if len(e.blobs(t)) != 0 || len(e.records(t)) != 0 {
+		t.Fatalf("stored %v, recorded %v", e.blobs(t), e.records(t))
+	}
+	// Inside the medium: read.
+	inside := filepath.Join(dir, "archives", "first.tar")
+	must(t, os.MkdirAll(filepath.Dir(inside), 0o755))
+	must(t, os.Remove(archive))
+	must(t, os.Rename(outside, inside))
+	must(t, os.Symlink(inside, archive))
+	if _, err := seedWithin(t, e, dir); err != nil {
+		t.Fatalf("a link to an archive inside the medium: %v", err)
+	}
+	wantAll(t, e, contentOf(t, o.named))
+}

@@ -188,6 +188,9 @@ func openMedia(p string) (*media, error) {
 		sort.Strings(tars)
 		m.kind = "tars"
 		for _, t := range tars {
+			if t, err = archiveIn(root, t); err != nil {
+				break
+			}
 			if err = m.addTar(t); err != nil {
 				break
 			}
