@@ -139,6 +139,12 @@ type Deps struct {
 	// digest (tagpin.Keeper.Held): a set is RegistryIndependent only when it holds all
 	// of the set's tags. nil: it holds none.
 	TagHeld func(name string) bool
+	// Seeds are the node's seeds for its status, given the references the desired sets
+	// pin (seed.Report.Status): their totals, and their faults (a record that cannot be
+	// read, a medium of the seed directory refused or unreadable, a pinned name seeded
+	// with another digest). Part of the status, so a seed, or a seed removed, is a change
+	// of it; the caller triggers a pass when the seeds change. nil: none.
+	Seeds func(pinned []string) (*status.Seeded, []string)
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

@@ -66,6 +66,8 @@ type harness struct {
 	agent *Agent
 	// tagHeld is Deps.TagHeld.
 	tagHeld func(name string) bool
+	// seeds is Deps.Seeds.
+	seeds func(pinned []string) (*status.Seeded, []string)
 }
 
 func newHarness(t testing.TB) *harness {
@@ -113,6 +115,7 @@ func (h *harness) start() {
 		Releases: h.releases,
 		Kubelet:  h.kubelet,
 		TagHeld:  h.tagHeld,
+		Seeds:    h.seeds,
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {

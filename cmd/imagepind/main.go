@@ -23,6 +23,7 @@ import (
 	"github.com/imagepin/imagepin/metrics"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/report"
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
@@ -176,6 +177,9 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 		watch.Path{Name: cfg.Kubelet.ConfigDir, Recursive: true},
 		// CRI-O re-creating its socket means it restarted (and may have wiped images).
 		watch.Path{Name: socket},
+		// A seed recorded or removed (imagepinctl seed, the seed directory's watch) and the
+		// seed directory's media faults are the node's status.
+		watch.Path{Name: seed.Dir(cfg.StateDir)},
 	)
 	log.WithField("config", fmt.Sprintf("sets_dir=%s state_dir=%s cri=%s reload=%s", cfg.SetsDir, cfg.StateDir, cfg.CRI.Endpoint, cfg.CRIO.Reload)).
 		WithField("version", version).WithField("cluster", cfg.Cluster.Kubeconfig != "").Info("imagepind starting")

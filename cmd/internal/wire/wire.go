@@ -32,6 +32,7 @@ import (
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
@@ -120,8 +121,11 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		wantTags, tagStatus, tagHeld = t.Want, t.Status, t.Held
 	}
 	var registryBytes func(string) int64
+	var seeds func([]string) (*status.Seeded, []string)
 	if opts.Peers != nil {
 		registryBytes = opts.Peers.Bytes.RegistryBytes
+		// The seeds are in the node's status only with the store they are in.
+		seeds = seed.NewReport(seed.Dir(store.Dir()), cfg.Seed.Directory).Status
 	}
 	a := agent.New(agent.Config{
 		NodeName:        nodeName,
@@ -156,6 +160,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Tags:          wantTags,
 		TagStatus:     tagStatus,
 		TagHeld:       tagHeld,
+		Seeds:         seeds,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 	})
 	return a, client, nil
