@@ -11,8 +11,8 @@ import (
 )
 
 // Report is what the node's status shows of its seeds (Status). The records are read
-// again only when their directory changed (a record written, renamed or removed
-// there), or a minute passed.
+// again only when their directory changed (a record, or the seed directory's faults,
+// written, renamed or removed there), or a minute passed.
 type Report struct {
 	dir, watched string
 
@@ -24,12 +24,14 @@ type Report struct {
 
 // read is what Report read last.
 type read struct {
-	recs []*Record
-	err  error // of the records
+	recs  []*Record
+	err   error // of the records
+	media *MediaFaults
+	merr  error // of the media faults
 }
 
-// NewReport reports the seeds recorded in dir (Dir(state_dir)); watched is [seed]
-// directory ("": none watched).
+// NewReport reports the seeds recorded in dir (Dir(state_dir)), and the faults of the
+// media of watched ([seed] directory; "": none watched).
 func NewReport(dir, watched string) *Report {
 	if watched != "" {
 		watched = filepath.Clean(watched)
@@ -38,12 +40,21 @@ func NewReport(dir, watched string) *Report {
 }
 
 // Status is the node's complete seeds summed (nil: none), and its seeds' faults: a
-// record that cannot be read (the store is not pruned then).
+// record that cannot be read (the store is not pruned then), and the media of the
+// watched directory refused or unreadable (MediaFaults).
 func (r *Report) Status(pinned []string) (*status.Seeded, []string) {
 	rd := r.read()
 	var faults []string
 	if rd.err != nil {
 		faults = append(faults, fmt.Sprintf("%v: the blob store is not pruned until it is fixed or removed", rd.err))
+	}
+	if rd.merr != nil {
+		faults = append(faults, rd.merr.Error())
+	}
+	if rd.media != nil && r.watched != "" && rd.media.Directory == r.watched {
+		for _, f := range rd.media.Media {
+			faults = append(faults, f.String())
+		}
 	}
 	_ = pinned
 	t := tally(rd.recs)
@@ -67,6 +78,7 @@ func (r *Report) read() read {
 		r.mtime, r.at = fi.ModTime(), time.Now()
 		r.last = read{}
 		r.last.recs, r.last.err = Records(r.dir)
+		r.last.media, r.last.merr = ReadMediaFaults(r.dir)
 	}
 	return r.last
 }

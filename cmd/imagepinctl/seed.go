@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -94,7 +95,7 @@ func runSeed(ctx context.Context, cfg conf.Config, o *seedOptions, args []string
 	})
 	switch {
 	case o.list:
-		return listSeeds(ctx, s, stdout)
+		return listSeeds(ctx, s, cfg, stdout)
 	case o.remove:
 		return removeSeeds(ctx, s, cfg.StateDir, args, stdout)
 	}
@@ -151,11 +152,12 @@ func printSummary(w io.Writer, path string, s *seed.Summary) {
 	}
 }
 
-func listSeeds(ctx context.Context, s *seed.Seeder, w io.Writer) error {
+func listSeeds(ctx context.Context, s *seed.Seeder, cfg conf.Config, w io.Writer) error {
 	list, err := s.List(ctx)
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
+	listMediaFaults(cfg, w)
 	if len(list) == 0 {
 		fmt.Fprintln(w, "no seeds")
 		return nil
@@ -178,6 +180,28 @@ func listSeeds(ctx context.Context, s *seed.Seeder, w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// listMediaFaults shows the media of the watched seed directory that imagepind did not
+// seed for a fault of theirs (refused, unreadable), as it last found them.
+func listMediaFaults(cfg conf.Config, w io.Writer) {
+	mf, err := seed.ReadMediaFaults(seed.Dir(cfg.StateDir))
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "the seed directory's faults cannot be read: %v\n", err)
+		return
+	case mf == nil || len(mf.Media) == 0 || cfg.Seed.Directory == "" || mf.Directory != filepath.Clean(cfg.Seed.Directory):
+		return
+	}
+	media := fmt.Sprintf("%d media", len(mf.Media))
+	if len(mf.Media) == 1 {
+		media = "1 medium"
+	}
+	fmt.Fprintf(w, "seed directory %s: %s not seeded (as imagepind found them at %s):\n", mf.Directory,
+		media, mf.Updated.Local().Format(time.DateTime))
+	for _, f := range mf.Media {
+		fmt.Fprintf(w, "  %s: %s\n", f.Path, f.Fault)
+	}
 }
 
 func removeSeeds(ctx context.Context, s *seed.Seeder, stateDir string, args []string, w io.Writer) error {
