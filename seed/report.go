@@ -40,8 +40,9 @@ func NewReport(dir, watched string) *Report {
 }
 
 // Status is the node's complete seeds summed (nil: none), and its seeds' faults: a
-// record that cannot be read (the store is not pruned then), and the media of the
-// watched directory refused or unreadable (MediaFaults).
+// record that cannot be read (the store is not pruned then), the media of the watched
+// directory refused or unreadable (MediaFaults), and the pinned references whose name a
+// seed holds with another digest (Mismatches).
 func (r *Report) Status(pinned []string) (*status.Seeded, []string) {
 	rd := r.read()
 	var faults []string
@@ -56,7 +57,9 @@ func (r *Report) Status(pinned []string) (*status.Seeded, []string) {
 			faults = append(faults, f.String())
 		}
 	}
-	_ = pinned
+	for _, m := range Mismatches(rd.recs, pinned) {
+		faults = append(faults, m.String())
+	}
 	t := tally(rd.recs)
 	if t.Seeds == 0 {
 		return nil, faults

@@ -102,10 +102,11 @@ func TestSeedSaysWhatIsNotAsPinned(t *testing.T) {
 	pinned := "quay.io/ns/app:v1@" + godigest.FromString("the registry's manifest").String()
 	write(t, sets, "app.yaml", "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: app}\nspec:\n  pinnedImages:\n  - name: "+pinned+"\n")
 
-	if code, _, errOut := ctl(t, "--config", cfg, "seed", media); code != 0 {
-		t.Fatalf("seed: %d, stderr %q", code, errOut)
+	code, _, errOut := ctl(t, "--config", cfg, "seed", media)
+	want := "warning: pinned " + pinned + " is not seeded: the seeds hold quay.io/ns/app:v1 as " + d.String()
+	if code != 0 || !strings.Contains(errOut, want) {
+		t.Fatalf("seed: %d, stderr %q, want %q", code, errOut, want)
 	}
-	_, _ = pinned, d
 	bad := filepath.Join(seedDir, "release.tar")
 	if err := seed.WriteMediaFaults(seed.Dir(state), seed.MediaFaults{Directory: seedDir, Updated: time.Now(),
 		Media: []seed.MediaFault{{Path: bad, Fault: "refused, nothing of it stored: bad media: a truncated tar"}}}); err != nil {
@@ -113,7 +114,7 @@ func TestSeedSaysWhatIsNotAsPinned(t *testing.T) {
 	}
 	code, out, _ := ctl(t, "--config", cfg, "seed", "--list")
 	if code != 0 || !strings.Contains(out, "seed directory "+seedDir+": 1 medium not seeded") ||
-		!strings.Contains(out, bad+": refused, nothing of it stored: bad media: a truncated tar") {
+		!strings.Contains(out, bad+": refused, nothing of it stored: bad media: a truncated tar") || !strings.Contains(out, want) {
 		t.Fatalf("list: %d\n%s", code, out)
 	}
 }
