@@ -1,4 +1,4 @@
-// Package seedwatch seeds the media an administrator copies or mounts into a watched
+// Package seedwatch (seed/watch) seeds the media an administrator copies or mounts into a watched
 // directory ([seed] directory), and removes the seed of a medium taken away from it.
 //
 // Each entry of the directory (not hidden, not named as a partial copy) is a medium: a
