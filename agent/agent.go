@@ -149,6 +149,12 @@ type Deps struct {
 	// Tags pre-loads the tags the desired sets pin and says which are held; nil: tags
 	// are not pre-loaded, none is held, the status shows none.
 	Tags Tags
+	// Seeds are the node's seeds for its status, given the references the desired sets
+	// pin (seed.Report.Status): their totals, and their faults (a record that cannot be
+	// read, a medium of the seed directory refused or unreadable, a pinned name seeded
+	// with another digest). Part of the status, so a seed, or a seed removed, is a change
+	// of it; the caller triggers a pass when the seeds change. nil: none.
+	Seeds func(pinned []string) (*status.Seeded, []string)
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

@@ -68,6 +68,8 @@ type harness struct {
 	tags Tags
 	// sourceSynced is Deps.SourceSynced.
 	sourceSynced func() bool
+	// seeds is Deps.Seeds.
+	seeds func(pinned []string) (*status.Seeded, []string)
 }
 
 func newHarness(t testing.TB) *harness {
@@ -117,6 +119,7 @@ func (h *harness) start() {
 		Tags:     h.tags,
 
 		SourceSynced: h.sourceSynced,
+		Seeds:        h.seeds,
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {

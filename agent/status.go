@@ -48,6 +48,11 @@ func (a *Agent) publish(desired []pinset.Set) {
 		}
 	}
 	sort.Slice(n.Untargeted, func(i, j int) bool { return n.Untargeted[i].Name < n.Untargeted[j].Name })
+	if a.deps.Seeds != nil {
+		var faults []string
+		n.Node.Seeded, faults = a.deps.Seeds(pinnedRefs(desired))
+		n.Faults = append(n.Faults, faults...)
+	}
 	for _, s := range desired {
 		var prev *status.Set
 		if p := a.out.last.Set(s.Name); p != nil {
@@ -66,6 +71,19 @@ func (a *Agent) publish(desired []pinset.Set) {
 	a.out.last = n
 	a.out.published = true
 	a.deps.Publish(n)
+}
+
+// pinnedRefs are the references the sets pin: each image (repo@digest), and each tag
+// with its digest (repo:tag@digest).
+func pinnedRefs(sets []pinset.Set) []string {
+	var out []string
+	for _, s := range sets {
+		out = append(out, s.Images...)
+		for _, t := range s.Tags {
+			out = append(out, t.Name+"@"+t.Digest())
+		}
+	}
+	return out
 }
 
 func withoutTime(n status.Node) status.Node {

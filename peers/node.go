@@ -5,12 +5,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"os"
 	goruntime "runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
@@ -19,7 +16,6 @@ import (
 	"github.com/imagepin/imagepin/internal/sockowner"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/registry"
-	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -84,8 +80,6 @@ type Node struct {
 	filled chan struct{}
 	// keep puts in the store the blobs of pinned images the node holds nowhere (Run).
 	keep *keeper
-	// seeds are the seeds' totals for the status (Stamp).
-	seeds seedTotals
 	// allow says which users' connections the loopback mirror answers (Serve).
 	allow func(uid int) bool
 }
@@ -204,8 +198,8 @@ func (n *Node) FromAggregator(nodes []string) {
 	}
 }
 
-// Stamp adds the peers' byte counts, the store's size and the seeds' totals to each
-// status before publish takes it (an unreadable seed record is a fault).
+// Stamp adds the peers' byte counts and the store's size to each status before publish
+// takes it (the seeds are the agent's: seed.Report, part of what it compares).
 func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 	return func(s status.Node) {
 		stored, _ := n.store.Usage(context.Background())
@@ -218,40 +212,6 @@ func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 		if bad := n.mirror.CorruptInRuntime(); len(bad) > 0 {
 			s.Faults = append(s.Faults, fmt.Sprintf("the runtime's content store holds %d blob(s) that do not match their digest (corrupted on disk; first %s): the node-local mirror serves them from its own store, filled from the peers or the registry; remove them there (containerd: ctr -n <namespace> content rm <digest>)", len(bad), bad[0]))
 		}
-		switch t, err := n.seeds.tally(n.cfg.SeedsDir); {
-		case err != nil:
-			s.Faults = append(s.Faults, fmt.Sprintf("%v: the blob store is not pruned until it is fixed or removed", err))
-		case t.Seeds > 0:
-			s.Node.Seeded = &status.Seeded{Seeds: t.Seeds, Images: t.Images, Bytes: t.Bytes}
-		}
 		publish(s)
 	}
-}
-
-// seedTotals are the node's seeds (seed.Tally), read again when the records'
-// directory changed (a record is written, renamed or removed there) or a minute passed.
-type seedTotals struct {
-	mu     sync.Mutex
-	mtime  time.Time
-	at     time.Time
-	totals seed.Totals
-	err    error
-}
-
-func (c *seedTotals) tally(dir string) (seed.Totals, error) {
-	if dir == "" {
-		return seed.Totals{}, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return seed.Totals{}, nil // no seed yet
-	}
-	if !c.at.IsZero() && fi.ModTime().Equal(c.mtime) && time.Since(c.at) < time.Minute {
-		return c.totals, c.err
-	}
-	c.mtime, c.at = fi.ModTime(), time.Now()
-	c.totals, c.err = seed.Tally(dir)
-	return c.totals, c.err
 }

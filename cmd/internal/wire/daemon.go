@@ -12,6 +12,7 @@ import (
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/report"
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/watch"
 )
@@ -32,6 +33,9 @@ func Watch(cfg conf.Config, log logrus.FieldLogger) *watch.Watcher {
 		watch.Path{Name: cfg.Disk.KubeletConfig},
 		watch.Path{Name: cfg.Kubelet.ConfigDir, Recursive: true},
 		watch.Path{Name: cfg.CRISocket()},
+		// A seed recorded or removed (imagepinctl seed, the seed directory's watch) and the
+		// seed directory's media faults are the node's status.
+		watch.Path{Name: seed.Dir(cfg.StateDir)},
 	)
 }
 

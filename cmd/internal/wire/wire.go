@@ -31,6 +31,7 @@ import (
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
@@ -129,8 +130,11 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 		agentTags = built.Tags
 	}
 	var registryBytes func(string) int64
+	var seeds func([]string) (*status.Seeded, []string)
 	if opts.Peers != nil {
 		registryBytes = opts.Peers.Bytes.RegistryBytes
+		// The seeds are in the node's status only with the store they are in.
+		seeds = seed.NewReport(seed.Dir(store.Dir()), cfg.Seed.Directory).Status
 	}
 	built.Agent = agent.New(agent.Config{
 		NodeName:        nodeName,
@@ -163,6 +167,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 
 		RegistryBytes: registryBytes,
 		Tags:          agentTags,
+		Seeds:         seeds,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 		SourceSynced:  opts.SourceSynced,
 	})
