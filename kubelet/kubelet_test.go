@@ -128,7 +128,9 @@ func pulled(t *testing.T, root, imageRef, rest string) string {
 
 func records(t *testing.T) string {
 	root := t.TempDir()
-	// As the kubelet 1.35 writes them (pkg/kubelet/images/pullmanager/testdata).
+	// As the kubelet 1.34 wrote them (v1alpha1) and 1.35 writes them (v1beta1), both of
+	// which 1.35 reads.
+	write(t, filepath.Join(root, "image_manager/pulled", recordFile("id-beta")), `{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","lastUpdatedTime":"2026-11-28T03:59:12Z","imageRef":"id-beta","credentialMapping":{"reg.example/team/beta":{"nodePodsAccessible":true}}}`)
 	pulled(t, root, "id-anon", `,"credentialMapping":{"reg.example/team/anon":{"nodePodsAccessible":true}}`)
 	pulled(t, root, "id-secret", `,"credentialMapping":{"reg.example/team/private":{"kubernetesSecrets":[{"uid":"u","namespace":"default","name":"pull","credentialHash":"h"}]}}`)
 	write(t, filepath.Join(root, "image_manager/pulled", recordFile("id-broken")), `not json`)
@@ -148,6 +150,7 @@ func TestReadPullRecords(t *testing.T) {
 		"id-unknown-field": `{` + pulledKind + `,"imageRef":"id-unknown-field","extra":1}`,
 		"id-other-kind":    `{"kind":"ImagePullIntent","apiVersion":"kubelet.config.k8s.io/v1alpha1","imageRef":"id-other-kind"}`,
 		"id-no-version":    `{"kind":"ImagePulledRecord","imageRef":"id-no-version"}`,
+		"id-v1":            `{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1","imageRef":"id-v1"}`,
 	} {
 		write(t, filepath.Join(dir, recordFile(id)), body)
 	}
@@ -158,16 +161,16 @@ func TestReadPullRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.Enabled || len(r.Pulled) != 2 || !r.Pulling["reg.example/team/interrupted:1"] {
+	if !r.Enabled || len(r.Pulled) != 3 || !r.Pulled["id-beta"].CredentialMapping["reg.example/team/beta"].NodePodsAccessible || !r.Pulling["reg.example/team/interrupted:1"] {
 		t.Fatalf("records %+v", r)
 	}
-	for _, id := range []string{"id-broken", "id-unknown-field", "id-other-kind", "id-no-version", "id-dir"} {
+	for _, id := range []string{"id-broken", "id-unknown-field", "id-other-kind", "id-no-version", "id-v1", "id-dir"} {
 		u, ok := r.Unreadable["pulled/"+recordFile(id)]
 		if !ok || !u.KubeletFails || !strings.HasSuffix(u.Path, recordFile(id)) {
 			t.Errorf("%s: %+v, want unreadable by the kubelet too", id, u)
 		}
 	}
-	if len(r.Unreadable) != 5 {
+	if len(r.Unreadable) != 6 {
 		t.Errorf("unreadable %v", r.Unreadable)
 	}
 	none, err := ReadPullRecords(t.TempDir())

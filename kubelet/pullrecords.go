@@ -84,9 +84,12 @@ type pullServiceAccount struct {
 }
 
 const (
-	// recordsAPIVersion is the only version the kubelet's records decoder knows
-	// (fs_pullrecords.go createKubeletConfigSchemeEncoderDecoder: v1alpha1).
-	recordsAPIVersion = "kubelet.config.k8s.io/v1alpha1"
+	// recordsV1alpha1 and recordsV1beta1 are the versions the kubelet's records decoder
+	// knows (fs_pullrecords.go createKubeletConfigSchemeEncoderDecoder). The kubelet
+	// 1.33 and 1.34 write v1alpha1; 1.35 writes v1beta1 (encodeVersion) and reads both,
+	// rewriting a v1alpha1 record at start. The two carry the same fields.
+	recordsV1alpha1 = "kubelet.config.k8s.io/v1alpha1"
+	recordsV1beta1  = "kubelet.config.k8s.io/v1beta1"
 	// recordPrefix and tmpSuffix are the kubelet's cacheFilesSHA256Prefix and
 	// tmpFilesSuffix.
 	recordPrefix = "sha256-"
@@ -217,8 +220,8 @@ func decodeRecord(data []byte, into any, kind string, tm *typeMeta) error {
 	if _, err := d.Token(); !errors.Is(err, io.EOF) {
 		return errors.New("data after the record")
 	}
-	if tm.APIVersion != recordsAPIVersion || tm.Kind != kind {
-		return fmt.Errorf("%q %q is not a %s %s", tm.APIVersion, tm.Kind, recordsAPIVersion, kind)
+	if (tm.APIVersion != recordsV1alpha1 && tm.APIVersion != recordsV1beta1) || tm.Kind != kind {
+		return fmt.Errorf("%q %q is not a %s (%s or %s)", tm.APIVersion, tm.Kind, kind, recordsV1beta1, recordsV1alpha1)
 	}
 	return nil
 }
