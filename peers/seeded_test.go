@@ -54,15 +54,20 @@ func TestASeededImageIsServedToPeers(t *testing.T) {
 	}
 }
 
-// The node's status carries its seeds' totals, read again when a seed comes; an
-// unreadable record is a fault (the prune is off).
+// The node's status counts a seed's blobs as stored (Stamp), and carries its seeds'
+// totals, read again when a seed comes, through seed.Report (which the agent takes into
+// the status it compares); an unreadable record is a fault (the prune is off).
 func TestStampShowsTheSeeds(t *testing.T) {
 	root := t.TempDir()
 	seeds := seed.Dir(filepath.Join(root, "state"))
 	n := newNode(t, Config{SeedsDir: seeds})
+	report := seed.NewReport(seeds, "")
 	stamp := func() status.Node {
 		var got status.Node
 		n.Stamp(func(s status.Node) { got = s })(status.Node{})
+		var faults []string
+		got.Node.Seeded, faults = report.Status(nil)
+		got.Faults = append(got.Faults, faults...)
 		return got
 	}
 	if s := stamp(); s.Node.Seeded != nil || len(s.Faults) != 0 {
