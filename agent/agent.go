@@ -139,6 +139,14 @@ type Deps struct {
 	// digest (tagpin.Keeper.Held): a set is RegistryIndependent only when it holds all
 	// of the set's tags. nil: it holds none.
 	TagHeld func(name string) bool
+	// Blobs says which blobs of each pinned image the node holds for its peers, for the
+	// aggregator's count of holders (status.Node.Blobs); nil: none ([peers] off). Whoever
+	// fills the store wakes the loop when that changes.
+	Blobs BlobHoldings
+	// Holders is the aggregator's count of the holders of every blob of a set's images:
+	// a set is RegistryIndependent only when each has status.MinBlobHolders. nil: no
+	// aggregator, and RegistryIndependent is never True.
+	Holders HolderCounts
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.
