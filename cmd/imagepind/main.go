@@ -113,8 +113,9 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 	var reporter *report.Reporter
 	if cfg.Report.Aggregator != "" {
 		// The aggregator's answers carry the peers (the nodes that pin the same sets).
+		// And the count of the holders of the sets' blobs (RegistryIndependent).
 		reporter = report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
-			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: peers.FromAggregator}, log)
+			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: peers.FromAggregator, OnHolders: poke}, log)
 	}
 	// Every new status goes to each publisher in turn.
 	publishers := []wire.Publisher{
@@ -155,6 +156,9 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 	}
 	if syncer != nil {
 		opts.SourceFaults = wire.SyncFaults(syncer)
+	}
+	if reporter != nil {
+		opts.Holders = reporter
 	}
 	a, client, err := wire.Agent(cfg, store, opts)
 	if err != nil {

@@ -64,6 +64,9 @@ type Options struct {
 	// DetectFor bounds the wait for the runtime's CRI Version with [cri] runtime = auto
 	// (0: 10 s).
 	DetectFor time.Duration
+	// Holders is the aggregator's count of the holders of the sets' blobs (the
+	// reporter's); nil: no aggregator, and no set is RegistryIndependent.
+	Holders agent.HolderCounts
 }
 
 // Agent builds the agent. The caller closes the returned CRI client.
@@ -157,8 +160,28 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		TagStatus:     tagStatus,
 		TagHeld:       tagHeld,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
+		Blobs:         blobsOf(opts.Peers),
+		Holders:       opts.Holders,
 	})
 	return a, client, nil
+}
+
+// blobsOf is what the node's store holds of each pinned image's blobs, for the
+// aggregator's count of holders; nil with [peers] off (the node holds none for peers).
+func blobsOf(p *peers.Node) agent.BlobHoldings {
+	if p == nil {
+		return nil
+	}
+	return storeNotAsked{}
+}
+
+// storeNotAsked answers for a store that cannot yet say which blobs of a pinned image
+// it holds: the aggregator then counts this node as one that may hold any, and no set
+// is RegistryIndependent on its word.
+type storeNotAsked struct{}
+
+func (storeNotAsked) ImageBlobs(string) ([]status.Blob, string) {
+	return nil, "this imagepind cannot tell which blobs its store holds"
 }
 
 func joinFaults(fs ...func() []string) func() []string {
