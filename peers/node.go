@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/blobstore"
@@ -80,6 +81,42 @@ type Node struct {
 	seeds seedTotals
 	// allow says which users' connections the loopback mirror answers (Serve).
 	allow func(uid int) bool
+	// holdings says which blobs of a pinned image the store holds (SetHoldings), for
+	// the node's held summary; nil: the summary names its seeds only.
+	holdings atomic.Pointer[Holdings]
+}
+
+// Holdings says which blobs of a pinned image (repo@sha256:…) the node's store holds
+// and serves to peers: its manifests, config and layers, each Held or not.
+type Holdings interface {
+	ImageBlobs(image string) (blobs []status.Blob, why string)
+}
+
+// SetHoldings makes the node's held summary (HeldPath) name, besides its seeds, every
+// blob h says the store holds of the images the node pins: a node joining with the
+// registry gone asks those holders first. A no-op on a nil Node.
+func (n *Node) SetHoldings(h Holdings) {
+	if n != nil {
+		n.holdings.Store(&h)
+	}
+}
+
+// heldDigests are the digests the store holds of the pinned images (SetHoldings).
+func (n *Node) heldDigests(context.Context) ([]digest.Digest, error) {
+	h := n.holdings.Load()
+	if h == nil {
+		return nil, nil
+	}
+	var out []digest.Digest
+	for ref := range *n.pinned.Load() {
+		blobs, _ := (*h).ImageBlobs(ref)
+		for _, b := range blobs {
+			if d, err := digest.Parse(b.Digest); err == nil && b.Held {
+				out = append(out, d)
+			}
+		}
+	}
+	return out, nil
 }
 
 // New builds the node's mirror over store, serving nothing until Pinner's writes tell
@@ -154,7 +191,7 @@ func (n *Node) share(reg mirror.Source) error {
 	src := NewSource(n.cfg.Address, n.nodes, reg, client, &n.Bytes, log)
 	src.Fanout = n.cfg.Fanout
 	n.local = n.mirror.Handler(src, &n.Served)
-	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir,
+	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir, Held: n.heldDigests,
 		MaxServing: n.cfg.MaxServing, BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
 	n.serverTLS = serverTLS
 	log.WithField("address", n.cfg.Address).WithField("peers", len(n.cfg.Nodes)).Info("[peers] sharing pinned images with other nodes")
