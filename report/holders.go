@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/proto"
 
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 	"github.com/imagepin/imagepin/status"
@@ -26,6 +27,32 @@ func (r *Reporter) omitKnownTable(report *v1.NodeReport) {
 	if b := report.GetBlobs(); b != nil && r.known != nil && bytes.Equal(b.GetTableId(), r.known) {
 		b.Table = nil
 	}
+}
+
+// maxTableReport bounds a report carrying its table of blobs: the aggregator takes
+// reports of up to 8 MiB, and a node pinning tens of thousands of images must still
+// report its status.
+const maxTableReport = 6 << 20
+
+// boundTable leaves the blobs out of a report too large with them: the node's status
+// still goes, and Holders says why there is no count.
+func (r *Reporter) boundTable(report *v1.NodeReport) {
+	if report.GetBlobs().GetTable() == nil {
+		return
+	}
+	size := proto.Size(report)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if size <= maxTableReport {
+		r.tooLarge = 0
+		return
+	}
+	if r.tooLarge == 0 {
+		r.log.WithField("bytes", size).WithField("images", len(report.GetBlobs().GetTable().GetImages())).
+			Warn("the list of the pinned images' blobs is too large to report: the aggregator cannot count their holders")
+	}
+	r.tooLarge = size
+	report.Blobs = nil
 }
 
 // answer takes the aggregator's answer to report: whether it has the table of blobs
@@ -77,6 +104,8 @@ func (r *Reporter) Holders(set string) status.BlobHolders {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
+	case r.tooLarge > 0:
+		return status.HoldersUnknown(fmt.Sprintf("the list of this node's pinned images' blobs (%d bytes in a report) is too large to send to the aggregator (%d at most)", r.tooLarge, maxTableReport))
 	case r.holders == nil && r.answered.IsZero():
 		why := "no answer from the aggregator yet"
 		if r.lastErr != nil {

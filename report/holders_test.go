@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -140,5 +141,32 @@ func TestTheTableOfBlobsIsSentOnceAndTheCountKeptWhileFresh(t *testing.T) {
 	waitFor("the count dropped", func() bool { return calls.Load() == 2 })
 	if h := r.Holders("app"); h.Status != status.Unknown || !strings.HasPrefix(h.Unknown, "no answer from the aggregator since ") {
 		t.Fatalf("an old count used: %+v", h)
+	}
+}
+
+// A node pinning so many images that its table of blobs would make the report too
+// large for the aggregator still reports its status, without the blobs; its sets'
+// count is Unknown, saying so.
+func TestATableTooLargeIsLeftOutOfTheReport(t *testing.T) {
+	var images []status.ImageBlobs
+	for i := range 8000 {
+		img := status.ImageBlobs{Image: fmt.Sprintf("reg.example/team/image-%05d@sha256:%064x", i, i), Sets: []string{"big"}}
+		for j := range 10 {
+			img.Blobs = append(img.Blobs, status.Blob{Digest: fmt.Sprintf("sha256:%060x%04x", i, j), Size: 1 << 20})
+		}
+		images = append(images, img)
+	}
+	r := New(Config{Heartbeat: time.Second}, logrus.New())
+	report := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: "w1"}, Sets: []status.Set{{Name: "big"}}, Blobs: images}, "boot", 1, time.Second)
+	r.boundTable(report)
+	if report.GetBlobs() != nil || len(report.GetSets()) != 1 {
+		t.Fatalf("blobs %v, sets %d", report.GetBlobs() != nil, len(report.GetSets()))
+	}
+	if h := r.Holders("big"); h.Status != status.Unknown || !strings.Contains(h.Unknown, "is too large to send to the aggregator") {
+		t.Fatalf("%+v", h)
+	}
+	small := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: "w1"}, Blobs: images[:10]}, "boot", 2, time.Second)
+	if r.boundTable(small); small.GetBlobs() == nil || strings.Contains(r.Holders("big").Unknown, "too large") {
+		t.Fatal("a table that fits is left out, or still said too large")
 	}
 }

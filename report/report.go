@@ -57,6 +57,9 @@ type Reporter struct {
 	holders  map[string]status.BlobHolders
 	answered time.Time
 	lastErr  error
+	// tooLarge is the size of the last report whose table of blobs was left out, too
+	// large to send (0: none).
+	tooLarge int
 }
 
 // New returns a reporter; Run starts it.
@@ -121,6 +124,7 @@ func (r *Reporter) Run(ctx context.Context) error {
 		}
 		report := v1.FromStatus(*n, bootID, sequence(), r.cfg.Heartbeat)
 		r.omitKnownTable(report)
+		r.boundTable(report)
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		ack, err := client.Report(sctx, report)
 		cancel()
