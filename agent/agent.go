@@ -48,6 +48,19 @@ func (noObserver) Pull(string, time.Duration) {}
 func (noObserver) Reload(string)              {}
 func (noObserver) Reconciled(time.Time)       {}
 
+// Tags is the pre-load of the tags the sets pin (tags.Node): the agent says which tags
+// are wanted and asks which are held and what to report.
+type Tags interface {
+	// Want takes the tags the desired sets pin, at every pass; it never blocks.
+	Want([]pinset.Tag)
+	// Held says whether the runtime holds t.Name as t.Image (as another digest: false):
+	// a set is RegistryIndependent only when it holds all of the set's tags.
+	Held(t pinset.Tag) bool
+	// Status is the pinned tags for the node's status, and the faults of their
+	// pre-load.
+	Status() (*status.Tags, []string)
+}
+
 // Releases expands spec.releaseImage.
 type Releases interface {
 	Expand(ctx context.Context, pullSpec string) (release.Release, error)
@@ -129,16 +142,19 @@ type Deps struct {
 	// SourceFaults are the problems of whatever fills the sets directory and the labels
 	// file (the cluster sync: the API unreachable, no such Node); nil: none.
 	SourceFaults func() []string
-	// Tags receives the tags the desired sets pin, at every pass (tagpin.Keeper.Want,
-	// which pre-loads them); nil: tags are not pre-loaded.
-	Tags func([]pinset.Tag)
-	// TagStatus is the pinned tags for the node's status, and the faults of their
-	// pre-load; nil: none.
-	TagStatus func() (*status.Tags, []string)
-	// TagHeld says whether the runtime holds a pinned tag (by name) as its pinned
-	// digest (tagpin.Keeper.Held): a set is RegistryIndependent only when it holds all
-	// of the set's tags. nil: it holds none.
-	TagHeld func(name string) bool
+	// SourceSynced says whether whatever fills the sets directory has written its first
+	// lists (the cluster sync: the sets and this Node's labels); until then the node's
+	// status says WaitingForClusterSync. nil: always (local files only).
+	SourceSynced func() bool
+	// Tags pre-loads the tags the desired sets pin and says which are held; nil: tags
+	// are not pre-loaded, none is held, the status shows none.
+	Tags Tags
+	// Seeds are the node's seeds for its status, given the references the desired sets
+	// pin (seed.Report.Status): their totals, and their faults (a record that cannot be
+	// read, a medium of the seed directory refused or unreadable, a pinned name seeded
+	// with another digest). Part of the status, so a seed, or a seed removed, is a change
+	// of it; the caller triggers a pass when the seeds change. nil: none.
+	Seeds func(pinned []string) (*status.Seeded, []string)
 	// Blobs says which blobs of each pinned image the node holds for its peers, for the
 	// aggregator's count of holders (status.Node.Blobs); nil: none ([peers] off). Whoever
 	// fills the store wakes the loop when that changes.

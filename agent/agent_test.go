@@ -64,8 +64,12 @@ type harness struct {
 	kubelet func() (kubelet.Verification, error)
 	// agent is the running agent (after start).
 	agent *Agent
-	// tagHeld is Deps.TagHeld.
-	tagHeld func(name string) bool
+	// tags is Deps.Tags.
+	tags Tags
+	// sourceSynced is Deps.SourceSynced.
+	sourceSynced func() bool
+	// seeds is Deps.Seeds.
+	seeds func(pinned []string) (*status.Seeded, []string)
 	// blobs is Deps.Blobs; holders Deps.Holders (nil: every blob held twice, unless
 	// noAggregator).
 	blobs        BlobHoldings
@@ -124,9 +128,12 @@ func (h *harness) start() {
 		Observer: h.observer,
 		Releases: h.releases,
 		Kubelet:  h.kubelet,
-		TagHeld:  h.tagHeld,
-		Blobs:    h.blobs,
-		Holders:  h.holders,
+		Tags:     h.tags,
+
+		SourceSynced: h.sourceSynced,
+		Seeds:        h.seeds,
+		Blobs:        h.blobs,
+		Holders:      h.holders,
 	}
 	if h.holders == nil && !h.noAggregator {
 		deps.Holders = everyBlobHeld{}
@@ -1095,5 +1102,21 @@ func TestReadyFollowsTheLastPullAtOnce(t *testing.T) {
 		if !h.rt.Present(ref) || !slices.Contains(h.rt.Pinned(), ref) {
 			t.Fatalf("%s: present %v, pinned %v", ref, h.rt.Present(ref), h.rt.Pinned())
 		}
+	}
+}
+
+// A set that targets no node (neither spec.nodeSelector nor a role label) is in the
+// node's status as such, not only in the log; a set that selects other nodes is not.
+func TestStatusListsASetTargetingNoNode(t *testing.T) {
+	h := newHarness(t)
+	a := img("a", 1)
+	h.available(a)
+	h.start()
+	h.writeFile("nowhere.yaml", "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: nowhere}\nspec:\n  pinnedImages: [\""+a+"\"]\n")
+	h.writeFile("masters.yaml", v1Doc("masters", "master", a))
+	n := h.waitFor("the set targeting no node listed", func(n status.Node) bool { return len(n.Untargeted) > 0 })
+	want := []status.Untargeted{{Name: "nowhere", File: "nowhere.yaml", Why: "no spec.nodeSelector and no machineconfiguration.openshift.io/role label"}}
+	if !slices.Equal(n.Untargeted, want) || len(n.Sets) != 0 {
+		t.Fatalf("untargeted %+v, sets %+v; want %+v and no set", n.Untargeted, n.Sets, want)
 	}
 }

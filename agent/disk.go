@@ -27,6 +27,8 @@ func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 		for _, ref := range s.Images {
 			if img := a.pulls.images[ref]; img == nil || !img.present {
 				r.Missing = append(r.Missing, ref)
+			} else {
+				r.Present = append(r.Present, ref)
 			}
 		}
 		reqs = append(reqs, r)

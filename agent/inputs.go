@@ -46,6 +46,7 @@ func (a *Agent) loadInputs() {
 	if a.deps.SourceFaults != nil {
 		a.in.inputFaults = append(a.in.inputFaults, a.deps.SourceFaults()...)
 	}
+	a.in.waitingForSync = a.deps.SourceSynced != nil && !a.deps.SourceSynced()
 	a.loadSets()
 	a.loadLabels()
 	k, err := a.in.secret.Reload()

@@ -28,11 +28,13 @@ type inputs struct {
 	setsLoaded  bool
 	fileErrors  []status.FileError
 	inputFaults []string
-	labels      map[string]string
-	secret      *pullcreds.SecretFile // the pull secret file, read at every load of the inputs
-	keyring     *pullcreds.Keyring    // its last good credentials
-	data        state.Data            // last good contents, sizes, completed sets
-	dataDirty   bool
+	// waitingForSync: the cluster sync has not written its first lists (Deps.SourceSynced)
+	waitingForSync bool
+	labels         map[string]string
+	secret         *pullcreds.SecretFile // the pull secret file, read at every load of the inputs
+	keyring        *pullcreds.Keyring    // its last good credentials
+	data           state.Data            // last good contents, sizes, completed sets
+	dataDirty      bool
 }
 
 // runtimeConn is the container runtime as last seen: its version, what it supports, and

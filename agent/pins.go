@@ -23,7 +23,7 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 	wanted := a.keepPinned(desired, admitted)
 	if a.deps.Tags != nil {
 		tags, conflicts := pinset.TagsOf(desired)
-		a.deps.Tags(tags)
+		a.deps.Tags.Want(tags)
 		a.pins.faults = append(a.pins.faults, conflicts...)
 	}
 	for img := range wanted {

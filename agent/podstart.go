@@ -18,7 +18,7 @@ const podStartKey = "podstart"
 type podStart struct {
 	v       kubelet.Verification
 	err     error
-	ids     map[string]string // lower-cased name → image ID (ListImages)
+	ids     map[string]string // name → image ID (ListImages, as the runtime spells names)
 	known   bool
 	running bool
 }
@@ -65,11 +65,11 @@ func registryCondition(o phaseOutcome, ps podStart, f registrygone.Facts) status
 }
 
 // tagsHeld says which of tags the runtime holds as their pinned digests (nil
-// Deps.TagHeld: none).
+// Deps.Tags: none).
 func (a *Agent) tagsHeld(tags []pinset.Tag) map[string]bool {
 	held := map[string]bool{}
 	for _, t := range tags {
-		held[t.Name] = a.deps.TagHeld != nil && a.deps.TagHeld(t.Name)
+		held[t.Name] = a.deps.Tags != nil && a.deps.Tags.Held(t)
 	}
 	return held
 }

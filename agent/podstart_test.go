@@ -117,15 +117,15 @@ func TestAgentSaysWhenAPinnedTagIsNotHeld(t *testing.T) {
 	h := newHarness(t)
 	var mu sync.Mutex
 	held := false
-	h.tagHeld = func(name string) bool {
+	digest := fmt.Sprintf("sha256:%064x", 1)
+	h.tags = heldTags(func(t pinset.Tag) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return held && name == "reg.example/team/a:v2"
-	}
+		return held && t == pinset.Tag{Name: "reg.example/team/a:v2", Image: "reg.example/team/a@" + digest}
+	})
 	h.kubelet = func() (kubelet.Verification, error) {
 		return kubelet.NewVerification(kubelet.Config{FeatureGates: map[string]bool{kubelet.FeatureGate: true}}, kubelet.PullRecords{Enabled: true}, kubelet.Version{})
 	}
-	digest := fmt.Sprintf("sha256:%064x", 1)
 	a, b := "reg.example/team/a@"+digest, img("b", 2)
 	h.available(a, b)
 	h.start()
@@ -297,3 +297,10 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 		t.Fatalf("message %q", c.Message)
 	}
 }
+
+// heldTags is a Deps.Tags whose Held is the func; it wants nothing and reports nothing.
+type heldTags func(pinset.Tag) bool
+
+func (heldTags) Want([]pinset.Tag)                {}
+func (h heldTags) Held(t pinset.Tag) bool         { return h(t) }
+func (heldTags) Status() (*status.Tags, []string) { return nil, nil }

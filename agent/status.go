@@ -22,11 +22,15 @@ func (a *Agent) publish(desired []pinset.Set) {
 			Runtime:         status.Runtime{Name: a.rt.runtime.Name, Version: a.rt.runtime.Version},
 			ImageFilesystem: a.disk.imageFS,
 		},
-		Sets:       []status.Set{},
-		FileErrors: a.in.fileErrors,
-		Blobs:      a.imageBlobs(desired),
+		Sets:                  []status.Set{},
+		FileErrors:            a.in.fileErrors,
+		WaitingForClusterSync: a.in.waitingForSync,
+		Blobs:                 a.imageBlobs(desired),
 	}
 	n.Faults = append(n.Faults, a.in.inputFaults...)
+	if n.WaitingForClusterSync {
+		n.Faults = append(n.Faults, status.FaultWaitingForClusterSync)
+	}
 	n.Faults = append(n.Faults, a.pins.faults...)
 	if a.rt.err != nil {
 		n.Faults = append(n.Faults, "container runtime unavailable: "+a.rt.err.Error())
@@ -34,9 +38,20 @@ func (a *Agent) publish(desired []pinset.Set) {
 	if a.disk.err != nil {
 		n.Faults = append(n.Faults, "disk check: "+a.disk.err.Error())
 	}
-	if a.deps.TagStatus != nil {
+	if a.deps.Tags != nil {
 		var faults []string
-		n.Tags, faults = a.deps.TagStatus()
+		n.Tags, faults = a.deps.Tags.Status()
+		n.Faults = append(n.Faults, faults...)
+	}
+	for _, s := range a.in.sets {
+		if why, ok := s.Selector.SelectsNoNode(); ok {
+			n.Untargeted = append(n.Untargeted, status.Untargeted{Name: s.Name, File: s.File, Why: why})
+		}
+	}
+	sort.Slice(n.Untargeted, func(i, j int) bool { return n.Untargeted[i].Name < n.Untargeted[j].Name })
+	if a.deps.Seeds != nil {
+		var faults []string
+		n.Node.Seeded, faults = a.deps.Seeds(pinnedRefs(desired))
 		n.Faults = append(n.Faults, faults...)
 	}
 	for _, s := range desired {
@@ -57,6 +72,19 @@ func (a *Agent) publish(desired []pinset.Set) {
 	a.out.last = n
 	a.out.published = true
 	a.deps.Publish(n)
+}
+
+// pinnedRefs are the references the sets pin: each image (repo@digest), and each tag
+// with its digest (repo:tag@digest).
+func pinnedRefs(sets []pinset.Set) []string {
+	var out []string
+	for _, s := range sets {
+		out = append(out, s.Images...)
+		for _, t := range s.Tags {
+			out = append(out, t.Name+"@"+t.Digest())
+		}
+	}
+	return out
 }
 
 func withoutTime(n status.Node) status.Node {

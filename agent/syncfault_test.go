@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,5 +120,29 @@ func TestNameClashReplayKeepsTheLiveWinner(t *testing.T) {
 	h.pass()
 	if !slices.Contains(h.rt.Pinned(), local) {
 		t.Fatalf("the local set's image was unpinned: %v", h.rt.Pinned())
+	}
+}
+
+// Until the cluster sync has written its first lists, the node's status says so as a
+// fact (WaitingForClusterSync, which the node condition reads) and in words among the
+// faults; both go once it has.
+func TestWaitingForTheClusterSyncIsAFact(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.ClusterSync = true
+	var synced atomic.Bool
+	h.sourceSynced = synced.Load
+	a := img("a", 1)
+	h.available(a)
+	h.start()
+	h.writeFile("local.yaml", setDoc("local", a))
+	n := h.waitFor("Ready while waiting", phase("local", status.Ready))
+	if !n.WaitingForClusterSync || !slices.Contains(n.Faults, status.FaultWaitingForClusterSync) {
+		t.Fatalf("before the first sync: waiting %v, faults %q", n.WaitingForClusterSync, n.Faults)
+	}
+	synced.Store(true)
+	h.writeClusterFile("from-api.json", setDoc("from-api", a)) // the sync's first write
+	n = h.waitFor("synced", func(n status.Node) bool { return phase("from-api", status.Ready)(n) })
+	if n.WaitingForClusterSync || slices.Contains(n.Faults, status.FaultWaitingForClusterSync) {
+		t.Fatalf("after the first sync: waiting %v, faults %q", n.WaitingForClusterSync, n.Faults)
 	}
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"strings"
 )
 
 // verifyKey is the schedule's entry for the next presence verification.
@@ -45,7 +44,7 @@ func (a *Agent) verified(names map[string]string, err error) {
 		return
 	}
 	for ref, img := range a.pulls.images {
-		if !img.wanted || !img.present || !img.checked || img.inflight || names[strings.ToLower(ref)] != "" {
+		if !img.wanted || !img.present || !img.checked || img.inflight || names[ref] != "" {
 			continue
 		}
 		img.checked = false

@@ -25,10 +25,6 @@ import (
 // NodesResource is the core Nodes resource.
 var NodesResource = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 
-// NotSynced is the fault a node's status carries until Synced: until then the sets
-// directory may lack sets that target the node.
-const NotSynced = "cluster sync: waiting for the first list of PinnedImageSets and of this Node"
-
 // Config says where the node's share of the API goes.
 type Config struct {
 	NodeName string
@@ -115,7 +111,8 @@ func (s *Syncer) connected(ctx context.Context) bool {
 }
 
 // Synced says whether the first lists of the sets and of the Node have been written
-// (OnSynced is called when it turns true, so the node's status follows).
+// (OnSynced is called when it turns true, so the node's status follows); until then
+// the sets directory may lack sets that target the node.
 func (s *Syncer) Synced() bool { return s.synced.Load() }
 
 // Dir is the cluster subdirectory of the sets directory.

@@ -50,6 +50,15 @@ type SeedConfig struct {
 	Settle Duration `toml:"settle"`
 }
 
+func (c SeedConfig) validate() error {
+	var p problems
+	p.absoluteOrEmpty("seed.directory", c.Directory)
+	if c.Settle < Duration(time.Second) || c.Settle > Duration(time.Hour) {
+		p.add("seed.settle", "must be 1s to 1h, got %s", time.Duration(c.Settle))
+	}
+	return p.err()
+}
+
 // PeersConfig is the node-local mirror of pinned images and the sharing of their
 // blobs between nodes (docs/peers.md).
 type PeersConfig struct {
@@ -88,6 +97,48 @@ type PeersConfig struct {
 	Fanout int `toml:"fanout"`
 }
 
+func (c PeersConfig) validate() error {
+	var p problems
+	p.absoluteOrEmpty("peers.store_dir", c.StoreDir)
+	if c.Enabled {
+		if !loopback(c.MirrorAddress) {
+			p.add("peers.mirror_address", "must be a loopback host:port (the mirror speaks plain HTTP), got %q", c.MirrorAddress)
+		}
+		if c.TagAddress != "" && (!loopback(c.TagAddress) || c.TagAddress == c.MirrorAddress) {
+			p.add("peers.tag_address", "must be a loopback host:port other than peers.mirror_address (or \"\": no tags on CRI-O), got %q", c.TagAddress)
+		}
+	}
+	if c.Address == "" && len(c.Nodes) == 0 {
+		return p.err()
+	}
+	if _, _, err := net.SplitHostPort(c.Address); err != nil {
+		p.add("peers.address", "must be this node's host:port as its peers reach it (it is in their peers.nodes): %v", err)
+	}
+	for _, n := range c.Nodes {
+		if _, _, err := net.SplitHostPort(n); err != nil {
+			p.add("peers.nodes", "%q must be host:port: %v", n, err)
+		}
+	}
+	for _, kp := range [][2]string{{"peers.cert", c.Cert}, {"peers.ca", c.CA}, {"peers.client_ca", c.ClientCA}} {
+		if kp[1] == "" || !filepath.IsAbs(kp[1]) {
+			p.add(kp[0], "must be an absolute path when peers.address is set (peers talk HTTPS with the nodes' certificates), got %q", kp[1])
+		}
+	}
+	if c.ClientCert != "" && !filepath.IsAbs(c.ClientCert) {
+		p.add("peers.client_cert", "must be an absolute path or empty (the report's certificate), got %q", c.ClientCert)
+	}
+	if c.MaxServing < 1 || c.MaxServing > 256 {
+		p.add("peers.max_serving", "must be 1 to 256, got %d", c.MaxServing)
+	}
+	if c.ServeMiBPerSecond < 0 {
+		p.add("peers.serve_mib_per_second", "must be 0 (no limit) or more, got %d", c.ServeMiBPerSecond)
+	}
+	if c.Fanout < 1 || c.Fanout > 10000 {
+		p.add("peers.fanout", "must be 1 to 10000, got %d", c.Fanout)
+	}
+	return p.err()
+}
+
 // Sharing says whether this node shares blobs with peers.
 func (p PeersConfig) Sharing() bool { return p.Enabled && p.Address != "" }
 
@@ -103,6 +154,14 @@ type KubeletConfig struct {
 	Binary    string `toml:"binary"`
 }
 
+func (c KubeletConfig) validate() error {
+	var p problems
+	p.absoluteOrEmpty("kubelet.config_dir", c.ConfigDir)
+	p.absoluteOrEmpty("kubelet.root_dir", c.RootDir)
+	p.absoluteOrEmpty("kubelet.binary", c.Binary)
+	return p.err()
+}
+
 // ClusterConfig is the cluster sync: PinnedImageSet objects and this node's labels from
 // the Kubernetes API, with the kubelet's credentials.
 type ClusterConfig struct {
@@ -114,6 +173,17 @@ type ClusterConfig struct {
 	// (Ready and RegistryIndependent) or NodeConditionOff (not written). Written only
 	// with Kubeconfig.
 	NodeCondition string `toml:"node_condition"`
+}
+
+func (c ClusterConfig) validate() error {
+	var p problems
+	p.absoluteOrEmpty("cluster.kubeconfig", c.Kubeconfig)
+	switch c.NodeCondition {
+	case NodeConditionReady, NodeConditionRegistry, NodeConditionOff:
+	default:
+		p.add("cluster.node_condition", "must be ready, registry-independent or off, got %q", c.NodeCondition)
+	}
+	return p.err()
 }
 
 // [cluster] node_condition values.
@@ -130,6 +200,15 @@ type NodeConfig struct {
 	LabelsFile string            `toml:"labels_file"`
 }
 
+func (c NodeConfig) validate() error {
+	var p problems
+	p.absoluteOrEmpty("node.labels_file", c.LabelsFile)
+	if err := pinset.ValidateLabels(c.Labels); err != nil {
+		p.add("node.labels", "%v", err)
+	}
+	return p.err()
+}
+
 // CRIConfig is how images are pulled.
 type CRIConfig struct {
 	Endpoint string `toml:"endpoint"`
@@ -139,6 +218,26 @@ type CRIConfig struct {
 	PullConcurrency int      `toml:"pull_concurrency"`
 	PullTimeout     Duration `toml:"pull_timeout"`
 	PullSecret      string   `toml:"pull_secret"`
+}
+
+func (c CRIConfig) validate() error {
+	var p problems
+	if !strings.HasPrefix(c.Endpoint, "unix://") || len(c.Endpoint) == len("unix://") {
+		p.add("cri.endpoint", "must be unix:///path/to/socket, got %q", c.Endpoint)
+	}
+	if c.PullConcurrency < 0 || c.PullConcurrency > 128 {
+		p.add("cri.pull_concurrency", "must be 0 (default: at most 64) to 128, got %d", c.PullConcurrency)
+	}
+	if c.PullTimeout <= 0 {
+		p.add("cri.pull_timeout", "must be positive")
+	}
+	switch c.Runtime {
+	case RuntimeAuto, RuntimeCRIO, RuntimeContainerd:
+	default:
+		p.add("cri.runtime", "must be auto, cri-o or containerd, got %q", c.Runtime)
+	}
+	p.absoluteOrEmpty("cri.pull_secret", c.PullSecret)
+	return p.err()
 }
 
 // Runtimes for [cri] runtime: the names CRI Version reports.
@@ -160,6 +259,21 @@ type ContainerdConfig struct {
 	ConfigPath string `toml:"config_path"`
 }
 
+func (c ContainerdConfig) validate() error {
+	var p problems
+	p.absoluteOrEmpty("containerd.address", strings.TrimPrefix(c.Address, "unix://"))
+	// Every path under config_path is joined to it: an empty one would make imagepind
+	// read (and, with [peers] on, write <registry>/hosts.toml) relative to its working
+	// directory.
+	if !filepath.IsAbs(c.ConfigPath) {
+		p.add("containerd.config_path", "must be the absolute path of containerd's registry hosts directory (the CRI plugin's registry config_path, e.g. /etc/containerd/certs.d), got %q; remove the key for the default", c.ConfigPath)
+	}
+	if c.Namespace == "" || strings.ContainsAny(c.Namespace, "/ \t\n") {
+		p.add("containerd.namespace", "must be a containerd namespace such as k8s.io, got %q", c.Namespace)
+	}
+	return p.err()
+}
+
 // Reload modes for [crio] reload.
 const (
 	ReloadAuto    = "auto"
@@ -175,6 +289,21 @@ type CRIOConfig struct {
 	Reload    string `toml:"reload"`
 }
 
+func (c CRIOConfig) validate() error {
+	var p problems
+	p.absolute("crio.config", c.Config)
+	p.absolute("crio.config_dir", c.ConfigDir)
+	switch c.Reload {
+	case ReloadAuto, ReloadSystemd, ReloadSignal:
+	default:
+		p.add("crio.reload", "must be auto, systemd or signal, got %q", c.Reload)
+	}
+	if c.Unit == "" && c.Reload != ReloadSignal {
+		p.add("crio.unit", "must be set unless reload = \"signal\"")
+	}
+	return p.err()
+}
+
 // DiskConfig is what the disk check reads.
 type DiskConfig struct {
 	RegistriesConf      string  `toml:"registries_conf"`
@@ -188,6 +317,21 @@ type DiskConfig struct {
 	KubeletConfig          string `toml:"kubelet_config"`
 }
 
+func (c DiskConfig) validate() error {
+	var p problems
+	p.absoluteOrEmpty("disk.registries_conf", c.RegistriesConf)
+	p.absoluteOrEmpty("disk.registries_conf_dir", c.RegistriesConfDir)
+	p.absoluteOrEmpty("disk.certs_dir", c.CertsDir)
+	p.absoluteOrEmpty("disk.kubelet_config", c.KubeletConfig)
+	if c.LayerSizeMultiplier < 1 || c.LayerSizeMultiplier > 100 {
+		p.add("disk.layer_size_multiplier", "must be between 1 and 100, got %g", c.LayerSizeMultiplier)
+	}
+	if c.GCHighThresholdPercent < 0 || c.GCHighThresholdPercent > 100 {
+		p.add("disk.gc_high_threshold_percent", "must be 0 (kubelet's) to 100, got %d", c.GCHighThresholdPercent)
+	}
+	return p.err()
+}
+
 // ReportConfig is where node reports go.
 type ReportConfig struct {
 	Aggregator string   `toml:"aggregator"`
@@ -199,9 +343,27 @@ type ReportConfig struct {
 	ServerName string `toml:"server_name"`
 }
 
+func (c ReportConfig) validate() error {
+	var p problems
+	if c.Heartbeat < Duration(time.Second) {
+		p.add("report.heartbeat", "must be at least 1s")
+	}
+	return p.err()
+}
+
 // MetricsConfig is the Prometheus listener.
 type MetricsConfig struct {
 	Address string `toml:"address"`
+}
+
+func (c MetricsConfig) validate() error {
+	var p problems
+	if c.Address != "" {
+		if _, _, err := net.SplitHostPort(c.Address); err != nil {
+			p.add("metrics.address", "must be host:port: %v", err)
+		}
+	}
+	return p.err()
 }
 
 // DefaultPullConcurrency is what pull_concurrency = 0 means: the most pulls at once
@@ -305,139 +467,58 @@ func (c *Config) decode(text string) error {
 }
 
 // Validate checks every value and names the key that is wrong. It does not look at the
-// host (whether paths exist); the daemon does that when it uses them.
+// host (whether paths exist); the daemon does that when it uses them. Each section
+// checks its own keys (its validate, beside its type); the rules that span sections
+// are here.
 func (c *Config) Validate() error {
-	var errs []error
-	bad := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
-	}
-	for _, kp := range [][2]string{
-		{"sets_dir", c.SetsDir}, {"state_dir", c.StateDir}, {"status_file", c.StatusFile},
-		{"crio.config", c.CRIO.Config}, {"crio.config_dir", c.CRIO.ConfigDir},
-	} {
-		if !filepath.IsAbs(kp[1]) {
-			bad(kp[0], "must be an absolute path, got %q", kp[1])
-		}
-	}
-	for _, kp := range [][2]string{
-		{"node.labels_file", c.Node.LabelsFile}, {"cri.pull_secret", c.CRI.PullSecret},
-		{"disk.registries_conf", c.Disk.RegistriesConf}, {"disk.registries_conf_dir", c.Disk.RegistriesConfDir},
-		{"disk.certs_dir", c.Disk.CertsDir}, {"disk.kubelet_config", c.Disk.KubeletConfig},
-		{"kubelet.config_dir", c.Kubelet.ConfigDir}, {"kubelet.root_dir", c.Kubelet.RootDir}, {"kubelet.binary", c.Kubelet.Binary}, {"peers.store_dir", c.Peers.StoreDir},
-		{"seed.directory", c.Seed.Directory},
-		{"cluster.kubeconfig", c.Cluster.Kubeconfig},
-		{"containerd.address", strings.TrimPrefix(c.Containerd.Address, "unix://")},
-	} {
-		if kp[1] != "" && !filepath.IsAbs(kp[1]) {
-			bad(kp[0], "must be an absolute path or empty, got %q", kp[1])
-		}
-	}
+	var p problems
+	p.absolute("sets_dir", c.SetsDir)
+	p.absolute("state_dir", c.StateDir)
+	p.absolute("status_file", c.StatusFile)
 	if c.UnpinDelay < 0 {
-		bad("unpin_delay", "must not be negative")
-	}
-	if !strings.HasPrefix(c.CRI.Endpoint, "unix://") || len(c.CRI.Endpoint) == len("unix://") {
-		bad("cri.endpoint", "must be unix:///path/to/socket, got %q", c.CRI.Endpoint)
-	}
-	if c.CRI.PullConcurrency < 0 || c.CRI.PullConcurrency > 128 {
-		bad("cri.pull_concurrency", "must be 0 (default: at most 64) to 128, got %d", c.CRI.PullConcurrency)
-	}
-	if c.CRI.PullTimeout <= 0 {
-		bad("cri.pull_timeout", "must be positive")
-	}
-	switch c.CRI.Runtime {
-	case RuntimeAuto, RuntimeCRIO, RuntimeContainerd:
-	default:
-		bad("cri.runtime", "must be auto, cri-o or containerd, got %q", c.CRI.Runtime)
-	}
-	if c.Peers.Enabled {
-		host, _, err := net.SplitHostPort(c.Peers.MirrorAddress)
-		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
-			bad("peers.mirror_address", "must be a loopback host:port (the mirror speaks plain HTTP), got %q", c.Peers.MirrorAddress)
-		}
-		if c.Peers.TagAddress != "" {
-			host, _, err := net.SplitHostPort(c.Peers.TagAddress)
-			if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() || c.Peers.TagAddress == c.Peers.MirrorAddress {
-				bad("peers.tag_address", "must be a loopback host:port other than peers.mirror_address (or \"\": no tags on CRI-O), got %q", c.Peers.TagAddress)
-			}
-		}
-	}
-	if c.Peers.Address != "" || len(c.Peers.Nodes) > 0 {
-		if _, _, err := net.SplitHostPort(c.Peers.Address); err != nil {
-			bad("peers.address", "must be this node's host:port as its peers reach it (it is in their peers.nodes): %v", err)
-		}
-		for _, n := range c.Peers.Nodes {
-			if _, _, err := net.SplitHostPort(n); err != nil {
-				bad("peers.nodes", "%q must be host:port: %v", n, err)
-			}
-		}
-		for _, kp := range [][2]string{{"peers.cert", c.Peers.Cert}, {"peers.ca", c.Peers.CA}, {"peers.client_ca", c.Peers.ClientCA}} {
-			if kp[1] == "" || !filepath.IsAbs(kp[1]) {
-				bad(kp[0], "must be an absolute path when peers.address is set (peers talk HTTPS with the nodes' certificates), got %q", kp[1])
-			}
-		}
-		if c.Peers.ClientCert != "" && !filepath.IsAbs(c.Peers.ClientCert) {
-			bad("peers.client_cert", "must be an absolute path or empty (the report's certificate), got %q", c.Peers.ClientCert)
-		}
-		if c.Peers.MaxServing < 1 || c.Peers.MaxServing > 256 {
-			bad("peers.max_serving", "must be 1 to 256, got %d", c.Peers.MaxServing)
-		}
-		if c.Peers.ServeMiBPerSecond < 0 {
-			bad("peers.serve_mib_per_second", "must be 0 (no limit) or more, got %d", c.Peers.ServeMiBPerSecond)
-		}
-		if c.Peers.Fanout < 1 || c.Peers.Fanout > 10000 {
-			bad("peers.fanout", "must be 1 to 10000, got %d", c.Peers.Fanout)
-		}
+		p.add("unpin_delay", "must not be negative")
 	}
 	if c.Seed.Directory != "" && !c.Peers.Enabled {
-		bad("seed.directory", "needs [peers] enabled = true: seeds go to the node-local mirror's store, which exists only then")
-	}
-	if c.Seed.Settle < Duration(time.Second) || c.Seed.Settle > Duration(time.Hour) {
-		bad("seed.settle", "must be 1s to 1h, got %s", time.Duration(c.Seed.Settle))
-	}
-	// Every path under config_path is joined to it: an empty one would make imagepind
-	// read (and, with [peers] on, write <registry>/hosts.toml) relative to its working
-	// directory.
-	if !filepath.IsAbs(c.Containerd.ConfigPath) {
-		bad("containerd.config_path", "must be the absolute path of containerd's registry hosts directory (the CRI plugin's registry config_path, e.g. /etc/containerd/certs.d), got %q; remove the key for the default", c.Containerd.ConfigPath)
-	}
-	if c.Containerd.Namespace == "" || strings.ContainsAny(c.Containerd.Namespace, "/ \t\n") {
-		bad("containerd.namespace", "must be a containerd namespace such as k8s.io, got %q", c.Containerd.Namespace)
-	}
-	switch c.Cluster.NodeCondition {
-	case NodeConditionReady, NodeConditionRegistry, NodeConditionOff:
-	default:
-		bad("cluster.node_condition", "must be ready, registry-independent or off, got %q", c.Cluster.NodeCondition)
-	}
-	switch c.CRIO.Reload {
-	case ReloadAuto, ReloadSystemd, ReloadSignal:
-	default:
-		bad("crio.reload", "must be auto, systemd or signal, got %q", c.CRIO.Reload)
-	}
-	if c.CRIO.Unit == "" && c.CRIO.Reload != ReloadSignal {
-		bad("crio.unit", "must be set unless reload = \"signal\"")
-	}
-	if c.Disk.LayerSizeMultiplier < 1 || c.Disk.LayerSizeMultiplier > 100 {
-		bad("disk.layer_size_multiplier", "must be between 1 and 100, got %g", c.Disk.LayerSizeMultiplier)
-	}
-	if c.Disk.GCHighThresholdPercent < 0 || c.Disk.GCHighThresholdPercent > 100 {
-		bad("disk.gc_high_threshold_percent", "must be 0 (kubelet's) to 100, got %d", c.Disk.GCHighThresholdPercent)
-	}
-	if c.Report.Heartbeat < Duration(time.Second) {
-		bad("report.heartbeat", "must be at least 1s")
-	}
-	if c.Metrics.Address != "" {
-		if _, _, err := net.SplitHostPort(c.Metrics.Address); err != nil {
-			bad("metrics.address", "must be host:port: %v", err)
-		}
+		p.add("seed.directory", "needs [peers] enabled = true: seeds go to the node-local mirror's store, which exists only then")
 	}
 	if c.Cluster.Kubeconfig != "" && c.Node.LabelsFile == "" {
-		bad("node.labels_file", "must be set when cluster.kubeconfig is: the Node's labels from the API are written there")
+		p.add("node.labels_file", "must be set when cluster.kubeconfig is: the Node's labels from the API are written there")
 	}
-	if err := pinset.ValidateLabels(c.Node.Labels); err != nil {
-		bad("node.labels", "%v", err)
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(p,
+		c.Node.validate(), c.CRI.validate(), c.CRIO.validate(), c.Containerd.validate(),
+		c.Disk.validate(), c.Report.validate(), c.Metrics.validate(), c.Cluster.validate(),
+		c.Kubelet.validate(), c.Peers.validate(), c.Seed.validate())...)
 }
+
+// problems are a section's wrong values, each error naming its key.
+type problems []error
+
+func (p *problems) add(key, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+}
+
+// absolute: the key must hold an absolute path.
+func (p *problems) absolute(key, path string) {
+	if !filepath.IsAbs(path) {
+		p.add(key, "must be an absolute path, got %q", path)
+	}
+}
+
+// absoluteOrEmpty: the key must hold an absolute path or nothing.
+func (p *problems) absoluteOrEmpty(key, path string) {
+	if path != "" && !filepath.IsAbs(path) {
+		p.add(key, "must be an absolute path or empty, got %q", path)
+	}
+}
+
+// loopback says whether addr is a loopback IP's host:port.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	return err == nil && ip != nil && ip.IsLoopback()
+}
+
+func (p problems) err() error { return errors.Join(p...) }
 
 // CRISocket is the filesystem path of the CRI endpoint.
 func (c *Config) CRISocket() string { return strings.TrimPrefix(c.CRI.Endpoint, "unix://") }

@@ -89,9 +89,13 @@ func (c *Client) ImageStatus(ctx context.Context, ref string) (Image, error) {
 }
 
 // ImageNames maps every name the runtime has an image under (repo digests and repo
-// tags, lower-cased) to the image's ID, with one ListImages call: how imagepind sees,
-// cheaply, that an image it pulled was removed behind its back (crictl rmi, podman rmi
-// on CRI-O's storage), and the IDs the kubelet's pull records are keyed by.
+// tags, spelled as it lists them) to the image's ID, with one ListImages call: how
+// imagepind sees, cheaply, that an image it pulled was removed behind its back (crictl
+// rmi, podman rmi on CRI-O's storage), and the IDs the kubelet's pull records are keyed
+// by. The names are not case-folded: the runtime finds an image by its name's exact
+// spelling (containers/storage's names, containerd's image records), and the kubelet
+// asks it by the pod's image as written, so quay.io/x/a:V1 is another name than
+// quay.io/x/a:v1.
 func (c *Client) ImageNames(ctx context.Context) (map[string]string, error) {
 	resp, err := c.images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
@@ -100,10 +104,10 @@ func (c *Client) ImageNames(ctx context.Context) (map[string]string, error) {
 	names := map[string]string{}
 	for _, img := range resp.GetImages() {
 		for _, n := range img.GetRepoDigests() {
-			names[strings.ToLower(n)] = img.GetId()
+			names[n] = img.GetId()
 		}
 		for _, n := range img.GetRepoTags() {
-			names[strings.ToLower(n)] = img.GetId()
+			names[n] = img.GetId()
 		}
 	}
 	return names, nil

@@ -131,7 +131,7 @@ func (m *MirrorRegistries) tagEndpoints() (func(repo string) string, []string, b
 // tagEndpoint is the mirror entry of the tag endpoint at hostPort for repo: tags only
 // (a digest is checked by the client whoever serves it; a tag is not), and never
 // insecure: containers/image then speaks TLS only, verifying the endpoint's certificate
-// against the CA in certs.d/<hostPort>/ca.crt (package tagmirror), so no other process
+// against the CA in certs.d/<hostPort>/ca.crt (package tags/endpoint), so no other process
 // bound to that port is believed. A refused connection or a failed handshake makes it go
 // on to the next endpoint; the endpoint's 404 for a tag no set pins does the same.
 func tagEndpoint(hostPort, repo string, path func(string) string) sysregistriesv2.Endpoint {

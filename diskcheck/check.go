@@ -91,7 +91,17 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	// bound) so that sizing it below needs no new connection; whatever is left is closed
 	// when the check ends.
 	defer r.resolver.Release()
-	go func() { foundCh <- r.resolveAll(ctx, sets, r.resolver.Layers) }()
+	go func() {
+		found := r.resolveAll(ctx, sets, r.resolver.Layers)
+		// The images present, for what the store will keep of them (their manifests
+		// only: their layers need no room to be pulled).
+		if present := r.presentOnly(sets, found); len(present) > 0 {
+			for image, f := range r.resolveAll(ctx, []SetRequest{{Missing: present}}, r.resolver.Layers) {
+				found[image] = f
+			}
+		}
+		foundCh <- found
+	}()
 	path, err := r.imageFS(ctx)
 	if err != nil {
 		<-foundCh
@@ -113,20 +123,20 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	// the most its Range request could report (see need.go). Otherwise those layers are
 	// asked (a Range request each, on the image's source kept open since its manifest, or
 	// opened again past the bound of open sources), and the check decides on them.
-	verdicts, needs := r.admit(sets, found, ad, false)
+	verdicts := r.admit(sets, found, ad, false, nil)
 	for round := 0; ; round++ {
 		open := r.unsettled(sets, found)
 		if len(open.layers) == 0 {
 			break
 		}
-		upper, most := r.admit(sets, found, ad, true)
+		upper := r.admit(sets, found, ad, true, nil)
 		if sameAdmission(verdicts, upper) {
-			for name, v := range verdicts {
-				if most[name] > needs[name] {
-					v.Condition.Message += fmt.Sprintf(" (uncompressed sizes not asked: at the most its layers' formats can hold, %s, the verdict is the same)", bytesize.Human(most[name]))
-					verdicts[name] = v
-				}
+			// The real need lies between the two: each set's need is that range.
+			most := map[string]uint64{}
+			for name, v := range upper {
+				most[name] = v.Need
 			}
+			verdicts = r.admit(sets, found, ad, false, most)
 			break
 		}
 		// First the layers with the most at stake, as many as would bring the most all
@@ -135,11 +145,30 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 		images := open.images(round == 0, ad.room())
 		sized := r.resolveAll(ctx, []SetRequest{{Missing: images}}, r.resolver.Resolve)
 		settle(found, images, sized)
-		verdicts, needs = r.admit(sets, found, ad, false)
+		verdicts = r.admit(sets, found, ad, false, nil)
 	}
 	res.Verdicts = verdicts
 	res.RoundTrip = r.resolver.RoundTrip()
 	return res, nil
+}
+
+// presentOnly are the images of sets present on the node and not missing in any, each
+// once, when the store keeps what the node pins (Config.KeepsCompressed); else none.
+func (r *Checker) presentOnly(sets []SetRequest, found map[string]resolved) []string {
+	if !r.cfg.KeepsCompressed {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range sets {
+		for _, image := range s.Present {
+			if _, missing := found[image]; !missing && !seen[image] {
+				seen[image] = true
+				out = append(out, image)
+			}
+		}
+	}
+	return out
 }
 
 // openLayer is a layer whose uncompressed size a Range request could still learn.
@@ -278,10 +307,10 @@ func (a admission) room() uint64 {
 
 // admit admits sets in order while their cumulative need fits under both the free
 // space and the GC threshold. upper counts each layer not sized yet at the most its
-// Range request could report (Layer.MaxUncompressed), not at the floor. It returns the
-// verdicts and each set's need.
-func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admission, upper bool) (map[string]Verdict, map[string]uint64) {
-	verdicts, needs := map[string]Verdict{}, map[string]uint64{}
+// Range request could report (Layer.MaxUncompressed), not at the floor. most, when
+// given, is each set's need with upper: the most its need can be (Verdict.NeedMost).
+func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admission, upper bool, most map[string]uint64) map[string]Verdict {
+	verdicts := map[string]Verdict{}
 	space, limit := ad.space, ad.limit
 	counted := map[string]bool{} // layer digests of admitted (or undecided) sets
 	var cumulative uint64        // their need so far
@@ -289,6 +318,7 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 		v := Verdict{Bytes: map[string]uint64{}, Layers: map[string][]string{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
 		var layers, need, uncompressed uint64 // compressed bytes, need, of which sized uncompressed
 		var stored uint64                     // compressed bytes the node's store holds already
+		var forStore uint64                   // compressed bytes the store will grow by
 		var transient []error
 		sized := 0
 		newLayers := map[string]bool{}
@@ -324,19 +354,51 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 				case f.stored[l.Digest]:
 					stored = registry.AddSat(stored, uint64(l.Size))
 				case r.cfg.KeepsCompressed:
-					need = registry.AddSat(need, uint64(l.Size))
+					forStore = registry.AddSat(forStore, uint64(l.Size))
 				}
 				if l.Uncompressed > 0 && !(upper && l.MaxUncompressed > 0) {
 					uncompressed = registry.AddSat(uncompressed, uint64(l.Uncompressed))
 				}
 			}
 		}
+		// The store keeps the blobs of the images present too: the layers it lacks.
+		var presentSized, presentUnsized int
+		if r.cfg.KeepsCompressed {
+			for _, image := range s.Present {
+				f, ok := found[image]
+				if !ok || f.err != nil {
+					presentUnsized++
+					continue
+				}
+				presentSized++
+				for _, l := range f.img.Layers {
+					if counted[l.Digest] || newLayers[l.Digest] || l.Size <= 0 {
+						continue
+					}
+					newLayers[l.Digest] = true
+					if f.stored[l.Digest] {
+						stored = registry.AddSat(stored, uint64(l.Size))
+					} else {
+						forStore = registry.AddSat(forStore, uint64(l.Size))
+					}
+				}
+			}
+		}
+		pull := need
+		need = registry.AddSat(need, forStore)
 		total := registry.AddSat(cumulative, need)
-		// A set that needs nothing more (every image present, or every layer counted for
-		// a set before it) fits whatever the disk says: refusing it frees nothing, and a
-		// refusal would let its pins go just as the kubelet's image GC starts deleting.
-		fits := need == 0 || (total <= space.Available && registry.AddSat(space.Used(), total) <= limit)
-		msg := r.describe(s.Name, sized, layers, uncompressed, stored, need, cumulative, ad.path, space, ad.threshold, ad.thresholdFrom, ad.terr)
+		// A set with nothing to pull (every image present, or every layer counted for a
+		// set before it) fits whatever the disk says: refusing it frees nothing (its
+		// present images stay pinned, and the store keeps their blobs), and a refusal
+		// would let the pins of its images not pulled yet go just as the kubelet's image
+		// GC starts deleting. What the store will keep of it still counts against the
+		// sets after it.
+		fits := pull == 0 || (total <= space.Available && registry.AddSat(space.Used(), total) <= limit)
+		v.Need, v.NeedMost, v.ForStore = need, need, forStore
+		if m, ok := most[s.Name]; ok && m > need {
+			v.NeedMost = m
+		}
+		msg := r.describe(s.Name, sized, presentSized, layers, uncompressed, stored, forStore, v.Need, v.NeedMost, cumulative, presentUnsized, ad.path, space, ad.threshold, ad.thresholdFrom, ad.terr)
 		switch {
 		case !fits:
 			v.Condition = status.Condition{Type: status.ConditionDiskChecked, Status: status.False, Reason: status.ReasonInsufficientDiskSpace, Message: msg}
@@ -356,9 +418,8 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 			cumulative = total
 		}
 		verdicts[s.Name] = v
-		needs[s.Name] = need
 	}
-	return verdicts, needs
+	return verdicts
 }
 
 // waitsFor says what a later check of an image not sized yet waits for.
@@ -369,18 +430,34 @@ func (r *Checker) waitsFor() string {
 	return " (right after its pin is written, through the node-local mirror: the node's store and its peers; the error below is its registry's)"
 }
 
-func (r *Checker) describe(set string, images int, layers, uncompressed, stored, need, before uint64, path string, space Space, threshold int, from string, terr error) string {
+// describe says a set's need: images to pull, present images sized for what the store
+// keeps of them. need to most is its range (most == need: exact, as the sizes known make
+// it); presentUnsized counts present images whose layers could not be known, so what
+// the store keeps of them is not counted.
+func (r *Checker) describe(set string, images, present int, layers, uncompressed, stored, forStore, need, most, before uint64, presentUnsized int, path string, space Space, threshold int, from string, terr error) string {
 	how := fmt.Sprintf("%g × %s of layers", r.cfg.Multiplier, bytesize.Human(layers))
 	if uncompressed > 0 {
 		how += fmt.Sprintf(", or %s uncompressed + compressed where larger", bytesize.Human(uncompressed))
 	}
 	if r.cfg.KeepsCompressed {
-		how += fmt.Sprintf(", + %s compressed for the node-local mirror's store", bytesize.Human(layers-stored))
+		how += fmt.Sprintf(", + %s compressed for the node-local mirror's store", bytesize.Human(forStore))
+		if presentUnsized > 0 {
+			how += fmt.Sprintf(" (%d images on the node could not be sized: what the store lacks of them is not counted)", presentUnsized)
+		}
 	}
 	if stored > 0 {
 		how += fmt.Sprintf("; %s of the layers in the node's store already (seeded or fetched before)", bytesize.Human(stored))
 	}
-	msg := fmt.Sprintf("node %s: %d images need %s (%s) on %s", r.cfg.NodeName, images, bytesize.Human(need), how, path)
+	amount := bytesize.Human(need)
+	if most > need {
+		amount += " to " + bytesize.Human(most)
+		how += "; uncompressed sizes not asked: the real need lies between the floor and the most the layers' formats can hold, and the verdict is the same at either end"
+	}
+	which := fmt.Sprintf("%d images", images)
+	if present > 0 {
+		which += fmt.Sprintf(" (and %d on the node already, for the store)", present)
+	}
+	msg := fmt.Sprintf("node %s: %s need %s (%s) on %s", r.cfg.NodeName, which, amount, how, path)
 	if before > 0 {
 		msg += fmt.Sprintf(", after %s for the sets admitted before it", bytesize.Human(before))
 	}

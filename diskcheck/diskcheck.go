@@ -7,10 +7,16 @@ import (
 	"github.com/imagepin/imagepin/status"
 )
 
-// SetRequest is one set to check: its name and the images this node still misses.
+// SetRequest is one set to check: its name, the images this node still misses and
+// those it holds already.
 type SetRequest struct {
 	Name    string
 	Missing []string
+	// Present are the set's images the runtime holds already: they need no room to be
+	// pulled, but with Config.KeepsCompressed the node-local mirror's store keeps their
+	// compressed blobs too, and the layers it lacks are counted (package peers' keeper
+	// fetches them).
+	Present []string
 }
 
 // Verdict is the check's answer for one set.
@@ -20,6 +26,17 @@ type Verdict struct {
 	Admitted bool
 	// Condition is the set's DiskChecked condition (its time is set by the caller).
 	Condition status.Condition
+	// Need is what the set needs on the image filesystem: its missing images' layers,
+	// each at the floor (layer_size_multiplier × compressed) or at its uncompressed size
+	// + compressed where asked and larger, and with Config.KeepsCompressed the
+	// compressed layers the node-local mirror's store will keep (of present images
+	// too). NeedMost is the most it can be: Need, unless uncompressed sizes were not
+	// asked (they could not change the verdict): then each such layer at the most its
+	// format can hold. The real need lies between the two.
+	Need, NeedMost uint64
+	// ForStore are the compressed bytes of Need the node-local mirror's store will
+	// grow by (the set's layers it does not hold yet; Config.KeepsCompressed).
+	ForStore uint64
 	// Bytes maps each sized image to its compressed layer bytes.
 	Bytes map[string]uint64
 	// Layers maps each sized image to its layers' compressed digests, in the manifest's

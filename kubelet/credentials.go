@@ -293,14 +293,15 @@ type Decision struct {
 	Message string
 }
 
-// Decide answers for the images refs. listed maps the runtime's image names, lower-cased,
-// to their IDs (CRI ListImages); an image not listed has no ID, so no pull record of the
+// Decide answers for the images refs. listed maps the runtime's image names, as it spells
+// them, to their IDs (CRI ListImages; the kubelet asks the runtime for the ID by the
+// image's name as written); an image not listed has no ID, so no pull record of the
 // kubelet's can match it. The daemon's RegistryIndependent condition and imagepinctl
 // check --registry-gone both take this answer.
 func (v Verification) Decide(refs []string, listed map[string]string) Decision {
 	var d Decision
 	for _, ref := range refs {
-		switch a, why := v.image(ref, listed[strings.ToLower(ref)]); a {
+		switch a, why := v.image(ref, listed[ref]); a {
 		case NeedsRegistry:
 			d.Needs = append(d.Needs, Need{Image: ref, Why: why})
 		case Unknown:

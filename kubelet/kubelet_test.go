@@ -278,7 +278,7 @@ func TestNeedsLooksUpIDsInTheListing(t *testing.T) {
 	}
 	private := "reg.example/team/private@sha256:" + strings.Repeat("4", 64)
 	other := "reg.example/team/Other@sha256:" + strings.Repeat("5", 64)
-	listed := map[string]string{strings.ToLower(private): "id-secret", strings.ToLower(other): "id-other"}
+	listed := map[string]string{private: "id-secret", other: "id-other"}
 	d := v.Decide([]string{other, private}, listed)
 	if d.Answer != NeedsRegistry || len(d.Needs) != 1 || d.Needs[0].Image != private || !strings.Contains(d.Needs[0].Why, "pulled it itself") {
 		t.Fatalf("decision %+v", d)

@@ -41,10 +41,10 @@ func (f *fill) update(fn func()) {
 	f.cond.Broadcast()
 }
 
-// open reads blob d of size bytes (its descriptor's) from offset off: from the fill
-// under way, else a new fill from src, else (the store cannot take it: a full disk)
-// straight from src. It says the whole blob's size.
-func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source, off int64) (*blobReader, int64, error) {
+// open reads blob d of size bytes (its descriptor's): from the fill under way, else a
+// new fill from src, else (the store cannot take it: a full disk) straight from src.
+// It says the whole blob's size.
+func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source) (*blobReader, int64, error) {
 	m.mu.Lock()
 	f := m.fills[d]
 	skipStore := time.Since(m.storeFailed) < time.Minute
@@ -53,21 +53,14 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 		return nil, 0, errClosed
 	}
 	if f == nil && !skipStore {
-		sw, err := m.store.Writer(context.WithoutCancel(ctx), d, -1)
+		var err error
+		f, err = m.startFill(ctx, repo, chain, d, size, src)
 		switch {
 		case err == nil:
-			f = &fill{file: m.store.IngestFile(d), size: size}
-			f.cond = sync.NewCond(&f.mu)
-			m.fills[d] = f
-			m.running.Add(1)
-			go func() {
-				defer m.running.Done()
-				m.run(f, sw, repo, chain, d, src)
-			}()
 		case errors.Is(err, blobstore.ErrExists):
 			// A fill ended between the caller's look into the store and now.
 			m.mu.Unlock()
-			return m.stored(ctx, d, off, false)
+			return m.stored(ctx, d)
 		case errors.Is(err, blobstore.ErrBusy):
 			// The store's own lock: a fill ending right now. Stream alone.
 		default:
@@ -77,7 +70,7 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 	}
 	m.mu.Unlock()
 	if f == nil {
-		return m.direct(ctx, repo, chain, d, size, src, off)
+		return m.direct(ctx, repo, chain, d, size, src)
 	}
 	// Wait until the source answered or the fill failed.
 	stop := context.AfterFunc(ctx, func() { f.update(func() {}) })
@@ -94,10 +87,26 @@ func (m *Mirror) open(ctx context.Context, repo string, chain []digest.Digest, d
 	if err != nil {
 		return nil, 0, err
 	}
-	if off >= f.size {
-		off = 0
+	return &blobReader{ctx: ctx, f: f, m: m, d: d}, f.size, nil
+}
+
+// startFill starts filling blob d of size bytes from src into the store, m.mu held:
+// blobstore.ErrExists when the store holds it already, ErrBusy when its own lock is
+// held (a fill ending now), another error when the store cannot take it.
+func (m *Mirror) startFill(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source) (*fill, error) {
+	sw, err := m.store.Writer(context.WithoutCancel(ctx), d, -1)
+	if err != nil {
+		return nil, err
 	}
-	return &blobReader{ctx: ctx, f: f, m: m, d: d, offset: off, off: off}, f.size, nil
+	f := &fill{file: m.store.IngestFile(d), size: size}
+	f.cond = sync.NewCond(&f.mu)
+	m.fills[d] = f
+	m.running.Add(1)
+	go func() {
+		defer m.running.Done()
+		m.run(f, sw, repo, chain, d, src)
+	}()
+	return f, nil
 }
 
 // errClosed is a request to a closed mirror.
@@ -113,28 +122,16 @@ func (m *Mirror) Close() {
 	m.running.Wait()
 }
 
-// stored reads the stored blob d from off (from the store, else from the runtime's
-// content store), checked against d as it is read: a stored copy corrupted on disk ends
-// the reader with an error, not io.EOF (corrupt: the mirror's own copy leaves the store,
-// the runtime's is read no more), and the next request fills it again. The bytes before
-// off are read and checked too; a HEAD (head) reads nothing.
-func (m *Mirror) stored(ctx context.Context, d digest.Digest, off int64, head bool) (*blobReader, int64, error) {
+// stored reads the stored blob d (from the store, else from the runtime's content
+// store), checked against d as it is read: a stored copy corrupted on disk ends the
+// reader with an error, not io.EOF (corrupt: the mirror's own copy leaves the store,
+// the runtime's is read no more), and the next request fills it again.
+func (m *Mirror) stored(ctx context.Context, d digest.Digest) (*blobReader, int64, error) {
 	rd, size, own, err := m.storedReader(ctx, d)
 	if err != nil {
 		return nil, 0, err
 	}
-	if off >= size {
-		off = 0
-	}
-	r := &blobReader{ctx: ctx, m: m, d: d, src: rd, verifier: d.Verifier(), stored: true, ownStore: own}
-	if off > 0 && !head {
-		if _, err := io.CopyN(io.Discard, r, off); err != nil {
-			rd.Close()
-			return nil, 0, err
-		}
-	}
-	r.offset = off
-	return r, size, nil
+	return &blobReader{ctx: ctx, m: m, d: d, src: rd, verifier: d.Verifier(), stored: true, ownStore: own}, size, nil
 }
 
 // run is the fill's one transfer: from src into the store, committed (checked against
@@ -252,29 +249,19 @@ func (b *Bounded) Read(p []byte) (int, error) {
 
 // direct streams blob d from src without storing it (the store cannot take it),
 // checking it against d: a mismatch ends the reader with an error, not io.EOF.
-func (m *Mirror) direct(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source, off int64) (*blobReader, int64, error) {
+func (m *Mirror) direct(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64, src Source) (*blobReader, int64, error) {
 	body, err := openBounded(ctx, src, repo, chain, d, size)
 	if err != nil {
 		return nil, 0, err
 	}
-	r := &blobReader{ctx: ctx, m: m, d: d, src: body, verifier: d.Verifier()}
-	if off > 0 && off < size {
-		// Resuming: read (and check) the bytes before off without sending them.
-		if _, err := io.CopyN(io.Discard, r, off); err != nil {
-			body.Close()
-			return nil, 0, err
-		}
-		r.offset = off
-	}
-	return r, size, nil
+	return &blobReader{ctx: ctx, m: m, d: d, src: body, verifier: d.Verifier()}, size, nil
 }
 
-// blobReader reads a fill from offset, or a direct stream.
+// blobReader reads a fill, a direct stream or a stored blob, from its first byte.
 type blobReader struct {
-	ctx    context.Context
-	m      *Mirror
-	d      digest.Digest
-	offset int64 // where the reader started (a Range)
+	ctx context.Context
+	m   *Mirror
+	d   digest.Digest
 
 	// a fill's
 	f    *fill
@@ -363,6 +350,23 @@ func (r *blobReader) openFile(done bool) error {
 	}
 	_, err = r.file.Seek(r.off, io.SeekStart)
 	return err
+}
+
+// skip moves the reader n bytes on without handing them out: a fill's reader moves
+// there (what the fill writes is checked by the fill); a stream's, stored or direct,
+// reads the bytes between and checks them as any it reads.
+func (r *blobReader) skip(n int64) error {
+	if r.src != nil {
+		_, err := io.CopyN(io.Discard, r, n)
+		return err
+	}
+	r.off += n
+	if r.file != nil {
+		if _, err := r.file.Seek(r.off, io.SeekStart); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (r *blobReader) Close() error {

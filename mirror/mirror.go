@@ -2,7 +2,8 @@
 // answers the OCI distribution API for the manifests and blobs of pinned images only
 // (404 at once for anything else, so an unpinned pull goes on to its registry
 // untouched), from the node's blob store, else from a Source (the registry through the
-// node's own access, or a peer), streaming to the client while it writes the store.
+// node's own access, or a peer), streaming to the client while it writes the store. A
+// blob is served whole or by Range (serveBlob), checked against its digest either way.
 //
 // Paths carry the source repository whole: CRI-O is given the mirror as
 // "127.0.0.1:PORT/<source prefix>", so a pull of quay.io/ns/app@sha256:… asks for
@@ -682,7 +683,7 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 	}
 	ctx := r.Context()
 	counter := &h.stats.Transferred
-	body, size, err := m.stored(ctx, d, rangeStart(r), r.Method == http.MethodHead)
+	body, size, err := m.stored(ctx, d)
 	switch {
 	case err == nil:
 		counter = &h.stats.FromStore
@@ -697,7 +698,7 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 		notFound(w, "BLOB_UNKNOWN")
 		return
 	default:
-		body, size, err = m.open(ctx, repo, m.Chain(repo, d), d, c.size, h.src, rangeStart(r))
+		body, size, err = m.open(ctx, repo, m.Chain(repo, d), d, c.size, h.src)
 		if err != nil {
 			m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
 			notFound(w, "BLOB_UNKNOWN")
@@ -705,46 +706,10 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 		}
 	}
 	defer body.Close()
-	w.Header().Set("Docker-Content-Digest", d.String())
-	w.Header().Set("Content-Type", "application/octet-stream")
-	status := http.StatusOK
-	if off := body.offset; off > 0 {
-		status = http.StatusPartialContent
-		w.Header().Set("Content-Range", fmt.Sprintf("bytes %d-%d/%d", off, size-1, size))
-	}
-	if size >= 0 {
-		w.Header().Set("Content-Length", strconv.FormatInt(size-body.offset, 10))
-	}
-	if r.Method == http.MethodHead {
-		w.WriteHeader(status)
-		return
-	}
-	// Streamed while it arrives (or read from the store), all but the last bytes:
-	// those are sent only once the whole blob matches its digest (the reader's io.EOF),
-	// so a client never receives a complete wrong blob: a source or peer serving
-	// garbage, or a stored blob corrupted on disk, costs it a retry.
-	held := &holdback{w: w, keep: 64 << 10}
-	w.WriteHeader(status)
-	n, err := io.Copy(held, body)
-	counter.Add(n)
-	if err != nil {
+	if err := serveBlob(w, r, d, body, size, counter); err != nil {
 		m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Warn("mirror: blob not served whole; the client's copy is cut")
 		panic(http.ErrAbortHandler)
 	}
-	held.flush()
-}
-
-// rangeStart is the first byte of a "Range: bytes=N-" request (a peer resuming), else 0.
-func rangeStart(r *http.Request) int64 {
-	v, ok := strings.CutPrefix(r.Header.Get("Range"), "bytes=")
-	if !ok || !strings.HasSuffix(v, "-") {
-		return 0
-	}
-	n, err := strconv.ParseInt(strings.TrimSuffix(v, "-"), 10, 64)
-	if err != nil || n < 0 {
-		return 0
-	}
-	return n
 }
 
 type countingWriter struct {
@@ -757,23 +722,3 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	c.n.Add(int64(n))
 	return n, err
 }
-
-// holdback passes bytes on, keeping the last keep of them until flush.
-type holdback struct {
-	w    io.Writer
-	buf  []byte
-	keep int
-}
-
-func (h *holdback) Write(p []byte) (int, error) {
-	h.buf = append(h.buf, p...)
-	if over := len(h.buf) - h.keep; over > 0 {
-		if _, err := h.w.Write(h.buf[:over]); err != nil {
-			return 0, err
-		}
-		h.buf = append(h.buf[:0], h.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (h *holdback) flush() { _, _ = h.w.Write(h.buf) }

@@ -474,7 +474,11 @@ func TestOpenAfterTheFillCommitted(t *testing.T) {
 	layers, _ := img.Layers()
 	ld, _ := layers[0].Digest()
 	whole := src.blobs[digest.Digest(ld.String())]
-	rd, size, err := s.m.open(context.Background(), repo, nil, digest.Digest(ld.String()), int64(len(whole)), src, 100)
+	rd, size, err := s.m.open(context.Background(), repo, nil, digest.Digest(ld.String()), int64(len(whole)), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = rd.skip(100)
 	if err != nil {
 		t.Fatal(err)
 	}

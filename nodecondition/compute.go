@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
-	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -62,10 +61,8 @@ const maxNamed = 10
 // need the registry for (pinned tags that are not pre-loaded at all among them), then
 // sets whose blobs too few nodes hold for a node to join or be replaced.
 func Compute(n status.Node, mode Mode) (Condition, bool) {
-	for _, f := range n.Faults {
-		if f == clustersync.NotSynced {
-			return Condition{}, false
-		}
+	if n.WaitingForClusterSync {
+		return Condition{}, false
 	}
 	var failed, pending, dependent, stranded []string
 	var firstStranded string // the first such set's words: which blobs, who would fail to join

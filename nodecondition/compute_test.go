@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -40,7 +39,11 @@ func TestCompute(t *testing.T) {
 		reason   string
 		contains []string
 	}{
-		{name: "not synced yet", node: status.Node{Faults: []string{clustersync.NotSynced}, Sets: []status.Set{set("a", status.Ready, status.True)}}},
+		{name: "not synced yet", node: status.Node{WaitingForClusterSync: true, Faults: []string{status.FaultWaitingForClusterSync}, Sets: []status.Set{set("a", status.Ready, status.True)}}},
+		// The fact is the field, not a fault's words: a fault that reads the same (a set
+		// file's name, a registry's message) holds nothing back.
+		{name: "a fault in the sync's words", node: status.Node{Faults: []string{status.FaultWaitingForClusterSync}, Sets: []status.Set{set("a", status.Ready, "")}},
+			ok: true, status: status.True, reason: ReasonAllSetsReady},
 		{name: "no sets", ok: true, status: status.True, reason: ReasonAllSetsReady, contains: []string{"no PinnedImageSet"}},
 		{name: "all ready", node: status.Node{Sets: []status.Set{set("a", status.Ready, ""), set("b", status.Ready, "")}},
 			ok: true, status: status.True, reason: ReasonAllSetsReady, contains: []string{"2 of 2 sets Ready: a, b"}},

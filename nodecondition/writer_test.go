@@ -285,7 +285,7 @@ func TestRestartKeepsTheTransitionTime(t *testing.T) {
 // sets are Ready before it knows which target it.
 func TestNothingBeforeTheFirstSync(t *testing.T) {
 	r := newRig(t, kubeletNode())
-	r.w.Update(status.Node{Faults: []string{"cluster sync: waiting for the first list of PinnedImageSets and of this Node"}})
+	r.w.Update(status.Node{WaitingForClusterSync: true, Faults: []string{status.FaultWaitingForClusterSync}})
 	r.run()
 	time.Sleep(50 * time.Millisecond)
 	r.clock.Step(time.Hour)

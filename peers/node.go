@@ -5,11 +5,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
-	"os"
+	goruntime "runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
@@ -17,7 +15,7 @@ import (
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/internal/sockowner"
 	"github.com/imagepin/imagepin/mirror"
-	"github.com/imagepin/imagepin/seed"
+	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -48,6 +46,9 @@ type Config struct {
 	// SeedsDir holds the records of seeds (package seed): the store's prune keeps what
 	// they name. "": no seeds.
 	SeedsDir string
+	// Platform is the node's (the zero value: this process's, GOOS/GOARCH): of an
+	// index, the node keeps the instance its runtime pulls (Run).
+	Platform registry.Platform
 }
 
 // Node is a node's mirror at run time: what it may serve (the pinned references, told
@@ -77,8 +78,8 @@ type Node struct {
 	// a blob a fill committed, when the runtime keeps its own copy (Runtime.Content).
 	prune  chan struct{}
 	filled chan struct{}
-	// seeds are the seeds' totals for the status (Stamp).
-	seeds seedTotals
+	// keep puts in the store the blobs of pinned images the node holds nowhere (Run).
+	keep *keeper
 	// allow says which users' connections the loopback mirror answers (Serve).
 	allow func(uid int) bool
 	// holdings says which blobs of a pinned image the store holds (SetHoldings), for
@@ -127,6 +128,13 @@ func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
 	empty := map[string]bool{}
 	n.pinned.Store(&empty)
 	n.mirror = mirror.New(store, n.isPinned, log.WithField("part", "mirror"))
+	platform := cfg.Platform
+	if platform.OS == "" {
+		platform = registry.Platform{OS: goruntime.GOOS, Architecture: goruntime.GOARCH}
+	}
+	n.keep = &keeper{mirror: n.mirror, pinned: n.pinnedRefs, isPinned: n.isPinned, wake: make(chan struct{}, 1),
+		pruneNow: n.wakePrune, log: log.WithField("part", "keep")}
+	n.keep.instance = func(index []byte) (digest.Digest, error) { return registry.Instance(index, platform) }
 	return n
 }
 
@@ -166,6 +174,7 @@ func (n *Node) Bind(rt Runtime) {
 	}
 	reg := CountRegistry(rt.Registry, &n.Bytes)
 	n.local = n.mirror.Handler(reg, &n.Served)
+	n.keep.src = reg
 	if n.cfg.Address == "" {
 		return
 	}
@@ -191,6 +200,7 @@ func (n *Node) share(reg mirror.Source) error {
 	src := NewSource(n.cfg.Address, n.nodes, reg, client, &n.Bytes, log)
 	src.Fanout = n.cfg.Fanout
 	n.local = n.mirror.Handler(src, &n.Served)
+	n.keep.src = src
 	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir, Held: n.heldDigests,
 		MaxServing: n.cfg.MaxServing, BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
 	n.serverTLS = serverTLS
@@ -224,8 +234,8 @@ func (n *Node) FromAggregator(nodes []string) {
 	}
 }
 
-// Stamp adds the peers' byte counts, the store's size and the seeds' totals to each
-// status before publish takes it (an unreadable seed record is a fault).
+// Stamp adds the peers' byte counts and the store's size to each status before publish
+// takes it (the seeds are the agent's: seed.Report, part of what it compares).
 func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 	return func(s status.Node) {
 		stored, _ := n.store.Usage(context.Background())
@@ -238,40 +248,6 @@ func (n *Node) Stamp(publish func(status.Node)) func(status.Node) {
 		if bad := n.mirror.CorruptInRuntime(); len(bad) > 0 {
 			s.Faults = append(s.Faults, fmt.Sprintf("the runtime's content store holds %d blob(s) that do not match their digest (corrupted on disk; first %s): the node-local mirror serves them from its own store, filled from the peers or the registry; remove them there (containerd: ctr -n <namespace> content rm <digest>)", len(bad), bad[0]))
 		}
-		switch t, err := n.seeds.tally(n.cfg.SeedsDir); {
-		case err != nil:
-			s.Faults = append(s.Faults, fmt.Sprintf("%v: the blob store is not pruned until it is fixed or removed", err))
-		case t.Seeds > 0:
-			s.Node.Seeded = &status.Seeded{Seeds: t.Seeds, Images: t.Images, Bytes: t.Bytes}
-		}
 		publish(s)
 	}
-}
-
-// seedTotals are the node's seeds (seed.Tally), read again when the records'
-// directory changed (a record is written, renamed or removed there) or a minute passed.
-type seedTotals struct {
-	mu     sync.Mutex
-	mtime  time.Time
-	at     time.Time
-	totals seed.Totals
-	err    error
-}
-
-func (c *seedTotals) tally(dir string) (seed.Totals, error) {
-	if dir == "" {
-		return seed.Totals{}, nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return seed.Totals{}, nil // no seed yet
-	}
-	if !c.at.IsZero() && fi.ModTime().Equal(c.mtime) && time.Since(c.at) < time.Minute {
-		return c.totals, c.err
-	}
-	c.mtime, c.at = fi.ModTime(), time.Now()
-	c.totals, c.err = seed.Tally(dir)
-	return c.totals, c.err
 }

@@ -22,7 +22,7 @@ type Leftovers struct {
 	// runtime's files are simply not there.
 	Files []Files
 	// Untrust, when not nil, takes back the trust CRI-O was given in the CA of the
-	// mirror's TLS endpoint for tags (tagmirror.Forget).
+	// mirror's TLS endpoint for tags (endpoint.Forget).
 	Untrust func() error
 }
 

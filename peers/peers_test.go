@@ -422,12 +422,6 @@ func TestAPeerDyingMidTransfer(t *testing.T) {
 	}
 }
 
-func (s *Source) isAside(node string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return time.Now().Before(s.bad[node])
-}
-
 // A peer serving wrong bytes (its stored copy corrupted on disk): the reader's copy is
 // cut once (never given whole), the peer is set aside, and the retry gets every byte
 // right from elsewhere.

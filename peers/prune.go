@@ -27,10 +27,16 @@ func (n *Node) setPinned(refs []string) {
 	}
 	old := n.pinned.Swap(&m)
 	if !maps.Equal(*old, m) {
-		select {
-		case n.prune <- struct{}{}:
-		default:
-		}
+		n.wakePrune()
+		n.keep.woken()
+	}
+}
+
+// wakePrune makes Run prune the store soon.
+func (n *Node) wakePrune() {
+	select {
+	case n.prune <- struct{}{}:
+	default:
 	}
 }
 
@@ -43,9 +49,17 @@ var settleAfterFill = 5 * time.Second
 // so do its blobs). With the runtime's own content store (Runtime.Content), what it
 // holds goes too (no second copy at rest): looked at 5 s after the last blob filled,
 // and every minute. First, the ingests no fill holds (what a kill -9 or a reboot left
-// half written) go: a node that pins nothing after a restart never prunes.
+// half written) go: a node that pins nothing after a restart never prunes. Beside the
+// prune, the keeper puts in the store every blob of a pinned image that the node holds
+// nowhere (keep.go).
 func (n *Node) Run(ctx context.Context) error {
 	n.releaseIngests(ctx)
+	kept := make(chan struct{})
+	go func() {
+		defer close(kept)
+		n.keep.run(ctx)
+	}()
+	defer func() { <-kept }()
 	var tick, settled <-chan time.Time
 	if n.filled != nil {
 		t := time.NewTicker(time.Minute)

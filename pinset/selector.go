@@ -29,13 +29,23 @@ type Selector struct {
 	sel labels.Selector
 	// description says, for status and logs, what the selector is.
 	description string
+	// none says why the set selects no node whatever its labels ("": it may select
+	// some; Nothing).
+	none string
 }
 
 // Everything selects every node.
 func Everything() Selector { return Selector{sel: labels.Everything(), description: "every node"} }
 
-// Nothing selects no node; why says why.
-func Nothing(why string) Selector { return Selector{sel: labels.Nothing(), description: why} }
+// Nothing selects no node; why says why ("no spec.nodeSelector and no … label").
+func Nothing(why string) Selector {
+	return Selector{sel: labels.Nothing(), description: why + ": applies to no node", none: why}
+}
+
+// SelectsNoNode says why the set targets no node at all, whatever the node's labels (a
+// set without the selector that would name its nodes); ok false when it may select
+// some. imagepind reads such a set and applies it nowhere; the node's status lists it.
+func (s Selector) SelectsNoNode() (why string, ok bool) { return s.none, s.none != "" }
 
 // NewSelector compiles a Kubernetes label selector with its full semantics
 // (matchLabels; matchExpressions In, NotIn, Exists, DoesNotExist). An empty selector

@@ -289,7 +289,7 @@ func parseDocument(raw []byte) (Set, string, error) {
 		}
 		pool, ok := d.Metadata.Labels[RoleLabel]
 		if !ok || pool == "" {
-			s.Selector = Nothing("no " + RoleLabel + " label: applies to no node")
+			s.Selector = Nothing("no " + RoleLabel + " label")
 			warning = "metadata.labels: no " + RoleLabel + " label, so the set applies to no node (as in OpenShift)"
 		} else if s.Selector, err = RoleSelector(pool); err != nil {
 			return s, "", fmt.Errorf("metadata.labels[%s]: %w", RoleLabel, err)
@@ -341,11 +341,11 @@ func parseDocument(raw []byte) (Set, string, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 			continue
 		}
-		if prev, dup := index[strings.ToLower(name)]; dup {
+		if prev, dup := index[hostFolded(name)]; dup {
 			errs = append(errs, fmt.Errorf("%s: %q duplicates spec.pinnedImages[%d]", field, name, prev))
 			continue
 		}
-		index[strings.ToLower(name)] = i
+		index[hostFolded(name)] = i
 		if tag.Name != "" {
 			if prev, dup := tags[tag.Name]; dup && prev.tag.Image != tag.Image {
 				errs = append(errs, fmt.Errorf("%s: tag %s is also spec.pinnedImages[%d] with another digest (%s): a tag names one image", field, tag.Name, prev.at, prev.tag.Image))
@@ -355,10 +355,10 @@ func parseDocument(raw []byte) (Set, string, error) {
 				s.Tags = append(s.Tags, tag)
 			}
 		}
-		if _, dup := digests[strings.ToLower(img)]; dup {
+		if _, dup := digests[hostFolded(img)]; dup {
 			continue // the same digest with another tag (or none): pinned once
 		}
-		digests[strings.ToLower(img)] = true
+		digests[hostFolded(img)] = true
 		s.Images = append(s.Images, img)
 	}
 	if len(errs) > 0 {
@@ -372,6 +372,18 @@ func parseDocument(raw []byte) (Set, string, error) {
 	return s, warning, nil
 }
 
+// hostFolded is a fully qualified reference with its registry host lower-cased, for
+// telling duplicates: the host is case-insensitive, the repository path is lower case
+// already (ParsePinned refuses any other), and a tag keeps its case (:V1 and :v1 are two
+// tags).
+func hostFolded(ref string) string {
+	host, rest, ok := strings.Cut(ref, "/")
+	if !ok {
+		return ref
+	}
+	return strings.ToLower(host) + "/" + rest
+}
+
 // imagepinSelector is the selector of an imagepin.io set: spec.nodeSelector and the pool
 // label, both required to match when both are given. With neither the set selects no
 // node (as a v1 set without a pool does): a set of up to 2000 images should not land on
@@ -383,7 +395,7 @@ func imagepinSelector(ns *LabelSelector, labels map[string]string) (Selector, st
 	}
 	switch {
 	case ns == nil && !hasPool:
-		why := "no spec.nodeSelector and no " + RoleLabel + " label: applies to no node"
+		why := "no spec.nodeSelector and no " + RoleLabel + " label"
 		return Nothing(why), "spec.nodeSelector: missing and no " + RoleLabel + " label, so the set applies to no node (nodeSelector: {} selects every node)", nil
 	case ns == nil:
 		sel, err := RoleSelector(pool)

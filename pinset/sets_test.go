@@ -156,6 +156,7 @@ func TestParseErrorsNameFileDocumentField(t *testing.T) {
 		"comments only":   {"# nothing\n---\n", "no PinnedImageSet document"},
 		"duplicate names": {head + "metadata: {name: s}\nspec: {pinnedImages: [\"quay.io/x/a@" + d1 + "\"]}\n---\n" + head + "metadata: {name: s}\nspec: {pinnedImages: [\"quay.io/x/b@" + d1 + "\"]}", `document 2 (set "s"): metadata.name: set "s" is also defined by document 1`},
 		"toml injection":  {head + "metadata: {name: s}\nspec: {pinnedImages: [\"quay.io/x/a@" + d1 + "\\\"]\\n[crio.runtime]\\nx = \\\"\"]}", "is not a valid image reference"},
+		"upper-case path": {head + "metadata: {name: s}\nspec: {pinnedImages: [\"quay.io/X/a:v1@" + d1 + "\"]}", `spec.pinnedImages[0]: "quay.io/X/a:v1@` + d1 + `" is not a valid image reference: invalid reference format: repository name (X/a) must be lowercase`},
 		"bare star":       {head + "metadata: {name: s}\nspec: {pinnedImages: [\"*\"]}", "is not a valid image reference"},
 		"invalid utf8":    {head + "metadata: {name: \"s\xff\"}\n", "not valid UTF-8"},
 		"v1 nodeSelector": {"apiVersion: machineconfiguration.openshift.io/v1\nkind: PinnedImageSet\nmetadata: {name: s}\nspec: {nodeSelector: {}, pinnedImages: [{name: \"quay.io/x/a@" + d1 + "\"}]}", "spec.nodeSelector: not part of"},

@@ -2,6 +2,7 @@ package pinset
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +51,22 @@ func TestTagsOfLeavesOutConflicts(t *testing.T) {
 	}
 	if len(conflicts) != 1 {
 		t.Fatalf("conflicts %v", conflicts)
+	}
+}
+
+// Tags keep their case: :V1 and :v1 are two tags (a pod naming one does not find the
+// other), not a duplicate; the registry's host alone is case-insensitive.
+func TestTagsDifferingInCaseAreTwoTags(t *testing.T) {
+	text := "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: s}\nspec: {nodeSelector: {}, pinnedImages: [\"quay.io/x/a:V1@" + d1 + "\", \"quay.io/x/a:v1@" + d1 + "\"]}"
+	res, err := ParseSetFile("s.yaml", []byte(text))
+	if err != nil {
+		t.Fatalf("two tags differing in case refused: %v", err)
+	}
+	if len(res.Sets) != 1 || len(res.Sets[0].Tags) != 2 || len(res.Sets[0].Images) != 1 {
+		t.Fatalf("sets %+v, want one image with two tags", res.Sets)
+	}
+	dup := "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: s}\nspec: {nodeSelector: {}, pinnedImages: [\"Quay.io/x/a:v1@" + d1 + "\", \"quay.io/x/a:v1@" + d1 + "\"]}"
+	if _, err := ParseSetFile("s.yaml", []byte(dup)); err == nil || !strings.Contains(err.Error(), "duplicates spec.pinnedImages[0]") {
+		t.Fatalf("the same tag with the host in another case: %v, want a duplicate", err)
 	}
 }

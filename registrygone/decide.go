@@ -33,8 +33,9 @@ type Facts struct {
 	KubeletRead  bool
 	KubeletErr   error
 	Verification kubelet.Verification
-	// IDs maps the runtime's image names, lower-cased, to image IDs (CRI ListImages):
-	// the kubelet keys its pull records by image ID.
+	// IDs maps the runtime's image names, as it spells them, to image IDs (CRI
+	// ListImages, cri.Client.ImageNames): the kubelet keys its pull records by the ID
+	// the runtime gives for the pod's image name.
 	IDs map[string]string
 	// Holders is the cluster's count of the holders of every blob of the images (the
 	// aggregator's answer): a node joining, or replacing one, with the registry gone gets
@@ -174,14 +175,15 @@ func Decide(f Facts) Verdict {
 }
 
 // HeldTags says, by name, which of tags the runtime holds as their pinned digests:
-// listed (CRI ListImages: lower-cased name → image ID) names the tag with the image ID
-// of its pinned digest. A tag the runtime took from elsewhere (a registry where it
-// moved) is listed with another ID, and is not held.
+// listed (CRI ListImages: name as the runtime spells it → image ID) names the tag with
+// the image ID of its pinned digest. A tag the runtime took from elsewhere (a registry
+// where it moved) is listed with another ID, and is not held; nor is a tag the runtime
+// holds only in another case (a pod naming :V1 does not find :v1).
 func HeldTags(tags []pinset.Tag, listed map[string]string) map[string]bool {
 	held := map[string]bool{}
 	for _, t := range tags {
-		id := listed[strings.ToLower(t.Name)]
-		held[t.Name] = id != "" && id == listed[strings.ToLower(t.Image)]
+		id := listed[t.Name]
+		held[t.Name] = id != "" && id == listed[t.Image]
 	}
 	return held
 }

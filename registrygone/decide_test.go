@@ -166,15 +166,16 @@ func TestDecideCarriesTheKubeletsAnswer(t *testing.T) {
 func TestHeldTags(t *testing.T) {
 	tagB := pinset.Tag{Name: "reg.example/team/b:v1", Image: b}
 	moved := pinset.Tag{Name: "reg.example/team/a:latest", Image: a}
-	upper := pinset.Tag{Name: "reg.example/Team/b:V1", Image: "reg.example/Team/b@sha256:" + strings.Repeat("2", 64)}
+	// Tags keep their case: the runtime holds :v1 only, and a pod naming :V1 pulls.
+	upper := pinset.Tag{Name: "reg.example/team/b:V1", Image: b}
 	listed := map[string]string{
-		strings.ToLower(a): "id-a", tagA.Name: "id-a",
-		strings.ToLower(b):      "id-b",
+		a: "id-a", tagA.Name: "id-a",
+		b:                       "id-b",
 		moved.Name:              "id-other", // the registry's image under the tag
 		"reg.example/team/b:v1": "id-b",
 	}
 	got := HeldTags([]pinset.Tag{tagA, tagB, moved, upper, {Name: "reg.example/team/c:v1", Image: "reg.example/team/c@sha256:" + strings.Repeat("3", 64)}}, listed)
-	want := map[string]bool{tagA.Name: true, tagB.Name: true, moved.Name: false, upper.Name: true, "reg.example/team/c:v1": false}
+	want := map[string]bool{tagA.Name: true, tagB.Name: true, moved.Name: false, upper.Name: false, "reg.example/team/c:v1": false}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("held %v; want %v", got, want)
 	}

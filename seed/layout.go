@@ -73,7 +73,7 @@ func readLayout(m *media, names Names) (*layout, error) {
 		return readDistribution(m, "", names)
 	case isDockerArchive(m):
 		return nil, badf("%s is a docker-archive (docker save): it holds layers as the daemon keeps them, not the registry's blobs, "+
-			"so its digests are not the ones pins name. Seed from the registry's own bytes instead: skopeo copy docker://REGISTRY/REPO@DIGEST oci-archive:FILE.tar:REGISTRY/REPO:TAG "+
+			"so its digests are not the ones pins name. Seed from the registry's own bytes instead: skopeo copy --all --preserve-digests docker://REGISTRY/REPO@DIGEST oci-archive:FILE.tar:REGISTRY/REPO:TAG "+
 			"(or, keeping this archive's digests, skopeo copy docker-archive:%s oci-archive:FILE.tar:REGISTRY/REPO:TAG)", m.path, m.path)
 	}
 	return nil, badf("%s: no oci-layout and index.json, no docker/registry/v2/repositories: not a medium to seed from", m.path)

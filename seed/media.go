@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/imagepin/imagepin/internal/fsutil"
 )
 
 // ErrBadMedia is wrapped by every error that is the medium's fault (not the node's):
@@ -186,6 +188,9 @@ func openMedia(p string) (*media, error) {
 		sort.Strings(tars)
 		m.kind = "tars"
 		for _, t := range tars {
+			if t, err = archiveIn(root, t); err != nil {
+				break
+			}
 			if err = m.addTar(t); err != nil {
 				break
 			}
@@ -237,19 +242,9 @@ func (m *media) walkDir(root, sub string) error {
 func (m *media) addDirEntry(root, name, full string, fi fs.FileInfo) error {
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		target, err := filepath.EvalSymlinks(full)
-		if err != nil {
-			return badf("%s: a symlink that leads nowhere: %v", name, err)
-		}
-		if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-			return badf("%s: a symlink leading out of %s (to %s)", name, root, target)
-		}
-		tfi, err := os.Stat(target)
+		target, tfi, err := linkIn(root, name, full)
 		if err != nil {
 			return err
-		}
-		if !tfi.Mode().IsRegular() {
-			return badf("%s: a symlink to something not a regular file (%s)", name, target)
 		}
 		m.entries[name] = entry{size: tfi.Size(), file: target}
 	case fi.Mode().IsRegular():
@@ -259,17 +254,51 @@ func (m *media) addDirEntry(root, name, full string, fi fs.FileInfo) error {
 	return nil
 }
 
+// linkIn is where the symlink full (name in the medium at root) leads: a regular file
+// inside root, or the medium is refused.
+func linkIn(root, name, full string) (string, fs.FileInfo, error) {
+	target, err := filepath.EvalSymlinks(full)
+	if err != nil {
+		return "", nil, badf("%s: a symlink that leads nowhere: %v", name, err)
+	}
+	if rel, err := filepath.Rel(root, target); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", nil, badf("%s: a symlink leading out of %s (to %s)", name, root, target)
+	}
+	tfi, err := os.Stat(target)
+	if err != nil {
+		return "", nil, err
+	}
+	if !tfi.Mode().IsRegular() {
+		return "", nil, badf("%s: a symlink to something not a regular file (%s)", name, target)
+	}
+	return target, tfi, nil
+}
+
+// archiveIn is the oc-mirror archive p of the directory medium root, as the files of
+// the other formats are taken: a regular file, or a symlink to one inside root.
+// Anything else (a FIFO, a device, a link out of the medium) refuses the medium.
+func archiveIn(root, p string) (string, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return "", err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, _, err := linkIn(root, filepath.Base(p), p)
+		return target, err
+	}
+	return p, nil
+}
+
 // addTar indexes the regular files of the tar p: where each one's data starts. Links,
 // paths with "..", absolute paths, devices, sparse files, duplicates and a tar cut
 // short are refused, naming the entry.
 func (m *media) addTar(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
+	// Opened as every file of a medium is: a FIFO named like a tar must not hang the seed.
+	f, fi, err := fsutil.OpenRegular(p)
+	if errors.Is(err, fsutil.ErrNotRegular) {
+		return badf("%s: %v: a tar is a regular file", p, err)
 	}
-	fi, err := f.Stat()
 	if err != nil {
-		f.Close()
 		return err
 	}
 	idx := len(m.tars)

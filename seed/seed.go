@@ -196,14 +196,16 @@ func (s *Seeder) copyAll(ctx context.Context, m *media, p *plan, sum *Summary) (
 		mu        sync.Mutex
 		committed []digest.Digest
 	)
-	copied := func(it *item, wrote, resumed int64, err error) error {
+	copied := func(it *item, c copiedOne, err error) error {
 		mu.Lock()
 		defer mu.Unlock()
-		sum.Written += wrote
-		sum.Resumed += resumed
+		sum.Written += c.wrote
+		sum.Resumed += c.resumed
 		if err == nil {
 			it.present = true
-			committed = append(committed, it.Digest)
+			if c.committed {
+				committed = append(committed, it.Digest)
+			}
 		}
 		return err
 	}
@@ -217,8 +219,8 @@ func (s *Seeder) copyAll(ctx context.Context, m *media, p *plan, sum *Summary) (
 				continue
 			}
 			g.Go(func() error {
-				wrote, resumed, err := s.copyOne(gctx, m, it, pr)
-				return copied(it, wrote, resumed, err)
+				c, err := s.copyOne(gctx, m, it, pr)
+				return copied(it, c, err)
 			})
 		}
 		if err := g.Wait(); err != nil {
@@ -229,8 +231,8 @@ func (s *Seeder) copyAll(ctx context.Context, m *media, p *plan, sum *Summary) (
 			if it.present {
 				continue
 			}
-			wrote, resumed, err := s.copyOne(ctx, m, it, pr)
-			if err := copied(it, wrote, resumed, err); err != nil {
+			c, err := s.copyOne(ctx, m, it, pr)
+			if err := copied(it, c, err); err != nil {
 				return committed, err
 			}
 		}
@@ -260,52 +262,63 @@ var copyWorkers = 2
 // copyBuf is the size of each read from the medium.
 const copyBuf = 256 << 10
 
+// copiedOne is what copyOne did: the bytes it wrote and those it found written, and
+// whether this seed committed the blob (false: the store held it already, committed
+// by imagepind meanwhile: not the seed's to take away again).
+type copiedOne struct {
+	wrote, resumed int64
+	committed      bool
+}
+
 // copyOne streams one manifest or blob into the store, resuming an ingest an
-// interrupted seed left. It says the bytes it wrote and those it found written.
-func (s *Seeder) copyOne(ctx context.Context, m *media, it *item, pr *progress) (int64, int64, error) {
+// interrupted seed left.
+func (s *Seeder) copyOne(ctx context.Context, m *media, it *item, pr *progress) (copiedOne, error) {
 	w, off, err := s.deps.Store.ResumeWriter(ctx, IngestPrefix, it.Digest, it.Size)
 	if errors.Is(err, blobstore.ErrExists) {
 		pr.add(it.Size) // imagepind committed it meanwhile
-		return 0, 0, nil
+		return copiedOne{}, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("store %s: %w", it.Digest, err)
+		return copiedOne{}, fmt.Errorf("store %s: %w", it.Digest, err)
 	}
 	rd, _, err := m.open(it.path)
 	if err != nil {
 		w.Close()
-		return 0, 0, fmt.Errorf("%s: %w", it.where, err)
+		return copiedOne{}, fmt.Errorf("%s: %w", it.where, err)
 	}
 	defer rd.Close()
 	if _, err := rd.Seek(off, io.SeekStart); err != nil {
 		w.Close()
-		return 0, 0, err
+		return copiedOne{}, err
 	}
 	pr.add(off)
 	n, err := io.CopyBuffer(&writeBehind{w: w}, &ctxReader{ctx: ctx, r: io.LimitReader(rd, it.Size-off), pr: pr}, make([]byte, copyBuf))
+	done := copiedOne{wrote: n, resumed: off}
 	if err != nil {
 		w.Close() // the ingest stays, to resume
-		return n, off, fmt.Errorf("%s: %w", it.where, err)
+		return done, fmt.Errorf("%s: %w", it.where, err)
 	}
 	if off+n != it.Size {
 		w.Abandon(ctx, nil) // nil: the writer's own store
-		return n, off, badf("%s: %s: %d bytes, want %d", it.where, it.path, off+n, it.Size)
+		return done, badf("%s: %s: %d bytes, want %d", it.where, it.path, off+n, it.Size)
 	}
 	if err := w.Commit(ctx); err != nil {
 		w.Abandon(ctx, nil) // nil: the writer's own store
 		if off > 0 && errdefs.IsFailedPrecondition(err) {
 			// What the interrupted run wrote was not this blob's: start it over once.
 			pr.add(-it.Size)
-			wrote, _, err := s.copyOne(ctx, m, it, pr)
-			return n + wrote, 0, err
+			again, err := s.copyOne(ctx, m, it, pr)
+			again.wrote += n
+			return again, err
 		}
 		if errdefs.IsFailedPrecondition(err) {
-			return n, off, badf("%s: %s: %v", it.where, it.path, err)
+			return done, badf("%s: %s: %v", it.where, it.path, err)
 		}
-		return n, off, fmt.Errorf("%s: store: %w", it.where, err)
+		return done, fmt.Errorf("%s: store: %w", it.where, err)
 	}
 	w.Close()
-	return n, off, nil
+	done.committed = true
+	return done, nil
 }
 
 // rollback deletes what a seed of a bad medium committed (what no other seed names),

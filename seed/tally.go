@@ -18,6 +18,10 @@ func Tally(dir string) (Totals, error) {
 	if err != nil {
 		return Totals{}, err
 	}
+	return tally(recs), nil
+}
+
+func tally(recs []*Record) Totals {
 	var t Totals
 	images := map[string]bool{}
 	content := map[digest.Digest]bool{}
@@ -39,7 +43,7 @@ func Tally(dir string) (Totals, error) {
 		}
 	}
 	t.Images = len(images)
-	return t, nil
+	return t
 }
 
 // Held are the manifests and blobs the complete seeds recorded in dir name, each once:

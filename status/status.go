@@ -75,6 +75,10 @@ const (
 	ReasonBlobHoldersUnknown = "BlobHoldersUnknown"
 )
 
+// FaultWaitingForClusterSync is the fault a node's status carries while
+// WaitingForClusterSync.
+const FaultWaitingForClusterSync = "cluster sync: waiting for the first list of PinnedImageSets and of this Node"
+
 // Node is the whole report of one node: what imagepind writes to the status file and
 // sends to the aggregator.
 type Node struct {
@@ -85,11 +89,27 @@ type Node struct {
 	// Faults are node-wide problems that stop nothing but need an administrator:
 	// the sets directory gone, the labels file broken, CRI-O unreachable.
 	Faults []string `json:"faults,omitempty"`
+	// WaitingForClusterSync: the cluster sync has not written its first lists of
+	// PinnedImageSets and of this Node yet, so Sets may lack sets that target the node.
+	// Faults say so too, in FaultWaitingForClusterSync's words. Not sent to the
+	// aggregator, which knows the sets itself.
+	WaitingForClusterSync bool `json:"waitingForClusterSync,omitempty"`
 	// Tags are the tags the sets pin (nil: none).
 	Tags *Tags `json:"tags,omitempty"`
+	// Untargeted are the sets read that target no node at all (an imagepin.io set with
+	// neither spec.nodeSelector nor a role label, a v1 set without a role label): they
+	// apply nowhere, here or elsewhere. In name order.
+	Untargeted []Untargeted `json:"untargeted,omitempty"`
 	// Blobs are the pinned images' blobs and which the node holds for its peers, for
 	// the aggregator's count of holders (not in the status file: thousands of digests).
 	Blobs []ImageBlobs `json:"-"`
+}
+
+// Untargeted is a set read that targets no node: its name, its file, and why.
+type Untargeted struct {
+	Name string `json:"name"`
+	File string `json:"file"`
+	Why  string `json:"why"`
 }
 
 // NodeInfo describes the node and its container runtime.

@@ -9,30 +9,30 @@ import (
 
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/status"
-	"github.com/imagepin/imagepin/tagcheck"
-	"github.com/imagepin/imagepin/tagmirror"
-	"github.com/imagepin/imagepin/tagpin"
+	"github.com/imagepin/imagepin/tags/check"
+	"github.com/imagepin/imagepin/tags/endpoint"
+	"github.com/imagepin/imagepin/tags/keep"
 )
 
 // Parts are a node's tag parts, built by the composition root for the runtime found.
 type Parts struct {
-	// Keeper makes the runtime hold the wanted tags (one without a runtime, tagpin.New
+	// Keeper makes the runtime hold the wanted tags (one without a runtime, keep.New
 	// with nil, where the runtime cannot be made to: Status says why).
-	Keeper *tagpin.Keeper
+	Keeper *keep.Keeper
 	// Checker asks the registries which digest each wanted tag names now; its tags are
 	// the keeper's (Keeper.Tags).
-	Checker *tagcheck.Checker
+	Checker *check.Checker
 	// Endpoint is the node-local mirror's TLS endpoint for tags that CRI-O pulls a tag
 	// through; nil on containerd (the keeper writes image records) and without
 	// [peers] tag_address.
-	Endpoint *tagmirror.Server
+	Endpoint *endpoint.Server
 }
 
 // Node is the tags' run-time on a node.
 type Node struct {
-	keeper   *tagpin.Keeper
-	checker  *tagcheck.Checker
-	endpoint *tagmirror.Server
+	keeper   *keep.Keeper
+	checker  *check.Checker
+	endpoint *endpoint.Server
 	onChange func()
 	// fault says why the endpoint is not served (empty: it is, or there is none).
 	fault atomic.Pointer[string]
@@ -49,12 +49,12 @@ func New(p Parts, onChange func()) *Node {
 	return &Node{keeper: p.Keeper, checker: p.Checker, endpoint: p.Endpoint, onChange: onChange}
 }
 
-// Want sets the tags the desired sets pin (agent.Deps.Tags); it never blocks.
+// Want sets the tags the desired sets pin (agent.Tags); it never blocks.
 func (n *Node) Want(tags []pinset.Tag) { n.keeper.Want(tags) }
 
-// Held says whether the runtime holds the pinned tag name as its pinned digest (the
-// keeper's answer): what the registry-gone verdict asks of each pinned tag.
-func (n *Node) Held(name string) bool { return n.keeper.Held(name) }
+// Held says whether the runtime holds the pinned tag t.Name as t.Image (the keeper's
+// answer): what the registry-gone verdict asks of each pinned tag.
+func (n *Node) Held(t pinset.Tag) bool { return n.keeper.Held(t) }
 
 // Run runs the check, the endpoint and the keeper until ctx ends, and returns nil then.
 // The endpoint listens before the keeper starts: a pull of a tag while it does not
@@ -82,7 +82,7 @@ func (n *Node) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// Status is the tags for the node's status (agent.Deps.TagStatus): how many the sets
+// Status is the tags for the node's status (agent.Tags): how many the sets
 // pin, how many the runtime holds, which moved in their registry; and the faults of the
 // pre-load: each tag the keeper could not make, the endpoint not served, a runtime the
 // keeper cannot make hold tags. Nil and no fault while the sets pin no tag.
@@ -93,7 +93,7 @@ func (n *Node) Status() (*status.Tags, []string) {
 	}
 	st := &status.Tags{Pinned: len(tags), Moved: n.checker.Moved(), Kept: n.keeper.Runs()}
 	for _, t := range tags {
-		if n.keeper.Held(t.Name) {
+		if n.keeper.Held(t) {
 			st.Held++
 		}
 	}

@@ -17,9 +17,9 @@ import (
 
 	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/registry"
-	"github.com/imagepin/imagepin/tagcheck"
-	"github.com/imagepin/imagepin/tagmirror"
-	"github.com/imagepin/imagepin/tagpin"
+	"github.com/imagepin/imagepin/tags/check"
+	"github.com/imagepin/imagepin/tags/endpoint"
+	"github.com/imagepin/imagepin/tags/keep"
 )
 
 var (
@@ -67,18 +67,18 @@ func (reg) ResolveTag(context.Context, string) (registry.Tag, error) {
 	return registry.Tag{Digest: moved}, nil
 }
 
-func node(t *testing.T, rt tagpin.Runtime, address string, onChange func()) *Node {
+func node(t *testing.T, rt keep.Runtime, address string, onChange func()) *Node {
 	t.Helper()
 	log := logrus.New()
-	keeper := tagpin.New(tagpin.Config{}, rt, nil, log)
+	keeper := keep.New(keep.Config{}, rt, nil, log)
 	keeper.Want([]pinset.Tag{tag})
-	p := Parts{Keeper: keeper, Checker: tagcheck.New(tagcheck.Config{}, reg{}, keeper.Tags, nil, log)}
+	p := Parts{Keeper: keeper, Checker: check.New(check.Config{}, reg{}, keeper.Tags, nil, log)}
 	if address != "" {
-		ca, err := tagmirror.LoadCA(t.TempDir())
+		ca, err := endpoint.LoadCA(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Endpoint = &tagmirror.Server{Address: address, CA: ca, Handler: http.NotFoundHandler(), Log: log}
+		p.Endpoint = &endpoint.Server{Address: address, CA: ca, Handler: http.NotFoundHandler(), Log: log}
 	}
 	return New(p, onChange)
 }

@@ -133,7 +133,7 @@ func apply(ctx context.Context, cfg conf.Config, o *applyOptions, files []string
 	done := errors.New("done")
 	runCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	a, client, err := wire.Agent(cfg, store, wire.Options{
+	built, err := wire.Agent(cfg, store, wire.Options{
 		Version: version,
 		SetsDir: setsDir,
 		// A runtime that does not answer within 2 s cannot pull for apply either.
@@ -155,8 +155,8 @@ func apply(ctx context.Context, cfg conf.Config, o *applyOptions, files []string
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	defer client.Close()
-	_ = a.Run(runCtx, nil)
+	defer built.Client.Close()
+	_ = built.Agent.Run(runCtx, nil)
 	printStatus(stdout, final, false)
 	if !errors.Is(context.Cause(runCtx), done) {
 		fmt.Fprintf(stderr, "imagepinctl apply: gave up: %v\n", context.Cause(runCtx))

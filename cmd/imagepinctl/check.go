@@ -164,6 +164,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 					if !st.Pinned {
 						unpinned[s.Name] = append(unpinned[s.Name], img)
 					}
+					r.Present = append(r.Present, img)
 					continue
 				}
 			}
@@ -201,6 +202,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 	for i, r := range reqs {
 		v := res.Verdicts[r.Name]
 		plan := setPlan{Set: r.Name, Images: total[r.Name], Missing: len(r.Missing), Admitted: v.Admitted,
+			Need:    needRange{Floor: v.Need, Most: v.NeedMost, ForStore: v.ForStore},
 			Verdict: v.Condition.Reason, Message: v.Condition.Message, Release: releases[r.Name]}
 		notReady := ""
 		if rel := releases[r.Name]; rel != nil && rel.Error != "" {
@@ -356,6 +358,17 @@ type setPlan struct {
 	ImagesPlan  []imagePlan     `json:"missingImages"`
 	// RegistryGone: whether pods start from the set's images with the registry gone.
 	RegistryGone registryGone `json:"registryGone"`
+	// Need is what the set needs on the image filesystem, as a range.
+	Need needRange `json:"need"`
+}
+
+// needRange is a set's need (diskcheck.Verdict): the real need lies between Floor and
+// Most (equal when every layer's size is known); ForStore is the part of it the
+// node-local mirror's store grows by (compressed blobs it does not hold yet).
+type needRange struct {
+	Floor    uint64 `json:"floor"`
+	Most     uint64 `json:"most"`
+	ForStore uint64 `json:"forStore"`
 }
 
 // headline is the set's one-word answer, in agreement with the lines under it.

@@ -265,3 +265,38 @@ func TestApplyWithNoSetForThisNode(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, errOut)
 	}
 }
+
+// A set that targets no node is valid (exit 0), but validate warns, and says it in the
+// set's line and the summary; imagepinctl status lists it under the node's sets.
+func TestASetTargetingNoNodeIsShown(t *testing.T) {
+	dir := t.TempDir()
+	set := write(t, dir, "nowhere.yaml", "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: nowhere}\nspec: {pinnedImages: [\"quay.io/x/a@"+digest+"\"]}\n")
+	code, out, errOut := ctl(t, "validate", set)
+	for _, want := range []string{"warning: " + set + `: document 1 (set "nowhere"): spec.nodeSelector: missing`,
+		`set "nowhere": 1 images, applies to NO node (no spec.nodeSelector and no machineconfiguration.openshift.io/role label)`,
+		"1 files valid, 1 sets, 1 targeting no node"} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("validate: missing %q in:\n%s", want, errOut)
+		}
+	}
+	if code != 0 || out != "" {
+		t.Fatalf("validate: code %d, out %q", code, out)
+	}
+
+	statusFile := filepath.Join(dir, "status.json")
+	stateDir := filepath.Join(dir, "state")
+	cfg := write(t, dir, "c.toml", "status_file = \""+statusFile+"\"\nstate_dir = \""+stateDir+"\"\n")
+	unlock := lockState(t, stateDir)
+	defer unlock()
+	n := status.Node{Sets: []status.Set{}, Untargeted: []status.Untargeted{{Name: "nowhere", File: "nowhere.yaml", Why: "no spec.nodeSelector and no machineconfiguration.openshift.io/role label"}}}
+	if err := status.WriteFile(statusFile, n); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = ctl(t, "status", "--config", cfg)
+	if want := "set nowhere (nowhere.yaml): targets no node: no spec.nodeSelector and no machineconfiguration.openshift.io/role label"; !strings.Contains(out, want) {
+		t.Errorf("status: missing %q in:\n%s", want, out)
+	}
+	if code != 0 {
+		t.Fatalf("status: code %d; a set targeting no node is shown, not a failure", code)
+	}
+}

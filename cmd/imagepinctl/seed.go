@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/bytesize"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/state"
 )
@@ -31,8 +33,9 @@ func newSeed(g *globals) *cobra.Command {
 		Short: "Import images from offline media into the node's blob store",
 		Long: `Import the images of offline media into the blob store imagepind's node-local mirror
 serves from ([peers] store_dir), and record each import (a seed) under the state
-directory (<state_dir>/seeds/<id>.json). Media: an OCI image layout (skopeo oci: and
-oci-archive:, podman save --format oci-archive, crane pull --format oci, oras) or a
+directory (<state_dir>/seeds/<id>.json). Media: an OCI image layout (skopeo copy
+--preserve-digests to oci: and oci-archive:, podman save --format oci-archive, crane pull
+--format oci, oras) or a
 registry's storage (docker/registry/v2, as oc-mirror's mirror_NNNNNN.tar archives carry
 it), each as a directory or a tar; a directory of oc-mirror's archives is one medium.
 
@@ -40,7 +43,10 @@ Every manifest and blob is checked against its digest; a bad medium is refused a
 nothing of it is stored; a seed cut short resumes when run again; seeding the same
 medium twice writes nothing. imagepind's prune keeps what a seed holds until
 --remove. Seeding pins nothing: a set naming seeded images by digest is sized from the
-store and served to the runtime and to peers from it, with no registry.
+store and served to the runtime and to peers from it, with no registry. A seeded image
+under a name the sets pin with another digest (a copy that converted it) is a warning.
+--list shows, too, the media of [seed] directory imagepind did not seed for a fault of
+theirs (refused, unreadable), naming each file.
 
 Exit codes: 0 seeded (or listed, removed), 1 a bad medium, not enough free space, or no
 such seed, 2 a usage or operational error.`,
@@ -94,11 +100,12 @@ func runSeed(ctx context.Context, cfg conf.Config, o *seedOptions, args []string
 	})
 	switch {
 	case o.list:
-		return listSeeds(ctx, s, stdout)
+		return listSeeds(ctx, s, cfg, stdout)
 	case o.remove:
 		return removeSeeds(ctx, s, cfg.StateDir, args, stdout)
 	}
 	code := exitOK
+	seeded := false
 	for _, p := range args {
 		last = p
 		sum, err := s.Seed(ctx, p)
@@ -111,8 +118,73 @@ func runSeed(ctx context.Context, cfg conf.Config, o *seedOptions, args []string
 			continue
 		}
 		printSummary(stdout, p, sum)
+		seeded = true
+	}
+	if seeded {
+		warnMismatches(cfg, stderr, "imagepinctl seed: warning: ")
 	}
 	return exit(code)
+}
+
+// warnMismatches says which images the sets pin under a name the seeds hold with
+// another digest (seed.Mismatches): the medium does not carry what is pinned.
+func warnMismatches(cfg conf.Config, w io.Writer, prefix string) {
+	recs, err := seed.Records(seed.Dir(cfg.StateDir))
+	if err != nil {
+		fmt.Fprintf(w, "%sthe seeds are not compared with the sets: %v\n", prefix, err)
+		return
+	}
+	pinned, err := pinnedRefs(cfg)
+	if err != nil {
+		fmt.Fprintf(w, "%sthe seeds are compared with part of the sets only: %v\n", prefix, err)
+	}
+	for _, m := range seed.Mismatches(recs, pinned) {
+		fmt.Fprintf(w, "%s%s\n", prefix, m)
+	}
+}
+
+// pinnedRefs are the references the sets in the sets directory name (whichever nodes
+// they target, the cluster sync's too), with their tags, and the pins imagepind keeps:
+// what a seed is meant to carry. It reads what it can, and says what it could not.
+func pinnedRefs(cfg conf.Config) ([]string, error) {
+	var out []string
+	var errs []error
+	files, err := pinset.ReadSetsDir(cfg.SetsDir, false)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, f := range files {
+		if f.Err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f.Name, f.Err))
+			continue
+		}
+		res, err := pinset.ParseSetFile(f.Name, f.Data)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, st := range res.Sets {
+			out = append(out, st.Images...)
+			for _, t := range st.Tags {
+				out = append(out, t.Name+"@"+t.Digest())
+			}
+		}
+	}
+	if _, err := os.Stat(cfg.StateDir); err == nil {
+		st, err := state.Open(cfg.StateDir)
+		if err == nil {
+			var data state.Data
+			if data, err = st.Load(); err == nil {
+				for p := range data.Pins {
+					out = append(out, p)
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("the pins imagepind keeps: %w", err))
+		}
+	}
+	return out, errors.Join(errs...)
 }
 
 func seedExit(err error) int {
@@ -151,15 +223,17 @@ func printSummary(w io.Writer, path string, s *seed.Summary) {
 	}
 }
 
-func listSeeds(ctx context.Context, s *seed.Seeder, w io.Writer) error {
+func listSeeds(ctx context.Context, s *seed.Seeder, cfg conf.Config, w io.Writer) error {
 	list, err := s.List(ctx)
 	if err != nil {
 		return fail(exitUsage, "%v", err)
 	}
+	listMediaFaults(cfg, w)
 	if len(list) == 0 {
 		fmt.Fprintln(w, "no seeds")
 		return nil
 	}
+	defer warnMismatches(cfg, w, "warning: ")
 	for _, st := range list {
 		state := "complete"
 		switch {
@@ -178,6 +252,28 @@ func listSeeds(ctx context.Context, s *seed.Seeder, w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// listMediaFaults shows the media of the watched seed directory that imagepind did not
+// seed for a fault of theirs (refused, unreadable), as it last found them.
+func listMediaFaults(cfg conf.Config, w io.Writer) {
+	mf, err := seed.ReadMediaFaults(seed.Dir(cfg.StateDir))
+	switch {
+	case err != nil:
+		fmt.Fprintf(w, "the seed directory's faults cannot be read: %v\n", err)
+		return
+	case mf == nil || len(mf.Media) == 0 || cfg.Seed.Directory == "" || mf.Directory != filepath.Clean(cfg.Seed.Directory):
+		return
+	}
+	media := fmt.Sprintf("%d media", len(mf.Media))
+	if len(mf.Media) == 1 {
+		media = "1 medium"
+	}
+	fmt.Fprintf(w, "seed directory %s: %s not seeded (as imagepind found them at %s):\n", mf.Directory,
+		media, mf.Updated.Local().Format(time.DateTime))
+	for _, f := range mf.Media {
+		fmt.Fprintf(w, "  %s: %s\n", f.Path, f.Fault)
+	}
 }
 
 func removeSeeds(ctx context.Context, s *seed.Seeder, stateDir string, args []string, w io.Writer) error {

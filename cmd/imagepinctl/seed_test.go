@@ -5,13 +5,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	godigest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepin/imagepin/seed"
 )
 
 func TestSeedListRemove(t *testing.T) {
@@ -69,5 +73,48 @@ func TestSeedListRemove(t *testing.T) {
 	off := write(t, dir, "off.toml", "state_dir = \""+state+"\"\n")
 	if code, _, errOut := ctl(t, "--config", off, "seed", media); code != exitUsage || !strings.Contains(errOut, "[peers] is off") {
 		t.Fatalf("[peers] off: %d %s", code, errOut)
+	}
+}
+
+// A seed holding a pinned name with another digest (a medium whose images were
+// converted) is a warning of imagepinctl seed and of seed --list; the seed directory's
+// media that imagepind refused are listed by --list, naming each file.
+func TestSeedSaysWhatIsNotAsPinned(t *testing.T) {
+	dir := t.TempDir()
+	state, sets, seedDir := filepath.Join(dir, "state"), filepath.Join(dir, "sets"), filepath.Join(dir, "seed.d")
+	for _, d := range []string{sets, seedDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := write(t, dir, "c.toml", "state_dir = \""+state+"\"\nsets_dir = \""+sets+"\"\n[peers]\nenabled = true\n[seed]\ndirectory = \""+seedDir+"\"\n")
+	media := filepath.Join(dir, "layout")
+	p, err := layout.Write(media, empty.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _ := random.Image(10000, 2)
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{ocispec.AnnotationRefName: "quay.io/ns/app:v1"})); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	// The set pins the registry's digest of app:v1; the medium holds another.
+	pinned := "quay.io/ns/app:v1@" + godigest.FromString("the registry's manifest").String()
+	write(t, sets, "app.yaml", "apiVersion: machineconfiguration.openshift.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: app}\nspec:\n  pinnedImages:\n  - name: "+pinned+"\n")
+
+	code, _, errOut := ctl(t, "--config", cfg, "seed", media)
+	want := "warning: pinned " + pinned + " is not seeded: the seeds hold quay.io/ns/app:v1 as " + d.String()
+	if code != 0 || !strings.Contains(errOut, want) {
+		t.Fatalf("seed: %d, stderr %q, want %q", code, errOut, want)
+	}
+	bad := filepath.Join(seedDir, "release.tar")
+	if err := seed.WriteMediaFaults(seed.Dir(state), seed.MediaFaults{Directory: seedDir, Updated: time.Now(),
+		Media: []seed.MediaFault{{Path: bad, Fault: "refused, nothing of it stored: bad media: a truncated tar"}}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := ctl(t, "--config", cfg, "seed", "--list")
+	if code != 0 || !strings.Contains(out, "seed directory "+seedDir+": 1 medium not seeded") ||
+		!strings.Contains(out, bad+": refused, nothing of it stored: bad media: a truncated tar") || !strings.Contains(out, want) {
+		t.Fatalf("list: %d\n%s", code, out)
 	}
 }

@@ -168,6 +168,9 @@ func printStatus(w io.Writer, n status.Node, wide bool) {
 			}
 		}
 	}
+	for _, u := range n.Untargeted {
+		fmt.Fprintf(w, "set %s (%s): targets no node: %s\n", u.Name, u.File, u.Why)
+	}
 	if t := n.Tags; t != nil {
 		fmt.Fprintf(w, "tags: %d pinned, %d held by the runtime, %d moved in their registry\n", t.Pinned, t.Held, len(t.Moved))
 		for _, m := range t.Moved {

@@ -22,7 +22,10 @@ qualified image references, the limits, and set names unique across the files (d
 in file name order, as in the directory).
 
 Each error is one line on stdout, "FILE: document N: set NAME: FIELD: what is wrong and
-how to fix it"; the summary goes to stderr. Exit 0 when every file is valid, 1 if not.`,
+how to fix it"; the summary goes to stderr, with a warning for each set that targets no
+node (no spec.nodeSelector and no role label: imagepind applies it nowhere;
+nodeSelector: {} selects every node). Exit 0 when every file is valid, warnings or not;
+1 if not.`,
 		Example: `  imagepinctl validate /etc/imagepin/sets.d/*.yaml
   kubectl get pinnedimagesets -o yaml > all.yaml && imagepinctl validate all.yaml`,
 		GroupID:           "sets",
@@ -67,13 +70,22 @@ func validate(files []string, stdout, stderr io.Writer) int {
 	if failed {
 		return exitNo
 	}
-	n := 0
+	n, nowhere := 0, 0
 	for _, p := range parsed {
 		for _, s := range p.Sets {
 			n++
+			if why, ok := s.Selector.SelectsNoNode(); ok {
+				nowhere++
+				fmt.Fprintf(stderr, "%s: set %q: %d images, applies to NO node (%s)\n", p.File, s.Name, len(s.Images), why)
+				continue
+			}
 			fmt.Fprintf(stderr, "%s: set %q: %d images, applies to %s\n", p.File, s.Name, len(s.Images), s.Selector)
 		}
 	}
-	fmt.Fprintf(stderr, "%d files valid, %d sets\n", len(parsed), n)
+	fmt.Fprintf(stderr, "%d files valid, %d sets", len(parsed), n)
+	if nowhere > 0 {
+		fmt.Fprintf(stderr, ", %d targeting no node (imagepind applies them nowhere)", nowhere)
+	}
+	fmt.Fprintln(stderr)
 	return exitOK
 }

@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
-	"time"
 
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
@@ -20,14 +18,8 @@ import (
 	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/idle"
-	"github.com/imagepin/imagepin/metrics"
-	"github.com/imagepin/imagepin/pinset"
-	"github.com/imagepin/imagepin/report"
 	"github.com/imagepin/imagepin/state"
-	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
-	"github.com/imagepin/imagepin/tags"
-	"github.com/imagepin/imagepin/watch"
 )
 
 // version is set at build time (-ldflags -X main.version=...).
@@ -83,7 +75,8 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 	}
 	defer unlock()
 
-	// Triggers of a reconcile: file changes, and the cluster sync's faults changing.
+	// Triggers of a reconcile: file changes, the cluster sync's faults and the tags'
+	// report changing.
 	triggers := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -99,53 +92,28 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 	}
 
 	notifier := systemd.Notifier{}
-	m := metrics.New()
 	// Settled: give the memory of the last burst (parsing, sizing, pulls) back now,
 	// not at the Go runtime's leisure, and the code pages it ran, so an idle node's
 	// imagepind stays small; again after the work the agent does not see (the mirror
 	// serving peers, a metrics scrape) once the process is quiet.
 	trimmer := &idle.Trimmer{}
-
 	peers, err := wire.NewPeers(cfg, cfg.StateDir, log)
 	if err != nil {
 		return err
 	}
-	var reporter *report.Reporter
-	if cfg.Report.Aggregator != "" {
-		// The aggregator's answers carry the peers (the nodes that pin the same sets).
-		// And the count of the holders of the sets' blobs (RegistryIndependent).
-		reporter = report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
-			CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: peers.FromAggregator, OnHolders: poke}, log)
-	}
-	// Every new status goes to each publisher in turn.
-	publishers := []wire.Publisher{
-		wire.StatusFile(cfg.StatusFile, log),
-		func(n status.Node) { notifier.Status(n.Summary()) },
-		m.Sets,
-	}
-	if reporter != nil {
-		publishers = append(publishers, reporter.Update)
-	}
+	m := wire.Metrics(peers)
+	reporter := wire.Reporter(cfg, peers, poke, log)
 	// The node condition PinnedImagesReady on this node's Node ([cluster] node_condition).
 	condition, err := wire.NodeCondition(cfg, version, log)
 	if err != nil {
 		return err
 	}
-	if condition != nil {
-		publishers = append(publishers, condition.Update)
-	}
-	publish := wire.Publish(publishers...)
-	if peers != nil {
-		publish = peers.Stamp(publish)
-	}
-	// The pre-load of the tags the sets pin: built by wire.Agent once the runtime is known.
-	var tagNode *tags.Node
 	opts := wire.Options{
 		Peers:       peers,
-		OnTags:      func(n *tags.Node) { tagNode = n },
+		Tags:        true,
 		TagsChanged: poke,
 		Version:     version,
-		Publish:     publish,
+		Publish:     wire.DaemonPublish(cfg, notifier.Status, m, reporter, condition, peers, log),
 		Log:         log,
 		Observer:    m,
 		// WATCHDOG=1 only from the loop itself: a CRI-O outage slows no step for long
@@ -155,32 +123,19 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 		Idle:      trimmer.Settled,
 	}
 	if syncer != nil {
-		opts.SourceFaults = wire.SyncFaults(syncer)
+		opts.SourceFaults, opts.SourceSynced = syncer.Faults, syncer.Synced
 	}
 	if reporter != nil {
 		opts.Holders = reporter
 	}
-	a, client, err := wire.Agent(cfg, store, opts)
+	built, err := wire.Agent(cfg, store, opts)
 	if err != nil {
 		return err
 	}
-	defer client.Close()
-	socket := cfg.CRISocket()
+	defer built.Client.Close()
+	a := built.Agent
 	a.OnFirstReconcile(notifier.Ready)
-
-	w := watch.New(250*time.Millisecond, log,
-		watch.Path{Name: cfg.SetsDir},
-		watch.Path{Name: filepath.Join(cfg.SetsDir, pinset.ClusterSubdir)},
-		watch.Path{Name: cfg.Node.LabelsFile},
-		watch.Path{Name: cfg.CRIO.Config},
-		watch.Path{Name: cfg.CRIO.ConfigDir, Recursive: true},
-		watch.Path{Name: cfg.CRI.PullSecret},
-		// The kubelet's config decides the GC threshold and pod-start credential checks.
-		watch.Path{Name: cfg.Disk.KubeletConfig},
-		watch.Path{Name: cfg.Kubelet.ConfigDir, Recursive: true},
-		// CRI-O re-creating its socket means it restarted (and may have wiped images).
-		watch.Path{Name: socket},
-	)
+	w := wire.Watch(cfg, log)
 	log.WithField("config", fmt.Sprintf("sets_dir=%s state_dir=%s cri=%s reload=%s", cfg.SetsDir, cfg.StateDir, cfg.CRI.Endpoint, cfg.CRIO.Reload)).
 		WithField("version", version).WithField("cluster", cfg.Cluster.Kubeconfig != "").Info("imagepind starting")
 
@@ -209,7 +164,7 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 	})
 	g.Go(func() error { return trimmer.Run(ctx) })
 	// The tags' check, their endpoint (CRI-O) and their keeper.
-	g.Go(func() error { return tagNode.Run(ctx) })
+	g.Go(func() error { return built.Tags.Run(ctx) })
 	if syncer != nil {
 		// The API being down never stops imagepind: the sync keeps the files and retries.
 		g.Go(func() error { return syncer.Run(ctx) })
@@ -219,8 +174,6 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 		g.Go(func() error { return condition.Run(ctx) })
 	}
 	if peers != nil {
-		m.MirrorBytes(peers.Served.FromStore.Load, peers.Served.Transferred.Load)
-		m.PeerBytes(peers.Bytes.FromRegistry.Load, peers.Bytes.FromPeers.Load, peers.Bytes.ToPeers.Load)
 		// The store's pruning, the runtime's mirror on loopback, the peers' server (its
 		// failing is logged and leaves the node-local mirror running).
 		g.Go(func() error { return peers.Run(ctx) })

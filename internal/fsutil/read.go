@@ -19,18 +19,11 @@ var ErrTooLarge = errors.New("file too large")
 // ConfigMap volume is made of them) but what they lead to must be a regular file. The
 // open is non-blocking so that a FIFO cannot hang the caller.
 func ReadRegular(path string, max int64) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	f, fi, err := OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w (%s)", ErrNotRegular, describeMode(fi.Mode()))
-	}
 	if fi.Size() > max {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLarge, fi.Size(), max)
 	}
@@ -43,6 +36,27 @@ func ReadRegular(path string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)
 	}
 	return data, nil
+}
+
+// OpenRegular opens a regular file for reading, and says what it is. Symlinks are
+// followed, but what they lead to must be a regular file. The open is non-blocking, so
+// that a FIFO cannot hang the caller, and the check is made on the file opened, so that
+// nothing swapped in between can be read.
+func OpenRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%w (%s)", ErrNotRegular, describeMode(fi.Mode()))
+	}
+	return f, fi, nil
 }
 
 func describeMode(m os.FileMode) string {

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -172,6 +173,36 @@ func Run(t *testing.T, s Subject) {
 			t.Fatalf("a stream going on past the size ended as a whole blob (%d bytes)", len(got))
 		case !errors.Is(err, mirror.ErrSize):
 			t.Errorf("cut after %d bytes with %v; want mirror.ErrSize", len(got), err)
+		}
+	})
+
+	// The node-local mirror filling from the source answers every Range form with
+	// exactly the bytes asked (206; several ranges in ascending order, one
+	// multipart/byteranges answer), and a range the blob cannot meet with 416 and
+	// "bytes */size": while the blob is filled (each range the first request for it, in
+	// a mirror of its own), and from its store once filled.
+	t.Run("TheMirrorServesRanges", func(t *testing.T) {
+		o, src := stand(t, Honest)
+		b := o.Blobs[len(o.Blobs)-1]
+		whole := o.blobs[b.Digest]
+		for i, c := range byteRanges(b.Size) {
+			url := mirrorOver(t, o, src, fmt.Sprintf("filled-%d", i)) + b.Digest.String()
+			if _, err := within(t, "a range while filled", transferring, func() (struct{}, error) {
+				return struct{}{}, rangeAnswer(url, c, whole)
+			}); err != nil {
+				t.Errorf("%q while the blob is filled: %v", c.header, err)
+			}
+		}
+		url := mirrorOver(t, o, src, "stored") + b.Digest.String()
+		if _, err := fetchURL(url); err != nil {
+			t.Fatalf("the blob through the mirror: %v", err)
+		}
+		for _, c := range byteRanges(b.Size) {
+			if _, err := within(t, "a range from the store", transferring, func() (struct{}, error) {
+				return struct{}{}, rangeAnswer(url, c, whole)
+			}); err != nil {
+				t.Errorf("%q from the store: %v", c.header, err)
+			}
 		}
 	})
 

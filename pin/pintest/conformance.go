@@ -6,7 +6,6 @@ package pintest
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,19 +55,19 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		s := newSubject(t)
 		ctx := t.Context()
 		ref := s.Available[0]
-		if names, err := s.Runtime.ImageNames(ctx); err != nil || names[strings.ToLower(ref)] != "" {
-			t.Fatalf("before the pull: %q %v", names[strings.ToLower(ref)], err)
+		if names, err := s.Runtime.ImageNames(ctx); err != nil || names[ref] != "" {
+			t.Fatalf("before the pull: %q %v", names[ref], err)
 		}
 		if _, err := s.Runtime.PullImage(ctx, ref, nil); err != nil {
 			t.Fatalf("pull %s: %v", ref, err)
 		}
 		names, err := s.Runtime.ImageNames(ctx)
-		if err != nil || names[strings.ToLower(ref)] == "" {
+		if err != nil || names[ref] == "" {
 			t.Fatalf("after pulling %s the runtime lists %v (%v)", ref, names, err)
 		}
 		// The ID is ImageStatus's: the kubelet's pull records are keyed by it.
-		if img, err := s.Runtime.ImageStatus(ctx, ref); err != nil || img.ID != names[strings.ToLower(ref)] {
-			t.Fatalf("ListImages says %s is %q, ImageStatus %q (%v)", ref, names[strings.ToLower(ref)], img.ID, err)
+		if img, err := s.Runtime.ImageStatus(ctx, ref); err != nil || img.ID != names[ref] {
+			t.Fatalf("ListImages says %s is %q, ImageStatus %q (%v)", ref, names[ref], img.ID, err)
 		}
 	})
 	t.Run("AbsentImageIsNotAnError", func(t *testing.T) {

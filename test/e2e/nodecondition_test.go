@@ -146,8 +146,10 @@ func (c *cluster) applyNodePolicy() {
 	}
 }
 
-// The shipped policy narrows the aggregator's "patch" on nodes: with its identity, a
-// label or a taint of its own is refused.
+// The shipped policy narrows the aggregator's "patch" on nodes: with its identity, every
+// change of a Node but the startup taint's removal is refused by the API server itself
+// (an owner that does not exist would have the garbage collector delete the Node), and
+// the removal goes through.
 func (c *cluster) requireNodePolicy() {
 	c.t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", c.aggConfig)
@@ -157,17 +159,47 @@ func (c *cluster) requireNodePolicy() {
 	agg := kubernetes.NewForConfigOrDie(rc)
 	c.createNode("probe", nil)
 	ctx := c.t.Context()
+	n := c.node("probe")
+	n.Spec.Taints = []corev1.Taint{{Key: starttaint.DefaultKey, Effect: corev1.TaintEffectNoSchedule}, otherTaint}
+	if _, err := c.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
 	i := 0
 	var last error
 	waitUntil(c.t, "the node policy in force", 30*time.Second, func() bool {
 		i++
 		_, last = agg.CoreV1().Nodes().Patch(ctx, "probe", types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"labels":{"try":"%d"}}}`, i), metav1.PatchOptions{})
-		return last != nil && strings.Contains(last.Error(), "may not change a Node's labels")
+		return last != nil && strings.Contains(last.Error(), "may not change a Node's metadata")
 	})
 	c.t.Logf("the aggregator's identity labelling a Node: %v", last)
-	_, err = agg.CoreV1().Nodes().Patch(ctx, "probe", types.JSONPatchType, []byte(`[{"op":"add","path":"/spec/taints","value":[{"key":"x","effect":"NoSchedule"}]}]`), metav1.PatchOptions{})
-	if err == nil || !strings.Contains(err.Error(), "may not add or change a Node's taints") {
-		c.t.Fatalf("the aggregator's identity tainting a Node: %v", err)
+	refused := []struct{ what, patch, want string }{
+		{"an owner", `[{"op":"add","path":"/metadata/ownerReferences","value":[{"apiVersion":"v1","kind":"ConfigMap","name":"gone","uid":"00000000-0000-0000-0000-000000000001"}]}]`, "may not change a Node's metadata"},
+		{"a finalizer", `[{"op":"add","path":"/metadata/finalizers","value":["example.com/hold"]}]`, "may not change a Node's metadata"},
+		{"an annotation", `[{"op":"add","path":"/metadata/annotations","value":{"a":"b"}}]`, "may not change a Node's metadata"},
+		{"providerID", `[{"op":"add","path":"/spec/providerID","value":"e2e://other"}]`, "may change nothing of a Node's spec"},
+		{"podCIDR", `[{"op":"add","path":"/spec/podCIDR","value":"10.244.9.0/24"}]`, "may change nothing of a Node's spec"},
+		{"cordon", `[{"op":"add","path":"/spec/unschedulable","value":true}]`, "may change nothing of a Node's spec"},
+		{"another taint removed", `[{"op":"remove","path":"/spec/taints/1"}]`, "change no other taint"},
+		{"a taint added", `[{"op":"add","path":"/spec/taints/-","value":{"key":"x","effect":"NoSchedule"}}]`, "change no other taint"},
+	}
+	for _, r := range refused {
+		_, err := agg.CoreV1().Nodes().Patch(ctx, "probe", types.JSONPatchType, []byte(r.patch), metav1.PatchOptions{})
+		if err == nil || !strings.Contains(err.Error(), r.want) {
+			c.t.Fatalf("the aggregator's identity patching a Node (%s): %v, want refused with %q", r.what, err, r.want)
+		}
+	}
+	// Its status: RBAC grants no subresource (the policy would refuse it too).
+	if _, err := agg.CoreV1().Nodes().Patch(ctx, "probe", types.MergePatchType, []byte(`{"metadata":{"labels":{"via":"status"}}}`), metav1.PatchOptions{}, "status"); err == nil {
+		c.t.Fatal("the aggregator's identity patched a Node's status")
+	}
+	// The removal, as the aggregator makes it: the other taint and everything else stay.
+	_, err = agg.CoreV1().Nodes().Patch(ctx, "probe", types.JSONPatchType, []byte(`[{"op":"remove","path":"/spec/taints/0"}]`), metav1.PatchOptions{FieldManager: "imagepin-aggregator"})
+	if err != nil {
+		c.t.Fatalf("the aggregator's identity removing the startup taint: %v", err)
+	}
+	n = c.node("probe")
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0] != otherTaint || n.Spec.ProviderID != "" || n.Spec.PodCIDR != "" || len(n.OwnerReferences) != 0 || len(n.Finalizers) != 0 || n.Labels["via"] != "" {
+		c.t.Fatalf("the probe Node after the refusals and the removal: %+v", n)
 	}
 	c.deleteNode("probe")
 }

@@ -347,3 +347,24 @@ func NodeReady(n *corev1.Node) bool {
 	}
 	return false
 }
+
+// Holds says where the node keeps a copy of digest that it can send its peers: imagepind's
+// store ("store", on CRI-O the only place: containers/storage keeps no compressed blob),
+// or containerd's content store ("containerd"); "" when neither holds it.
+func (n *ClusterNode) Holds(digest string) string {
+	alg, hex, ok := strings.Cut(digest, ":")
+	if !ok {
+		return ""
+	}
+	// [peers] store_dir is not set: <state_dir>/blobs, a content store whose blobs are
+	// blobs/<algorithm>/<hex>.
+	if _, err := os.Stat(filepath.Join(n.Dir, "state", "blobs", "blobs", alg, hex)); err == nil {
+		return "store"
+	}
+	if n.Containerd != nil {
+		if _, err := os.Stat(filepath.Join(n.Containerd.Root(), "io.containerd.content.v1.content", "blobs", alg, hex)); err == nil {
+			return "containerd"
+		}
+	}
+	return ""
+}

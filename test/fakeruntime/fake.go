@@ -206,7 +206,7 @@ func (r *Runtime) ImageNames(context.Context) (map[string]string, error) {
 	names := map[string]string{}
 	for ref, ok := range r.present {
 		if ok {
-			names[strings.ToLower(ref)] = ref // ImageStatus's ID
+			names[ref] = ref // ImageStatus's ID
 		}
 	}
 	return names, nil

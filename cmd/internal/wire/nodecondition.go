@@ -4,7 +4,6 @@ import (
 	"github.com/sirupsen/logrus"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/imagepin/imagepin/clustersync"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/nodecondition"
@@ -32,17 +31,4 @@ func NodeCondition(cfg conf.Config, version string, log logrus.FieldLogger) (*no
 		}
 		return kubernetes.NewForConfig(rc)
 	}), nil
-}
-
-// SyncFaults are the cluster sync's faults for the node's status, with
-// clustersync.NotSynced until its first lists are written: the node condition is not
-// written from a status that cannot tell which sets target the node.
-func SyncFaults(s *clustersync.Syncer) func() []string {
-	return func() []string {
-		f := s.Faults()
-		if !s.Synced() {
-			f = append(f, clustersync.NotSynced)
-		}
-		return f
-	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/seed"
-	"github.com/imagepin/imagepin/tagmirror"
+	"github.com/imagepin/imagepin/tags/endpoint"
 )
 
 // NewPeers opens the blob store and builds the node-local mirror of [peers]
@@ -76,7 +76,7 @@ func peersLeftovers(cfg conf.Config, stateDir string) peers.Leftovers {
 		},
 	}
 	if addr := cfg.Peers.TagAddress; addr != "" {
-		l.Untrust = func() error { return tagmirror.Forget(stateDir, cfg.Disk.CertsDir, addr) }
+		l.Untrust = func() error { return endpoint.Forget(stateDir, cfg.Disk.CertsDir, addr) }
 	}
 	return l
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/mirror"
-	"github.com/imagepin/imagepin/tagmirror"
+	"github.com/imagepin/imagepin/tags/endpoint"
 )
 
 // [peers] off: what the mirror left where the config puts it is removed (CRI-O's
@@ -43,11 +43,11 @@ func TestPeersOffRemovesWhatTheConfigNames(t *testing.T) {
 	if b, _ := os.ReadFile(hostsToml); string(b) == adminHosts {
 		t.Fatal("the mirror's block was not written")
 	}
-	ca, err := tagmirror.LoadCA(state)
+	ca, err := endpoint.LoadCA(state)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tagmirror.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
+	if _, err := endpoint.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := blobstore.Open(cfg.Peers.StoreDir); err != nil {

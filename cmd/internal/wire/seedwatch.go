@@ -6,7 +6,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/seed"
-	"github.com/imagepin/imagepin/seedwatch"
+	seedwatch "github.com/imagepin/imagepin/seed/watch"
 	"github.com/imagepin/imagepin/state"
 )
 

@@ -13,10 +13,10 @@ import (
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
-	"github.com/imagepin/imagepin/tagcheck"
-	"github.com/imagepin/imagepin/tagmirror"
-	"github.com/imagepin/imagepin/tagpin"
 	"github.com/imagepin/imagepin/tags"
+	"github.com/imagepin/imagepin/tags/check"
+	"github.com/imagepin/imagepin/tags/endpoint"
+	"github.com/imagepin/imagepin/tags/keep"
 )
 
 // Tags builds the pre-load of the tags the sets pin for the runtime (package tags):
@@ -38,7 +38,7 @@ func Tags(cfg conf.Config, runtimeName, stateDir string, client *cri.Client, nod
 	if runtimeName != conf.RuntimeContainerd && node != nil {
 		rc.RegistriesConfDir = adminRegistriesDir(stateDir)
 	}
-	parts.Checker = tagcheck.New(tagcheck.Config{}, registry.New(rc, secret.Lookup), parts.Keeper.Tags, nil, log)
+	parts.Checker = check.New(check.Config{}, registry.New(rc, secret.Lookup), parts.Keeper.Tags, nil, log)
 	return tags.New(parts, onChange), nil
 }
 
@@ -50,21 +50,21 @@ func tagParts(cfg conf.Config, runtimeName, stateDir string, client *cri.Client,
 		}
 		// A record deleted behind imagepind's back comes back at its image event (and
 		// within 20 s should events be missed: a record is two cheap reads a tag).
-		return tags.Parts{Keeper: tagpin.New(tagpin.Config{Every: 20 * time.Second}, &containerd.TagRecords{Images: images, Events: images}, nil, log)}, nil
+		return tags.Parts{Keeper: keep.New(keep.Config{Every: 20 * time.Second}, &containerd.TagRecords{Images: images, Events: images}, nil, log)}, nil
 	}
 	if node == nil || cfg.Peers.TagAddress == "" {
-		return tags.Parts{Keeper: tagpin.New(tagpin.Config{}, nil, nil, log)}, nil
+		return tags.Parts{Keeper: keep.New(keep.Config{}, nil, nil, log)}, nil
 	}
-	ca, err := tagmirror.LoadCA(stateDir)
+	ca, err := endpoint.LoadCA(stateDir)
 	if err != nil {
 		return tags.Parts{}, err
 	}
-	if changed, err := tagmirror.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
+	if changed, err := endpoint.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
 		return tags.Parts{}, err
 	} else if changed {
 		log.WithField("dir", cfg.Disk.CertsDir).WithField("address", cfg.Peers.TagAddress).Info("CRI-O trusts the node-local mirror's CA for tags at this address alone")
 	}
-	keeper := tagpin.New(tagpin.Config{}, &tagpin.Pulls{CRI: client}, nil, log)
+	keeper := keep.New(keep.Config{}, &keep.Pulls{CRI: client}, nil, log)
 	var h http.Handler = mirror.WithTags(node.Handler(), keeper.Lookup)
-	return tags.Parts{Keeper: keeper, Endpoint: &tagmirror.Server{Address: cfg.Peers.TagAddress, CA: ca, Handler: h, Log: log}}, nil
+	return tags.Parts{Keeper: keeper, Endpoint: &endpoint.Server{Address: cfg.Peers.TagAddress, CA: ca, Handler: h, Log: log}}, nil
 }

@@ -28,10 +28,10 @@ import (
 	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
-	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/release"
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/systemd"
@@ -54,12 +54,14 @@ type Options struct {
 	Heartbeat time.Duration
 	// Idle is called when the loop settles (agent.Deps.Idle).
 	Idle func()
-	// SourceFaults are the cluster sync's faults, shown in the node's status.
+	// SourceFaults are the cluster sync's faults, shown in the node's status;
+	// SourceSynced says whether it has written its first lists (agent.Deps).
 	SourceFaults func() []string
-	// OnTags, when not nil, asks for the pre-load of the tags the sets pin: it is given
-	// the tags' run-time (Tags), built once the runtime is known, for the caller to run;
-	// TagsChanged is called when what it reports changes.
-	OnTags      func(*tags.Node)
+	SourceSynced func() bool
+	// Tags asks for the pre-load of the tags the sets pin (imagepind; not apply): Agent
+	// builds their run-time once the runtime is known (Built.Tags, for the caller to
+	// run) and gives it to the agent; TagsChanged is called when what it reports changes.
+	Tags        bool
 	TagsChanged func()
 	// DetectFor bounds the wait for the runtime's CRI Version with [cri] runtime = auto
 	// (0: 10 s).
@@ -69,15 +71,26 @@ type Options struct {
 	Holders agent.HolderCounts
 }
 
-// Agent builds the agent. The caller closes the returned CRI client.
-func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cri.Client, error) {
+// Built is what Agent builds, for the caller to run.
+type Built struct {
+	Agent *agent.Agent
+	// Client is the CRI client the agent speaks; the caller closes it.
+	Client *cri.Client
+	// Tags is the tags' run-time with Options.Tags (nil without): the agent tells it
+	// the tags wanted and asks it which are held; the caller runs it (tags.Node.Run).
+	Tags *tags.Node
+}
+
+// Agent builds the agent, and with Options.Tags the tags' run-time. The caller closes
+// the CRI client (Built.Client).
+func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 	nodeName, err := NodeName(cfg)
 	if err != nil {
-		return nil, nil, err
+		return Built{}, err
 	}
 	client, err := cri.Dial(cfg.CRI.Endpoint)
 	if err != nil {
-		return nil, nil, err
+		return Built{}, err
 	}
 	setsDir := cfg.SetsDir
 	if opts.SetsDir != "" {
@@ -96,12 +109,12 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	pinner, err := Pinner(cfg, runtimeName, store.Dir(), opts.Log)
 	if err != nil {
 		client.Close()
-		return nil, nil, err
+		return Built{}, err
 	}
 	if opts.Peers != nil {
 		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), secret, pinner, opts.Log); err != nil {
 			client.Close()
-			return nil, nil, err
+			return Built{}, err
 		}
 	}
 	// A release image seeded on the node (or kept for a pinned one) is expanded from the
@@ -110,23 +123,23 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 	if s := opts.Peers.Store(); s != nil {
 		stored = s
 	}
-	var wantTags func([]pinset.Tag)
-	var tagStatus func() (*status.Tags, []string)
-	var tagHeld func(string) bool
-	if opts.OnTags != nil {
-		t, err := Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.TagsChanged, opts.Log)
-		if err != nil {
+	built := Built{Client: client}
+	var agentTags agent.Tags // nil, not a nil *tags.Node, without tags
+	if opts.Tags {
+		if built.Tags, err = Tags(cfg, runtimeName, store.Dir(), client, opts.Peers, secret, opts.TagsChanged, opts.Log); err != nil {
 			client.Close()
-			return nil, nil, err
+			return Built{}, err
 		}
-		opts.OnTags(t)
-		wantTags, tagStatus, tagHeld = t.Want, t.Status, t.Held
+		agentTags = built.Tags
 	}
 	var registryBytes func(string) int64
+	var seeds func([]string) (*status.Seeded, []string)
 	if opts.Peers != nil {
 		registryBytes = opts.Peers.Bytes.RegistryBytes
+		// The seeds are in the node's status only with the store they are in.
+		seeds = seed.NewReport(seed.Dir(store.Dir()), cfg.Seed.Directory).Status
 	}
-	a := agent.New(agent.Config{
+	built.Agent = agent.New(agent.Config{
 		NodeName:        nodeName,
 		Architecture:    goruntime.GOARCH,
 		Version:         opts.Version,
@@ -156,14 +169,14 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (*agent.Agent, *cr
 		Idle:     opts.Idle,
 
 		RegistryBytes: registryBytes,
-		Tags:          wantTags,
-		TagStatus:     tagStatus,
-		TagHeld:       tagHeld,
+		Tags:          agentTags,
+		Seeds:         seeds,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
+		SourceSynced:  opts.SourceSynced,
 		Blobs:         blobsOf(opts.Peers),
 		Holders:       opts.Holders,
 	})
-	return a, client, nil
+	return built, nil
 }
 
 // blobsOf is what the node's store holds of each pinned image's blobs, for the

@@ -1,4 +1,4 @@
-package tagpin
+package keep
 
 import (
 	"context"
@@ -58,8 +58,8 @@ func TestPullsMakeCRIOHoldTheTag(t *testing.T) {
 		t.Fatalf("the digest is not on the node: done %v, pulls %v", done, f.pulls)
 	}
 	f.names[tag.Image] = "id1"
-	if done := k.Pass(ctx); !done || len(f.pulls) != 1 || !k.Held(tag.Name) {
-		t.Fatalf("done %v, pulls %v, held %v", k.Pass(ctx), f.pulls, k.Held(tag.Name))
+	if done := k.Pass(ctx); !done || len(f.pulls) != 1 || !k.Held(tag) {
+		t.Fatalf("done %v, pulls %v, held %v", k.Pass(ctx), f.pulls, k.Held(tag))
 	}
 	k.Pass(ctx)
 	if len(f.pulls) != 1 {
@@ -75,7 +75,7 @@ func TestPullsMakeCRIOHoldTheTag(t *testing.T) {
 	// The tag taken from the registry, where it moved: reported, and tried again.
 	f.names[tag.Name] = "id2"
 	f.serves[tag.Name] = "id2"
-	if done := k.Pass(ctx); done || k.Held(tag.Name) || len(k.Faults()) != 1 || !strings.Contains(k.Faults()[0], "did not come from the node-local mirror") {
+	if done := k.Pass(ctx); done || k.Held(tag) || len(k.Faults()) != 1 || !strings.Contains(k.Faults()[0], "did not come from the node-local mirror") {
 		t.Fatalf("faults %v", k.Faults())
 	}
 	k.Want(nil)
@@ -111,15 +111,45 @@ func TestKeeperTellsChanges(t *testing.T) {
 	ctx := context.Background()
 	k.Pass(ctx)
 	k.Pass(ctx)
-	if changes != 1 || !k.Held(tag.Name) {
+	if changes != 1 || !k.Held(tag) {
 		t.Fatalf("changes %d", changes)
 	}
 	rt.failing = true
 	k.Pass(ctx)
-	if changes != 2 || k.Held(tag.Name) || len(k.Faults()) != 1 {
+	if changes != 2 || k.Held(tag) || len(k.Faults()) != 1 {
 		t.Fatalf("changes %d faults %v", changes, k.Faults())
 	}
 	if len(rt.forgot) != 3 || len(rt.forgot[2]) != 1 {
 		t.Fatalf("forget: %v", rt.forgot)
+	}
+}
+
+// A set moves a held tag to another digest: the tag is not held (nor counted so) until
+// a pass makes the runtime hold it as the new digest, and the fault of the old digest
+// is not reported for the new one.
+func TestMovedTagIsNotHeldUntilAPassHoldsIt(t *testing.T) {
+	rt := &fakeRuntime{held: map[string]bool{tag.Name: true}}
+	k := New(Config{}, rt, nil, logrus.New())
+	k.Want([]pinset.Tag{tag})
+	ctx := context.Background()
+	k.Pass(ctx)
+	if !k.Held(tag) {
+		t.Fatal("not held after a pass")
+	}
+	moved := pinset.Tag{Name: tag.Name, Image: "quay.io/x/a@" + digest.FromString("two").String()}
+	k.Want([]pinset.Tag{moved})
+	if k.Held(moved) {
+		t.Fatalf("%s counted held as %s before any pass made it so (it was held as %s)", moved.Name, moved.Image, tag.Image)
+	}
+	k.Pass(ctx)
+	if !k.Held(moved) || k.Held(tag) {
+		t.Fatalf("after a pass: held as the new digest %v, as the old %v", k.Held(moved), k.Held(tag))
+	}
+
+	rt.failing = true
+	k.Pass(ctx)
+	k.Want([]pinset.Tag{tag})
+	if f := k.Faults(); len(f) != 0 {
+		t.Fatalf("faults %q of the digest no longer wanted", f)
 	}
 }

@@ -1,4 +1,4 @@
-package tagcheck
+package check
 
 import (
 	"context"

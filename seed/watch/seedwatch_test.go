@@ -3,9 +3,13 @@ package seedwatch
 import (
 	"archive/tar"
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sirupsen/logrus"
+	"golang.org/x/sys/unix"
 
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/seed"
@@ -350,5 +355,241 @@ func writeTar(t *testing.T, dir, file string) {
 	}
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A medium that cannot be read for a scan (an I/O error, a stale share, a name too
+// long, a file going while it is walked) keeps its seed and is shown as a fault; read
+// again, it is seeded as before (nothing written) and the fault goes. Only a medium
+// whose own entry is gone is forgotten.
+func TestAMediumThatCannotBeReadKeepsItsSeed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  func(med string) error
+	}{
+		{"EIO", func(med string) error { return &fs.PathError{Op: "lstat", Path: med, Err: syscall.EIO} }},
+		{"ESTALE", func(med string) error { return &fs.PathError{Op: "lstat", Path: med, Err: syscall.ESTALE} }},
+		{"ENAMETOOLONG", func(med string) error {
+			return &fs.PathError{Op: "lstat", Path: med + "/blobs/" + strings.Repeat("x", 300), Err: syscall.ENAMETOOLONG}
+		}},
+		{"an entry going mid-walk", func(med string) error {
+			return &fs.PathError{Op: "lstat", Path: med + "/blobs/sha256/0123", Err: syscall.ENOENT}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			med := filepath.Join(e.dir, "app")
+			oci(t, med, "quay.io/ns/app:v1")
+			e.scan(settle)
+			e.scan(settle)
+			if len(e.records(t)) != 1 {
+				t.Fatal("not seeded")
+			}
+			blobs, forgets := e.blobs(t), e.seeder.forgets.Load()
+			var fail atomic.Bool
+			e.w.fingerprint = func(path string) (fingerprint, error) {
+				if fail.Load() && path == med {
+					return fingerprint{}, tc.err(med)
+				}
+				return fingerprintOf(path)
+			}
+			fail.Store(true)
+			e.scan(settle)
+			e.scan(time.Hour)
+			if n := e.seeder.forgets.Load() - forgets; n != 0 || len(e.records(t)) != 1 || e.blobs(t) != blobs {
+				t.Fatalf("unreadable for a scan: %d forgets, %d records, %d blobs (want 0, 1, %d)", n, len(e.records(t)), e.blobs(t), blobs)
+			}
+			mf, err := seed.ReadMediaFaults(e.seeds)
+			if err != nil || mf == nil || len(mf.Media) != 1 || mf.Media[0].Path != med || !strings.Contains(mf.Media[0].Fault, "cannot be read") ||
+				!strings.Contains(mf.Media[0].Fault, tc.err(med).(*fs.PathError).Err.Error()) {
+				t.Fatalf("the media's faults: %+v, %v; want %s as unreadable", mf, err, med)
+			}
+			fail.Store(false)
+			written := e.seeder.written.Load()
+			e.scan(settle)
+			if mf, _ := seed.ReadMediaFaults(e.seeds); mf == nil || len(mf.Media) != 0 {
+				t.Fatalf("readable again: faults %+v, want none", mf)
+			}
+			if e.seeder.written.Load() != written || len(e.records(t)) != 1 {
+				t.Fatal("readable again: written again")
+			}
+			// Gone for real: forgotten.
+			if err := os.RemoveAll(med); err != nil {
+				t.Fatal(err)
+			}
+			e.scan(time.Second)
+			if len(e.records(t)) != 0 || e.blobs(t) != 0 {
+				t.Fatalf("taken away: %d records, %d blobs left", len(e.records(t)), e.blobs(t))
+			}
+		})
+	}
+}
+
+// fingerprintOf tells a medium whose own entry is gone (errGone) from one that cannot
+// be read: a path too long for the system under it is not gone.
+func TestFingerprintGoneOrUnreadable(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := fingerprintOf(filepath.Join(dir, "nothing")); !errors.Is(err, errGone) {
+		t.Fatalf("no such entry: %v, want errGone", err)
+	}
+	// A medium holding a path longer than PATH_MAX (made a directory at a time).
+	med := filepath.Join(dir, "deep")
+	if err := os.Mkdir(med, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(med, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.Repeat("d", 250)
+	for range 20 {
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		next, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		unix.Close(fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd = next
+	}
+	unix.Close(fd)
+	t.Cleanup(func() { removeDeep(med, name) })
+	_, err = fingerprintOf(med)
+	if err == nil || errors.Is(err, errGone) || !errors.Is(err, syscall.ENAMETOOLONG) {
+		t.Fatalf("a path too long under the medium: %v, want ENAMETOOLONG and not errGone", err)
+	}
+}
+
+// removeDeep removes the chain of directories name/name/… under dir, deepest first
+// (os.RemoveAll cannot name them).
+func removeDeep(dir, name string) {
+	var fds []int
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	for err == nil {
+		fds = append(fds, fd)
+		fd, err = unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	}
+	for i := len(fds) - 1; i >= 0; i-- {
+		if i < len(fds)-1 {
+			unix.Unlinkat(fds[i], name, unix.AT_REMOVEDIR)
+		}
+		unix.Close(fds[i])
+	}
+}
+
+// scanWithin scans as scan does, failing the test (not hanging it) when a scan takes
+// longer than a few seconds.
+func (e *env) scanWithin(t *testing.T, after time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { e.w.Scan(context.Background()); close(done) }()
+	select {
+	case <-done:
+		e.now = e.now.Add(after)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a scan: no answer after 10s (blocked on a FIFO?)")
+	}
+}
+
+// Hostile media in the directory (a truncated tar, a FIFO named like an oc-mirror
+// archive, a layer whose bytes are not its digest) are refused, nothing of them stored,
+// and shown, each naming its file, in the media's faults (the node's status, seed
+// --list) until taken away: across scans and a restart of imagepind. The watcher never
+// hangs on the FIFO.
+func TestHostileMediaAreShownUntilTakenAway(t *testing.T) {
+	e := newEnv(t)
+	good := filepath.Join(t.TempDir(), "good")
+	oci(t, good, "quay.io/ns/app:v1")
+	truncated := filepath.Join(e.dir, "release.tar")
+	writeTar(t, good, truncated)
+	fi, err := os.Stat(truncated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(truncated, fi.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	fifoDir := filepath.Join(e.dir, "oc-mirror")
+	if err := os.Mkdir(fifoDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(fifoDir, "mirror_000001.tar"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	badBlob := filepath.Join(e.dir, "bad-blob")
+	oci(t, badBlob, "quay.io/ns/bad:v1")
+	blobs, _ := filepath.Glob(filepath.Join(badBlob, "blobs", "sha256", "*"))
+	var layer string
+	for _, b := range blobs {
+		if fi, _ := os.Stat(b); fi.Size() > 16<<10 {
+			layer = b
+			break
+		}
+	}
+	data, err := os.ReadFile(layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(layer, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	faults := func() map[string]string {
+		t.Helper()
+		mf, err := seed.ReadMediaFaults(e.seeds)
+		if err != nil || mf == nil || mf.Directory != e.dir {
+			t.Fatalf("the media's faults: %+v, %v", mf, err)
+		}
+		out := map[string]string{}
+		for _, f := range mf.Media {
+			out[f.Path] = f.Fault
+		}
+		return out
+	}
+	want := map[string]string{truncated: "truncated", fifoDir: "mirror_000001.tar: not a regular file (a FIFO)", badBlob: "unexpected commit digest"}
+	check := func(when string) {
+		t.Helper()
+		got := faults()
+		for path, what := range want {
+			if !strings.Contains(got[path], "refused") || !strings.Contains(got[path], what) {
+				t.Errorf("%s: the fault of %s: %q, want it refused with %q", when, path, got[path], what)
+			}
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: faults of %d media, want %d: %v", when, len(got), len(want), got)
+		}
+		// The node's status shows them, naming each file.
+		_, shown := seed.NewReport(e.seeds, e.dir).Status(nil)
+		if len(shown) != len(want) {
+			t.Errorf("%s: the node's status shows %q", when, shown)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	e.scanWithin(t, settle)
+	e.scanWithin(t, settle)
+	check("refused")
+	if e.blobs(t) != 0 || len(e.records(t)) != 0 {
+		t.Fatalf("stored %d blobs, %d records of hostile media", e.blobs(t), len(e.records(t)))
+	}
+	e.scanWithin(t, time.Hour)
+	e.scanWithin(t, time.Hour)
+	check("an hour on")
+	// imagepind restarted: shown still, from its first scan.
+	e.w = New(e.w.cfg, e.w.deps)
+	e.scanWithin(t, settle)
+	check("restarted, first scan")
+	e.scanWithin(t, settle)
+	check("restarted, refused again")
+	// Taken away one by one: each fault goes with its medium.
+	for _, p := range []string{truncated, fifoDir, badBlob} {
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+		delete(want, p)
+		e.scanWithin(t, time.Second)
+		check(filepath.Base(p) + " taken away")
 	}
 }

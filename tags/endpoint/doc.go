@@ -1,4 +1,4 @@
-// Package tagmirror is the node-local mirror's TLS endpoint for tags: the only
+// Package endpoint is the node-local mirror's TLS endpoint for tags: the only
 // endpoint CRI-O asks for tags (crio.MirrorRegistries writes it as a tag-only mirror,
 // never insecure), answering only the tags the sets pin (mirror.WithTags).
 //
@@ -10,4 +10,4 @@
 // directory it reads (<certs.d>/<host:port>/ca.crt). A process bound to the port in
 // imagepind's absence cannot complete the handshake, and CRI-O goes on to the
 // registry; a refused connection does the same.
-package tagmirror
+package endpoint

@@ -3,8 +3,11 @@ package seedwatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -55,6 +58,14 @@ type Watcher struct {
 	deps Deps
 	// media are the entries seen, by path.
 	media map[string]*medium
+	// fingerprint reads a medium's fingerprint (fingerprintOf; tests make it fail).
+	fingerprint func(path string) (fingerprint, error)
+	// reported are the media's faults last written (seed.WriteMediaFaults); nil: none
+	// written by this run yet.
+	reported []seed.MediaFault
+	// carried are the faults an earlier run wrote, by path: shown for a medium still
+	// there until this run has tried it (a refused medium stays shown across restarts).
+	carried map[string]string
 }
 
 // medium is what the watcher knows of one entry.
@@ -66,6 +77,8 @@ type medium struct {
 	// (not a bad medium: no space, say) at retryAt.
 	failed  fingerprint
 	retryAt time.Time
+	// fault says why the seed of failed failed, for the node's status.
+	fault string
 }
 
 // New builds a watcher; Run starts it.
@@ -83,7 +96,7 @@ func New(cfg Config, deps Deps) *Watcher {
 	if deps.Pinned == nil {
 		deps.Pinned = func() ([]string, error) { return nil, nil }
 	}
-	return &Watcher{cfg: cfg, deps: deps, media: map[string]*medium{}}
+	return &Watcher{cfg: cfg, deps: deps, media: map[string]*medium{}, fingerprint: fingerprintOf}
 }
 
 // Run watches until ctx ends: a scan at start, at each change of the directory, while
@@ -128,9 +141,10 @@ func (w *Watcher) Scan(ctx context.Context) (next time.Time) {
 			next = t
 		}
 	}
-	present, err := w.entries()
+	present, unreadable, err := w.entries()
 	if err != nil {
 		w.deps.Log.WithError(err).WithField("directory", w.cfg.Dir).Warn("seed directory: cannot be read; nothing is seeded or removed until it can")
+		w.report(now, []seed.MediaFault{{Path: w.cfg.Dir, Fault: fmt.Sprintf("cannot be read (%v): nothing is seeded or removed until it can", err)}})
 		return next
 	}
 	recorded, err := w.recorded()
@@ -138,9 +152,25 @@ func (w *Watcher) Scan(ctx context.Context) (next time.Time) {
 		w.deps.Log.WithError(err).Warn("seed directory: the seed records cannot be read; nothing is seeded or removed until they can")
 		return next
 	}
+	if w.carried == nil {
+		w.carried = map[string]string{}
+		if old, err := seed.ReadMediaFaults(w.cfg.SeedsDir); err == nil && old != nil && old.Directory == w.cfg.Dir {
+			for _, f := range old.Media {
+				w.carried[f.Path] = f.Fault
+			}
+		}
+	}
+	defer func() { w.report(now, w.faults(unreadable)) }()
 	for path := range w.media {
-		if _, ok := present[path]; !ok {
+		_, here := present[path]
+		_, kept := unreadable[path]
+		if !here && !kept {
 			delete(w.media, path)
+		}
+	}
+	for path := range w.carried {
+		if _, here := present[path]; !here {
+			delete(w.carried, path)
 		}
 	}
 	for path, fp := range present {
@@ -180,7 +210,7 @@ func (w *Watcher) Scan(ctx context.Context) (next time.Time) {
 		}
 		w.seed(ctx, path, m, now, soon)
 	}
-	w.forget(ctx, present, recorded)
+	w.forget(ctx, present, unreadable, recorded)
 	return next
 }
 
@@ -191,6 +221,7 @@ func (w *Watcher) seed(ctx context.Context, path string, m *medium, now time.Tim
 	switch {
 	case err == nil:
 		m.done = m.seen
+		m.failed, m.retryAt, m.fault = fingerprint{}, time.Time{}, ""
 		log.WithField("seed", sum.ID).WithField("images", len(sum.Images)).WithField("bytes", sum.Bytes).
 			WithField("written", sum.Written).WithField("took", w.deps.Now().Sub(start).Round(time.Millisecond)).Info("seed directory: seeded")
 		// A medium replaced by another at its path (the next release's archive under
@@ -203,22 +234,62 @@ func (w *Watcher) seed(ctx context.Context, path string, m *medium, now time.Tim
 		soon(now.Add(w.cfg.Settle))
 	case errors.Is(err, seed.ErrBadMedia):
 		m.failed, m.retryAt = m.seen, time.Time{}
+		m.fault = fmt.Sprintf("refused, nothing of it stored: %v; take it away, or replace it", err)
 		log.WithError(err).Error("seed directory: the medium is refused; it is tried again when it changes")
 	default:
 		m.failed, m.retryAt = m.seen, now.Add(w.cfg.Rescan)
+		m.fault = fmt.Sprintf("not seeded: %v; tried again at %s", err, m.retryAt.UTC().Format(time.RFC3339))
 		soon(m.retryAt)
 		log.WithError(err).Error("seed directory: seeding failed; tried again later")
 	}
 }
 
+// faults are the media not seeded for a fault of theirs: those that cannot be read
+// now, and those whose last seed failed, unchanged since.
+func (w *Watcher) faults(unreadable map[string]error) []seed.MediaFault {
+	out := []seed.MediaFault{}
+	for path, err := range unreadable {
+		out = append(out, seed.MediaFault{Path: path, Fault: fmt.Sprintf("cannot be read (%v): its seed, if it has one, is kept; nothing is seeded from it until it can be read", err)})
+	}
+	for path, m := range w.media {
+		if _, bad := unreadable[path]; bad {
+			continue
+		}
+		switch {
+		case m.fault != "" && m.failed == m.seen:
+			out = append(out, seed.MediaFault{Path: path, Fault: m.fault})
+		case m.done == (fingerprint{}) && m.failed == (fingerprint{}) && w.carried[path] != "":
+			out = append(out, seed.MediaFault{Path: path, Fault: w.carried[path]})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// report writes the media's faults for the node's status and imagepinctl seed --list
+// when they changed (and once at start: what an earlier run wrote is not true now).
+func (w *Watcher) report(now time.Time, faults []seed.MediaFault) {
+	if w.reported != nil && slices.Equal(faults, w.reported) {
+		return
+	}
+	if err := seed.WriteMediaFaults(w.cfg.SeedsDir, seed.MediaFaults{Directory: w.cfg.Dir, Updated: now.UTC(), Media: faults}); err != nil {
+		w.deps.Log.WithError(err).Warn("seed directory: its media's faults are not shown in the node's status")
+		return
+	}
+	w.reported = faults
+}
+
 // forget takes the media recorded in the directory but gone from it (or empty now)
-// out of their seeds.
-func (w *Watcher) forget(ctx context.Context, present map[string]fingerprint, recorded map[string]bool) {
+// out of their seeds. A medium that cannot be read is not gone: its seed stays.
+func (w *Watcher) forget(ctx context.Context, present map[string]fingerprint, unreadable map[string]error, recorded map[string]bool) {
 	for path := range recorded {
 		if filepath.Dir(path) != w.cfg.Dir {
 			continue // seeded from elsewhere
 		}
 		if fp, ok := present[path]; ok && !fp.empty() {
+			continue
+		}
+		if _, ok := unreadable[path]; ok {
 			continue
 		}
 		if !w.drop(ctx, path, "") {
@@ -254,27 +325,34 @@ func (w *Watcher) drop(ctx context.Context, path, except string) bool {
 	return true
 }
 
-// entries are the media in the directory now, with their fingerprints.
-func (w *Watcher) entries() (map[string]fingerprint, error) {
+// entries are the media in the directory now, with their fingerprints, and those that
+// cannot be read (an I/O error, a stale share, a name too long, a file going while it
+// is read), with why. A medium is gone only when its own entry is.
+func (w *Watcher) entries() (map[string]fingerprint, map[string]error, error) {
 	ents, err := os.ReadDir(w.cfg.Dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := map[string]fingerprint{}
+	unreadable := map[string]error{}
 	for _, e := range ents {
 		if partial(e.Name()) {
 			continue
 		}
 		path := filepath.Join(w.cfg.Dir, e.Name())
-		fp, err := fingerprintOf(path)
-		if err != nil {
-			// Going as it is read (a copy renamed, a medium unmounted): next scan.
-			w.deps.Log.WithError(err).WithField("medium", path).Debug("seed directory: entry not read")
-			continue
+		fp, err := w.fingerprint(path)
+		switch {
+		case errors.Is(err, errGone):
+			// Renamed or removed since the directory was read: gone.
+			w.deps.Log.WithField("medium", path).Debug("seed directory: entry gone as it was read")
+		case err != nil:
+			w.deps.Log.WithError(err).WithField("medium", path).Warn("seed directory: medium cannot be read; its seed stays, nothing is seeded from it until it can be read")
+			unreadable[path] = err
+		default:
+			out[path] = fp
 		}
-		out[path] = fp
 	}
-	return out, nil
+	return out, unreadable, nil
 }
 
 // partial says whether an entry's name is one a copy in progress uses (rsync's

@@ -1,4 +1,4 @@
-package tagpin
+package keep
 
 import (
 	"context"
@@ -56,9 +56,11 @@ type Keeper struct {
 	// want are the tags wanted, by name; byRepo the same for Lookup.
 	want   []pinset.Tag
 	byRepo map[string]map[string]digest.Digest
-	// held are the tags the runtime held at the last pass; faults the last errors.
-	held   map[string]bool
-	faults map[string]string
+	// held are the tags the runtime held at the last pass, each as the digest it was
+	// made to mean then (a tag a set moves to another digest is not held until a pass
+	// makes it so); faults the last errors, the same way.
+	held   map[pinset.Tag]bool
+	faults map[pinset.Tag]string
 	wake   chan struct{}
 }
 
@@ -74,7 +76,7 @@ func New(cfg Config, rt Runtime, clk clock.WithTicker, log logrus.FieldLogger) *
 		clk = clock.RealClock{}
 	}
 	return &Keeper{cfg: cfg, rt: rt, clock: clk, log: log, byRepo: map[string]map[string]digest.Digest{},
-		held: map[string]bool{}, faults: map[string]string{}, wake: make(chan struct{}, 1)}
+		held: map[pinset.Tag]bool{}, faults: map[pinset.Tag]string{}, wake: make(chan struct{}, 1)}
 }
 
 // Want sets the tags wanted (the desired sets' tags, pinset.TagsOf); a change wakes the
@@ -128,22 +130,24 @@ func (k *Keeper) Tags() []pinset.Tag {
 	return slices.Clone(k.want)
 }
 
-// Held says whether the runtime held tag name at the last pass.
-func (k *Keeper) Held(name string) bool {
+// Held says whether the runtime held t.Name as t.Image at the last pass: a tag held
+// as another digest (the one a set pinned before) is not.
+func (k *Keeper) Held(t pinset.Tag) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.held[name]
+	return k.held[t]
 }
 
-// Faults are the tags the last pass could not make, each with why, by name.
+// Faults are the wanted tags the last pass could not make, each with why, by name.
 func (k *Keeper) Faults() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]string, 0, len(k.faults))
-	for name, why := range k.faults {
-		out = append(out, fmt.Sprintf("tag %s: %s", name, why))
+	out := []string{}
+	for _, t := range k.want {
+		if why, ok := k.faults[t]; ok {
+			out = append(out, fmt.Sprintf("tag %s: %s", t.Name, why))
+		}
 	}
-	sort.Strings(out)
 	return out
 }
 
@@ -177,8 +181,8 @@ func (k *Keeper) Run(ctx context.Context) error {
 // Pass makes the runtime hold each wanted tag once; done says every one is held.
 func (k *Keeper) Pass(ctx context.Context) (done bool) {
 	want := k.Tags()
-	held := map[string]bool{}
-	faults := map[string]string{}
+	held := map[pinset.Tag]bool{}
+	faults := map[pinset.Tag]string{}
 	done = true
 	for _, t := range want {
 		if ctx.Err() != nil {
@@ -187,10 +191,10 @@ func (k *Keeper) Pass(ctx context.Context) (done bool) {
 		ok, err := k.rt.Ensure(ctx, t)
 		switch {
 		case err != nil:
-			faults[t.Name] = err.Error()
+			faults[t] = err.Error()
 			done = false
 			k.mu.Lock()
-			was := k.faults[t.Name]
+			was := k.faults[t]
 			k.mu.Unlock()
 			if was != err.Error() {
 				k.log.WithError(err).WithField("tag", t.Name).Warn("tag not pre-loaded")
@@ -198,9 +202,9 @@ func (k *Keeper) Pass(ctx context.Context) (done bool) {
 		case !ok:
 			done = false
 		default:
-			held[t.Name] = true
+			held[t] = true
 			k.mu.Lock()
-			was := k.held[t.Name]
+			was := k.held[t]
 			k.mu.Unlock()
 			if !was {
 				k.log.WithField("tag", t.Name).WithField("image", t.Image).Info("tag pre-loaded as its pinned digest")

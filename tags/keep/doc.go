@@ -1,4 +1,4 @@
-// Package tagpin makes the node's runtime know the tags the sets pin
+// Package keep makes the node's runtime know the tags the sets pin
 // (repo:tag@sha256:…) as their pinned digests, so that a pod naming the tag with
 // IfNotPresent finds it on the node with the registry gone.
 //
@@ -9,4 +9,4 @@
 // through the node-local mirror's TLS endpoint, which answers the tag with the pinned
 // digest (Pulls). A tag whose digest is not on the node yet waits for it; a tag
 // removed behind imagepind's back is made again at the next pass.
-package tagpin
+package keep

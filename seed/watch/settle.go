@@ -2,6 +2,8 @@ package seedwatch
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -22,9 +24,17 @@ type fingerprint struct {
 // empty: nothing to seed (an empty directory: a mount point with nothing mounted).
 func (f fingerprint) empty() bool { return f.dir && f.files == 0 }
 
-// fingerprintOf reads path's fingerprint, following no link.
+// errGone is fingerprintOf's error for a medium whose own entry is no longer there.
+var errGone = errors.New("gone")
+
+// fingerprintOf reads path's fingerprint, following no link. A medium whose own entry
+// is not there is errGone; any other error (one of an entry under it included, such as
+// a file removed while the medium is walked) says it cannot be read now.
 func fingerprintOf(path string) (fingerprint, error) {
 	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fingerprint{}, fmt.Errorf("%s: %w", path, errGone)
+	}
 	if err != nil {
 		return fingerprint{}, err
 	}

@@ -1,4 +1,4 @@
-package tagmirror
+package endpoint
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package tagpin
+package keep
 
 import (
 	"context"

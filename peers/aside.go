@@ -1,0 +1,155 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// How long a peer is set aside after a failure, and after serving wrong bytes.
+var (
+	failedFor  = 30 * time.Second
+	corruptFor = 10 * time.Minute
+	// stallAfter switches to the next node when a transfer sends nothing this long.
+	stallAfter = 15 * time.Second
+)
+
+// health is what a node learnt of its peers, shared by its Sources.
+type health struct {
+	mu  sync.Mutex
+	bad map[string]time.Time // a peer set aside until then
+	// refusing are the peers refusing connections (a peer is taken out at its next
+	// connection).
+	refusing map[string]*refusal
+	// notPinning are the peers found not to pin an image (peer and root manifest).
+	notPinning map[[2]string]time.Time
+	// held are the peers' summaries of what their seeds hold (HeldPath); nil: none
+	// asked.
+	held *holdings
+	// busyTimes are how many times in a row each peer was set aside for being busy a
+	// whole busyWait, with no answer from it in between (setAsideBusy); busyUntil is
+	// when its last busy set-aside ends.
+	busyTimes map[string]int
+	busyUntil map[string]time.Time
+}
+
+// A peer refusing connections has nothing listening at its address: it is starting (nodes
+// boot, and imagepind restarts, seconds apart) or stopped. Leaving it at once would lay
+// the blobs' trees without it, and each node missing a different set of peers would
+// head, and fetch from the registry, blobs other nodes head: a refusing peer is asked
+// again every pinPoll while it has refused for less than startWait (counted from its
+// first refusal, so a stopped peer costs a node startWait once, not at each request),
+// and set aside as any failing peer after that.
+var startWait = 15 * time.Second
+
+// refusal is a peer refusing connections: since its first refusal, and when it was
+// last tried.
+type refusal struct{ since, tried time.Time }
+
+// starting tells whether err is node refusing a connection for less than startWait:
+// ask it again. Any other outcome of a request (ctx ending it aside) ends its refusing.
+func (s *Source) starting(ctx context.Context, node string, err error) bool {
+	refused := errors.Is(err, syscall.ECONNREFUSED)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !refused {
+		if ctx.Err() == nil {
+			delete(s.refusing, node)
+		}
+		return false
+	}
+	now := time.Now()
+	r := s.refusing[node]
+	if r == nil {
+		r = &refusal{since: now}
+		s.refusing[node] = r
+	}
+	r.tried = now
+	return now.Sub(r.since) < startWait
+}
+
+// refusedEvery is how often a peer refusing connections is tried: every pinPoll at
+// first, less often the longer it refuses (every 2 s from 7.5 s on), so that the peers
+// still starting cost each node a few refused connections a second in all.
+func refusedEvery(since time.Duration) time.Duration {
+	return min(pinPoll+since/5, 2*time.Second)
+}
+
+// probed is how long to wait before asking node, a peer refusing connections, again:
+// one request tries it each refusedEvery, the others wait for what it finds (0: ask now).
+func (s *Source) probed(node string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.refusing[node]
+	if r == nil || time.Since(r.since) >= startWait {
+		return 0
+	}
+	if wait := refusedEvery(time.Since(r.since)) - time.Since(r.tried); wait > 0 {
+		return wait
+	}
+	r.tried = time.Now()
+	return 0
+}
+
+// setAsideBusy sets node aside after it was busy for a whole busyWait (a manifest asked
+// of it again and again, or a blob's every ancestor): for failedFor the first time, and
+// twice as long each time it is found so again without answering anything in between,
+// up to busyAsideMax. A peer answering 503 for ever costs each asker a busy window a
+// few times an hour, not twice a minute. What counts is busy episodes, not requests:
+// every fetch under way when a peer is busy (a pre-load asks for many blobs at once)
+// finds it busy for its own window, and those found while its busy set-aside is in
+// force add nothing (one step, one log line, per episode).
+func (s *Source) setAsideBusy(node string) {
+	now := time.Now()
+	s.mu.Lock()
+	if now.Before(s.busyUntil[node]) && now.Before(s.bad[node]) {
+		s.mu.Unlock()
+		return
+	}
+	n := s.busyTimes[node]
+	s.busyTimes[node] = n + 1
+	d := busyAsideMax
+	if n < 16 {
+		d = min(failedFor<<n, busyAsideMax)
+	}
+	s.busyUntil[node] = now.Add(d)
+	s.mu.Unlock()
+	s.setAside(node, d, fmt.Errorf("busy for %s, %d times in a row: %w", busyWait, n+1, errBusy))
+}
+
+// answered notes that node answered a request (not busy): its busy set-asides start
+// again from failedFor.
+func (s *Source) answered(node string) {
+	s.mu.Lock()
+	delete(s.busyTimes, node)
+	delete(s.busyUntil, node)
+	s.mu.Unlock()
+}
+
+// setAside sets node aside for d, or for what is left of an earlier set-aside when that
+// is longer: a peer set aside for long (wrong bytes, busy again and again) is not taken
+// back early by a request of its that failed meanwhile.
+func (s *Source) setAside(node string, d time.Duration, why error) {
+	if node == self {
+		return
+	}
+	until := time.Now().Add(d)
+	s.mu.Lock()
+	if s.bad[node].After(until) {
+		until = s.bad[node]
+	} else {
+		s.bad[node] = until
+	}
+	s.mu.Unlock()
+	s.Log.WithError(why).WithField("peer", node).WithField("for", time.Until(until).Round(time.Second)).Warn("peers: setting a peer aside")
+}
+
+// isAside tells whether node is set aside now.
+func (s *Source) isAside(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return time.Now().Before(s.bad[node])
+}

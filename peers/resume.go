@@ -1,0 +1,244 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/imagepin/imagepin/mirror"
+)
+
+// Blob reads d, of size bytes (its descriptor's), down d's tree: from this node's
+// parent, else its parent's parent and so on (the head's turn is the registry), each
+// of them filling d the same way while it sends it, so that a blob crosses the
+// registry link once and each node uploads it to at most Fanout children while all
+// are up. It goes on from where it stopped with the next when one fails (plan). A peer
+// announcing another size is refused before anything is read, and one sending more
+// than size bytes ends the read; both are set aside as a peer sending wrong bytes is.
+func (s *Source) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
+	if size < 0 {
+		return nil, 0, fmt.Errorf("%s: no size known: %w", d, mirror.ErrSize)
+	}
+	r := &resumer{s: s, ctx: ctx, repo: repo, chain: chain, d: d, size: size, verifier: d.Verifier(),
+		plan: &plan{s: s, d: d, asked: map[string]bool{}}}
+	if err := r.next(); err != nil {
+		return nil, 0, err
+	}
+	return r, r.size, nil
+}
+
+// resumer reads a blob from one node after another.
+type resumer struct {
+	s     *Source
+	ctx   context.Context
+	repo  string
+	chain []digest.Digest
+	d     digest.Digest
+
+	plan     *plan  // who is left to ask
+	node     string // who is sending now
+	cur      io.ReadCloser
+	cancel   context.CancelFunc
+	stall    *time.Timer
+	size     int64 // the descriptor's: no sender goes past it
+	off      int64
+	senders  []string
+	verifier digest.Verifier
+	errs     []error
+}
+
+// next opens the next node that answers, at r.off.
+func (r *resumer) next() error {
+	r.closeCur()
+	for {
+		t, ok := r.plan.next(r.ctx)
+		if !ok {
+			break
+		}
+		node := t.node
+		ctx, cancel := context.WithCancel(r.ctx)
+		body, err := r.open(ctx, t)
+		if err != nil {
+			cancel()
+			switch {
+			case r.ctx.Err() != nil:
+				return r.ctx.Err()
+			case errors.Is(err, errBusy) && t.how == climbing:
+				r.plan.busyNow(node)
+			case node == self || errors.Is(err, errNotThere):
+			case errors.Is(err, mirror.ErrSize):
+				r.s.setAside(node, corruptFor, err)
+			default:
+				r.s.setAside(node, failedFor, err)
+			}
+			r.errs = append(r.errs, fmt.Errorf("%s: %w", name(node), err))
+			continue
+		}
+		r.node, r.cur, r.cancel = node, body, cancel
+		r.stall = time.AfterFunc(stallAfter, cancel)
+		r.senders = append(r.senders, node)
+		return nil
+	}
+	if r.ctx.Err() != nil {
+		return r.ctx.Err()
+	}
+	return fmt.Errorf("no node could send %s: %w", r.d, errors.Join(r.errs...))
+}
+
+// open is t's stream of the blob from r.off, refused when it announces another size
+// than the descriptor's.
+func (r *resumer) open(ctx context.Context, t turn) (io.ReadCloser, error) {
+	node := t.node
+	if node == self {
+		body, announced, err := r.s.Registry.Blob(ctx, r.repo, r.chain, r.d, r.size)
+		if err != nil {
+			return nil, err
+		}
+		if announced >= 0 && announced != r.size {
+			body.Close()
+			return nil, fmt.Errorf("announced %d bytes, the manifest gives %d: %w", announced, r.size, mirror.ErrSize)
+		}
+		if r.off > 0 {
+			// The registry is read from its first byte: skip what was read.
+			if _, err := io.CopyN(io.Discard, body, r.off); err != nil {
+				body.Close()
+				return nil, err
+			}
+		}
+		return body, nil
+	}
+	// Every byte came and the end did not (the sender was cut after its last byte): a
+	// range from r.off would be one past the end (416), so the blob is asked whole.
+	from := r.off
+	if from >= r.size {
+		from = 0
+	}
+	resp, err := r.s.ask(ctx, node, r.repo, "blobs", r.chain, r.d, from, t.how)
+	if err != nil {
+		return nil, err
+	}
+	whole := resp.StatusCode == http.StatusOK
+	want := r.size
+	if !whole {
+		want = r.size - r.off // a 206 from r.off
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength != want {
+		resp.Body.Close()
+		return nil, fmt.Errorf("announced %d bytes, the manifest gives %d: %w", resp.ContentLength, want, mirror.ErrSize)
+	}
+	if whole && r.off > 0 {
+		if _, err := io.CopyN(io.Discard, resp.Body, r.off); err != nil {
+			resp.Body.Close()
+			return nil, err
+		}
+	}
+	return resp.Body, nil
+}
+
+func name(node string) string {
+	if node == self {
+		return "registry"
+	}
+	return "peer " + node
+}
+
+func (r *resumer) closeCur() {
+	if r.cur != nil {
+		r.stall.Stop()
+		r.cur.Close()
+		r.cancel()
+		r.cur = nil
+	}
+}
+
+func (r *resumer) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		if r.cur == nil {
+			return 0, io.ErrUnexpectedEOF
+		}
+		n, err := r.read(p)
+		if errors.Is(err, mirror.ErrSize) {
+			err = fmt.Errorf("%s: %w", r.d, err)
+			if r.node != self {
+				r.s.setAside(r.node, corruptFor, err)
+			}
+			return 0, err
+		}
+		if n > 0 {
+			r.stall.Reset(stallAfter)
+			r.off += int64(n)
+			r.verifier.Write(p[:n])
+			if r.node != self {
+				r.s.Stats.FromPeers.Add(int64(n))
+			}
+		}
+		if err == io.EOF && r.size >= 0 && r.off < r.size {
+			err = io.ErrUnexpectedEOF
+		}
+		switch {
+		case err == io.EOF:
+			if !r.verifier.Verified() {
+				// Whoever sent bytes of this blob is suspect: set them aside, so the
+				// next request for it (the runtime's retry) goes elsewhere. Of two or
+				// more, one may be innocent: a node relaying a blob that turns out
+				// wrong cuts it (it never sends a whole wrong blob), and this node
+				// resumed elsewhere after the cut. Those are set aside for failedFor.
+				err = fmt.Errorf("%d bytes that do not match %s", r.off, r.d)
+				aside := corruptFor
+				if len(r.senders) > 1 {
+					aside = failedFor
+				}
+				for _, s := range r.senders {
+					r.s.setAside(s, aside, err)
+				}
+				return n, err
+			}
+			return n, io.EOF
+		case err != nil:
+			if r.ctx.Err() != nil {
+				return n, r.ctx.Err()
+			}
+			r.errs = append(r.errs, fmt.Errorf("%s: %w", name(r.node), err))
+			if r.node != self {
+				r.s.setAside(r.node, failedFor, err)
+			}
+			if nerr := r.next(); nerr != nil {
+				return n, nerr
+			}
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, nil
+	}
+}
+
+// read reads the current sender, never past r.size: once every byte came, only the
+// end may follow (a byte more is mirror.ErrSize).
+func (r *resumer) read(p []byte) (int, error) {
+	if left := r.size - r.off; left <= 0 {
+		var one [1]byte
+		n, err := r.cur.Read(one[:])
+		if n > 0 {
+			return 0, fmt.Errorf("sent more than the %d bytes the manifest gives: %w", r.size, mirror.ErrSize)
+		}
+		return 0, err
+	} else if left < int64(len(p)) {
+		p = p[:left]
+	}
+	return r.cur.Read(p)
+}
+
+func (r *resumer) Close() error {
+	r.closeCur()
+	return nil
+}

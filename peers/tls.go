@@ -1,0 +1,177 @@
+package peers
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+func pool(file, what string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate", what, file)
+	}
+	return p, nil
+}
+
+// caFile is a CA bundle read again when the file changes (its size or modification
+// time), so a rotated CA is taken at the next handshake as rotated certificates are. A
+// bundle that no longer reads or holds no certificate keeps the last good one.
+type caFile struct {
+	file, what string
+
+	mu      sync.Mutex
+	size    int64
+	modTime time.Time
+	pool    *x509.CertPool
+}
+
+func newCAFile(file, what string) (*caFile, error) {
+	c := &caFile{file: file, what: what}
+	if _, err := c.get(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// get is the bundle as the file holds it now.
+func (c *caFile) get() (*x509.CertPool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fi, err := os.Stat(c.file)
+	if err == nil && c.pool != nil && fi.Size() == c.size && fi.ModTime().Equal(c.modTime) {
+		return c.pool, nil
+	}
+	p, perr := pool(c.file, c.what)
+	switch {
+	case perr == nil && err == nil:
+		c.pool, c.size, c.modTime = p, fi.Size(), fi.ModTime()
+	case c.pool == nil:
+		if perr == nil {
+			perr = err
+		}
+		return nil, perr
+	}
+	return c.pool, nil
+}
+
+// keyPair loads a certificate and its key from one PEM file (as the kubelet keeps
+// kubelet-server-current.pem and kubelet-client-current.pem), again at each use: a
+// rotated certificate is picked up.
+func keyPair(file string) func() (*tls.Certificate, error) {
+	return func() (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(file, file)
+		return &c, err
+	}
+}
+
+// ServerTLS is the peers' listener: certFile (certificate and key, one PEM) and the
+// CA of the nodes' client certificates (the cluster's kubelet client CA). Both files are
+// read again when they change: each handshake uses the CA bundle the file holds then.
+func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
+	clients, err := newCAFile(clientCAFile, "peers.client_ca")
+	if err != nil {
+		return nil, err
+	}
+	load := keyPair(certFile)
+	if _, err := load(); err != nil {
+		return nil, fmt.Errorf("peers.cert %s: %w", certFile, err)
+	}
+	base := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		// HTTP/2: a peer's requests share one connection (see Client).
+		NextProtos:     []string{"h2", "http/1.1"},
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return load() },
+	}
+	base.ClientCAs, _ = clients.get()
+	cfg := base.Clone()
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool, err := clients.get()
+		if err != nil {
+			return nil, err
+		}
+		c := base.Clone()
+		c.ClientCAs = pool
+		return c, nil
+	}
+	return cfg, nil
+}
+
+// Client is the HTTPS client to peers: it presents clientCertFile (the node's client
+// certificate and key, one PEM) and trusts peers whose serving certificates caFile
+// signed. Both files are read again when they change: each connection verifies the peer
+// against the CA bundle the file holds then.
+//
+// It speaks HTTP/2 (HTTP/1.1 to a peer that does not): every request to a peer shares
+// one connection, however many blobs a node asks it for at once. Over HTTP/1.1 each
+// request in flight held a connection of its own, and a node following dozens of blobs
+// down their trees held hundreds of connections (and its peers as many), opened and
+// closed again as requests came and went.
+//
+// The Transport's DialContext makes the TCP connection under TLS (a test or bench may
+// wrap it to bound a node's link).
+func Client(clientCertFile, caFile string) (*http.Client, error) {
+	roots, err := newCAFile(caFile, "peers.ca")
+	if err != nil {
+		return nil, err
+	}
+	load := keyPair(clientCertFile)
+	if _, err := load(); err != nil {
+		return nil, fmt.Errorf("peers.client_cert %s: %w", clientCertFile, err)
+	}
+	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		DialContext:       dialer.DialContext,
+		ForceAttemptHTTP2: true,
+		// A peer that takes a request and sends nothing is left after stallAfter
+		// (Source.get: a 102 Processing counts, and a peer sends one every
+		// progressEvery while it works on its answer); one that keeps saying so, after
+		// answerWithin.
+		ResponseHeaderTimeout: answerWithin,
+		MaxIdleConnsPerHost:   4,
+		IdleConnTimeout:       90 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			// A peer that stops answering on a connection every request to it shares:
+			// pinged after 15 s of silence, dropped 15 s later.
+			SendPingTimeout: stallAfter,
+			PingTimeout:     stallAfter,
+		},
+	}
+	// The TLS dial is ours so that each connection takes the CA bundle of the moment.
+	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		pool, err := roots.get()
+		if err != nil {
+			return nil, err
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		raw, err := tr.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		conn := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host,
+			NextProtos:           []string{"h2", "http/1.1"},
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }})
+		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := conn.HandshakeContext(hctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		return conn, nil
+	}
+	return &http.Client{Transport: tr}, nil
+}

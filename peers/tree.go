@@ -1,0 +1,184 @@
+package peers
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// DefaultFanout is a Source's Fanout when none is set. Two: a blob streams down its
+// tree (each node serves its children while it arrives), so one blob reaches every
+// node in about the time of one copy at a node's upload rate divided by the fanout,
+// plus the tree's depth (log2 of the nodes) times a hop's latency; across the many
+// blobs of a set each node uploads about one copy of the set whatever the fanout.
+const DefaultFanout = 2
+
+func (s *Source) fanout() int {
+	if s.Fanout < 1 {
+		return DefaultFanout
+	}
+	return s.Fanout
+}
+
+// tree is key's rendezvous order of the nodes (this node among them) and this node's
+// position in it (the last when it serves no peers), the nodes set aside left out when
+// live.
+func (s *Source) tree(key digest.Digest, live bool) (order []string, pos int) {
+	var nodes []string
+	now := time.Now()
+	s.mu.Lock()
+	for _, n := range s.Nodes() {
+		if n != s.Self && (!live || !now.Before(s.bad[n])) && !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	s.mu.Unlock()
+	if s.Self != "" {
+		nodes = append(nodes, s.Self)
+	}
+	order = Order(key, nodes)
+	pos = len(order)
+	if s.Self != "" {
+		pos = slices.Index(order, s.Self)
+	}
+	return order, pos
+}
+
+// ancestors are this node's parent in key's tree, its parent's parent and so on to
+// the head, laid over the nodes not set aside: the node at position p of the order (0:
+// the head) has its parent at (p-1)/Fanout. Every one of them weighs more than this
+// node in key's order, whatever the peers each node knows: asking only them, and the
+// registry, no request ever comes back to a node that waits on it.
+func (s *Source) ancestors(key digest.Digest) []string {
+	order, p := s.tree(key, true)
+	k := s.fanout()
+	var out []string
+	for p > 0 {
+		p = (p - 1) / k
+		out = append(out, order[p])
+	}
+	return out
+}
+
+// turn is one node asked for a blob: a peer (self: the registry), asked how.
+type turn struct {
+	node string
+	how  asking
+}
+
+// plan is who to ask for a blob, one after another: this node's ancestors in the
+// blob's tree, nearest first (a busy one is left for the next at once; when all were
+// busy, all are asked again after pinPoll, for up to busyWait); then the nodes whose
+// seeds hold it (HeldPath) and are not set aside, for what they hold only; then the
+// registry; then, when the registry fails too (gone), the other nodes once each
+// (those set aside last, holders among them): those weighing more asked as ancestors
+// are, the others only for what they hold (storedOnly), so that a node joining with
+// the registry gone gets a blob from whoever has it.
+type plan struct {
+	s *Source
+	d digest.Digest
+
+	asked     map[string]bool
+	chain     []string // the ancestors left to ask in this pass
+	busy      []string // the ancestors busy in this pass
+	busySince time.Time
+	climbed   bool   // the registry's turn came
+	rest      []turn // after the registry
+}
+
+// next is the next turn, false when none is left.
+func (p *plan) next(ctx context.Context) (turn, bool) {
+	for !p.climbed {
+		for len(p.chain) > 0 {
+			n := p.chain[0]
+			p.chain = p.chain[1:]
+			if !p.asked[n] {
+				p.asked[n] = true
+				return turn{n, climbing}, true
+			}
+		}
+		// Whom the tree gives now: an ancestor set aside in this pass leaves the tree,
+		// and the nodes below it move up (a dead head's first child heads).
+		for _, n := range p.s.ancestors(p.d) {
+			if !p.asked[n] {
+				p.chain = append(p.chain, n)
+			}
+		}
+		if len(p.chain) > 0 {
+			continue
+		}
+		if len(p.busy) > 0 {
+			busy := p.busy
+			p.busy = nil
+			if time.Since(p.busySince) < busyWait {
+				select {
+				case <-ctx.Done():
+					return turn{}, false
+				case <-time.After(pinPoll):
+				}
+			} else {
+				for _, n := range busy {
+					p.s.setAsideBusy(n)
+				}
+			}
+			for _, n := range busy {
+				delete(p.asked, n)
+			}
+			continue
+		}
+		p.climbed = true
+		// The holders set aside are left to others (once, after the registry).
+		live, _ := p.s.holders(ctx, p.d)
+		for _, n := range live {
+			if !p.asked[n] {
+				p.rest = append(p.rest, turn{n, holding})
+			}
+		}
+		p.rest = append(p.rest, turn{self, once})
+		p.rest = append(p.rest, p.others()...)
+	}
+	for len(p.rest) > 0 {
+		t := p.rest[0]
+		p.rest = p.rest[1:]
+		if !p.asked[t.node] {
+			p.asked[t.node] = true
+			return t, true
+		}
+	}
+	return turn{}, false
+}
+
+// busyNow notes that node, an ancestor, was busy.
+func (p *plan) busyNow(node string) {
+	if len(p.busy) == 0 && p.busySince.IsZero() {
+		p.busySince = time.Now()
+	}
+	p.busy = append(p.busy, node)
+}
+
+// others are the nodes after the registry: in the blob's order, those set aside last;
+// a node weighing more is asked once, one weighing less for what it holds only.
+func (p *plan) others() []turn {
+	order, pos := p.s.tree(p.d, false)
+	now := time.Now()
+	var good, aside []turn
+	p.s.mu.Lock()
+	for i, n := range order {
+		if i == pos {
+			continue
+		}
+		t := turn{n, once}
+		if i > pos {
+			t.how = storedOnly
+		}
+		if now.Before(p.s.bad[n]) {
+			aside = append(aside, t)
+		} else {
+			good = append(good, t)
+		}
+	}
+	p.s.mu.Unlock()
+	return append(good, aside...)
+}
