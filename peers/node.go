@@ -82,8 +82,10 @@ type Node struct {
 	keep *keeper
 	// allow says which users' connections the loopback mirror answers (Serve).
 	allow func(uid int) bool
-	// holdings says which blobs of a pinned image the store holds (SetHoldings), for
-	// the node's held summary; nil: the summary names its seeds only.
+	// held is what the node holds of its pinned images, read off the agent's loop (Run).
+	held *heldCache
+	// holdings says which blobs of a pinned image the store holds, for the node's held
+	// summary: held, unless SetHoldings says otherwise.
 	holdings atomic.Pointer[Holdings]
 }
 
@@ -94,8 +96,8 @@ type Holdings interface {
 }
 
 // SetHoldings makes the node's held summary (HeldPath) name, besides its seeds, every
-// blob h says the store holds of the images the node pins: a node joining with the
-// registry gone asks those holders first. A no-op on a nil Node.
+// blob h says the store holds of the images the node pins, in place of the node's own
+// reading of its stores (ImageBlobs; a test's). A no-op on a nil Node.
 func (n *Node) SetHoldings(h Holdings) {
 	if n != nil {
 		n.holdings.Store(&h)
@@ -135,6 +137,9 @@ func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
 	n.keep = &keeper{mirror: n.mirror, pinned: n.pinnedRefs, isPinned: n.isPinned, wake: make(chan struct{}, 1),
 		pruneNow: n.wakePrune, log: log.WithField("part", "keep")}
 	n.keep.instance = func(index []byte) (digest.Digest, error) { return registry.Instance(index, platform) }
+	n.held = newHeldCache()
+	n.keep.passed = n.held.woken
+	n.SetHoldings(n)
 	return n
 }
 

@@ -109,13 +109,14 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 		return err
 	}
 	opts := wire.Options{
-		Peers:       peers,
-		Tags:        true,
-		TagsChanged: poke,
-		Version:     version,
-		Publish:     wire.DaemonPublish(cfg, notifier.Status, m, reporter, condition, peers, log),
-		Log:         log,
-		Observer:    m,
+		Peers:           peers,
+		Tags:            true,
+		TagsChanged:     poke,
+		HoldingsChanged: poke,
+		Version:         version,
+		Publish:         wire.DaemonPublish(cfg, notifier.Status, m, reporter, condition, peers, log),
+		Log:             log,
+		Observer:        m,
 		// WATCHDOG=1 only from the loop itself: a CRI-O outage slows no step for long
 		// (every call has a timeout), so it cannot get imagepind killed.
 		Alive:     notifier.Watchdog,
