@@ -70,7 +70,11 @@ func byDigest(blobs []status.Blob) []status.Blob {
 // blobHolders is the aggregator's count for set, or Unknown without an aggregator.
 func (a *Agent) blobHolders(set string) status.BlobHolders {
 	if a.deps.Holders == nil {
-		return status.HoldersUnknown("no aggregator counts them ([report] aggregator is not set)")
+		why := "no aggregator counts them ([report] aggregator is not set)"
+		if a.deps.Blobs == nil {
+			why += ", and this node shares none ([peers] is off): a node joining, or replacing this one, would need the registry"
+		}
+		return status.HoldersUnknown(why)
 	}
 	return a.deps.Holders.Holders(set)
 }

@@ -258,7 +258,7 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 		}
 	}
 	n := h.waitFor("Ready, the holders not counted", registry(status.Unknown, status.ReasonBlobHoldersUnknown))
-	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != "whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator yet" {
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != "whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator yet; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)" {
 		t.Fatalf("message %q", c.Message)
 	}
 	want := []status.ImageBlobs{
@@ -274,7 +274,7 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 	holders.set(short)
 	h.trigger()
 	n = h.waitFor("the blobs held by too few nodes", registry(status.False, status.ReasonBlobsNotHeld))
-	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != short.Why() ||
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasPrefix(c.Message, short.Why()+"; this node's own pods start") ||
 		!strings.Contains(c.Message, "sha256:"+strings.Repeat("3", 64)+" (7 B, of "+a+") is held by no node: any node joining, or replacing one of the 3 that pin the image, would fail") {
 		t.Fatalf("message %q", c.Message)
 	}
@@ -293,7 +293,20 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 	h.holders, h.noAggregator = nil, true
 	h.start() // without an aggregator: never True
 	n = h.waitFor("no aggregator", registry(status.Unknown, status.ReasonBlobHoldersUnknown))
-	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasSuffix(c.Message, "no aggregator counts them ([report] aggregator is not set)") {
+	own := "; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)"
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasSuffix(c.Message, "no aggregator counts them ([report] aggregator is not set)"+own) {
+		t.Fatalf("message %q", c.Message)
+	}
+
+	h.stop()
+	h.blobs = nil
+	h.start() // [peers] off too: joining nodes need the registry
+	n = h.waitFor("[peers] off, no aggregator", func(n status.Node) bool {
+		c := n.Set("apps").Condition(status.ConditionRegistryIndependent)
+		return registry(status.Unknown, status.ReasonBlobHoldersUnknown)(n) && strings.Contains(c.Message, "[peers] is off")
+	})
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasSuffix(c.Message,
+		"no aggregator counts them ([report] aggregator is not set), and this node shares none ([peers] is off): a node joining, or replacing this one, would need the registry"+own) {
 		t.Fatalf("message %q", c.Message)
 	}
 }

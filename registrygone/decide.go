@@ -171,6 +171,10 @@ func Decide(f Facts) Verdict {
 		return v
 	}
 	v.Message = strings.Join(v.Why, "; ")
+	if len(v.Why) == 1 && (v.Reason == status.ReasonBlobsNotHeld || v.Reason == status.ReasonBlobHoldersUnknown) {
+		// Only the cluster's count stands in the way: this node's own pods start.
+		v.Message += fmt.Sprintf("; this node's own pods start from its %d images with the registry gone (%s)", len(f.Images), v.Kubelet.Message)
+	}
 	return v
 }
 
