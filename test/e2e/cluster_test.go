@@ -322,11 +322,13 @@ func TestClusterLoop(t *testing.T) {
 		t.Fatalf("kubectl get row %v", row)
 	}
 	t.Logf("kubectl get pinnedimagesets: %v", row)
-	// The node says pods start from the set's images with the registry gone (its kubelet
-	// does not verify pre-loaded images): so does the object.
-	st = c.waitStatus("workers", "RegistryIndependent", 30*time.Second, func(st v1alpha1.Status) bool {
+	// The node's own pods would start from the set's images with the registry gone, but
+	// the one node shares no blob ([peers] off): a node joining would find none of them,
+	// and the aggregator says so (a sure False, not True).
+	st = c.waitStatus("workers", "RegistryIndependent False: BlobsNotHeld", 2*time.Minute, func(st v1alpha1.Status) bool {
 		r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent)
-		return r != nil && r.Status == metav1.ConditionTrue
+		return r != nil && r.Status == metav1.ConditionFalse && r.Reason == "BlobsNotHeld" &&
+			strings.Contains(r.Message, "pinned by no node that shares its blobs ([peers] on), so a node joining or replacing one would find none of their blobs")
 	})
 	t.Logf("RegistryIndependent: %+v", *meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent))
 
