@@ -335,7 +335,9 @@ func TestClusterLoop(t *testing.T) {
 	// A Node with no imagepind behind it: the set is not Ready, that node Unknown.
 	c.createNode("ghost-node", map[string]string{"node-role.kubernetes.io/worker": ""})
 	st = c.waitStatus("workers", "1/2 with the ghost Unknown", 30*time.Second, readyN(1, 2))
-	if r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent); r == nil || r.Status != metav1.ConditionFalse || r.Reason != "NotAllNodesReady" {
+	// The Ready node's own reason (its blobs shared by no node) goes before
+	// NotAllNodesReady.
+	if r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent); r == nil || r.Status != metav1.ConditionFalse || r.Reason != "BlobsNotHeld" {
 		t.Fatalf("RegistryIndependent with a node not Ready: %+v", r)
 	}
 	if st.UnknownNodes != 1 || len(st.FailingNodes) != 1 || st.FailingNodes[0].Node != "ghost-node" || st.FailingNodes[0].Reason != "NeverReported" {
