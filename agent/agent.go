@@ -155,6 +155,14 @@ type Deps struct {
 	// with another digest). Part of the status, so a seed, or a seed removed, is a change
 	// of it; the caller triggers a pass when the seeds change. nil: none.
 	Seeds func(pinned []string) (*status.Seeded, []string)
+	// Blobs says which blobs of each pinned image the node holds for its peers, for the
+	// aggregator's count of holders (status.Node.Blobs); nil: none ([peers] off). Whoever
+	// fills the store wakes the loop when that changes.
+	Blobs BlobHoldings
+	// Holders is the aggregator's count of the holders of every blob of a set's images:
+	// a set is RegistryIndependent only when each has status.MinBlobHolders. nil: no
+	// aggregator, and RegistryIndependent is never True.
+	Holders HolderCounts
 }
 
 // Agent is the reconcile loop; New builds it, Run runs it.

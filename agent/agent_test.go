@@ -70,6 +70,18 @@ type harness struct {
 	sourceSynced func() bool
 	// seeds is Deps.Seeds.
 	seeds func(pinned []string) (*status.Seeded, []string)
+	// blobs is Deps.Blobs; holders Deps.Holders (nil: every blob held twice, unless
+	// noAggregator).
+	blobs        BlobHoldings
+	holders      HolderCounts
+	noAggregator bool
+}
+
+// everyBlobHeld is an aggregator counting two holders of every blob of every set.
+type everyBlobHeld struct{}
+
+func (everyBlobHeld) Holders(string) status.BlobHolders {
+	return status.BlobHolders{Status: status.True, Images: 1, Blobs: 3}
 }
 
 func newHarness(t testing.TB) *harness {
@@ -120,6 +132,11 @@ func (h *harness) start() {
 
 		SourceSynced: h.sourceSynced,
 		Seeds:        h.seeds,
+		Blobs:        h.blobs,
+		Holders:      h.holders,
+	}
+	if h.holders == nil && !h.noAggregator {
+		deps.Holders = everyBlobHeld{}
 	}
 	p := &crio.Pinner{DropIn: h.dropIn, Live: h.rt, Reloader: h.rt}
 	if h.reloader != nil {

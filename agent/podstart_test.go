@@ -57,7 +57,7 @@ func TestRegistryCondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := pinset.Tag{Name: "reg.example/team/a:v2", Image: a}
-	images := registrygone.Facts{Images: refs}
+	images := registrygone.Facts{Images: refs, Holders: everyBlobHeld{}.Holders("")}
 	with := func(mod func(*registrygone.Facts)) registrygone.Facts {
 		f := images
 		mod(&f)
@@ -189,6 +189,126 @@ func TestAgentSaysWhenPodStartsNeedTheRegistry(t *testing.T) {
 	policy = kubelet.NeverVerify
 	mu.Unlock()
 	h.waitFor("RegistryIndependent after the policy changed", cond(status.True, status.ReasonPodsStartWithoutRegistry))
+}
+
+// fakeBlobs is the node's store as the agent asks it: which blobs of each image it
+// holds (held, by digest).
+type fakeBlobs struct {
+	mu   sync.Mutex
+	held map[string]bool
+}
+
+func (f *fakeBlobs) ImageBlobs(image string) ([]status.Blob, string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if strings.Contains(image, "/b@") {
+		return nil, "its manifest is not in the store yet"
+	}
+	// Given out of order and one twice: the agent sorts them, each once.
+	var out []status.Blob
+	for _, d := range []string{"sha256:" + strings.Repeat("3", 64), "sha256:" + strings.Repeat("1", 64), "sha256:" + strings.Repeat("3", 64)} {
+		out = append(out, status.Blob{Digest: d, Size: 7, Held: f.held[d]})
+	}
+	return out, ""
+}
+
+// fakeHolders is the aggregator's count, as the reporter keeps it.
+type fakeHolders struct {
+	mu    sync.Mutex
+	count status.BlobHolders
+}
+
+func (f *fakeHolders) Holders(string) status.BlobHolders {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.count
+}
+
+func (f *fakeHolders) set(h status.BlobHolders) {
+	f.mu.Lock()
+	f.count = h
+	f.mu.Unlock()
+}
+
+// The node's status carries each pinned image's blobs, which the store holds, and the
+// sets that pin it, for the aggregator to count; the set is RegistryIndependent only
+// when the aggregator counts two holders of every blob: False naming the blobs held by
+// fewer, Unknown without a count.
+func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
+	h := newHarness(t)
+	h.kubelet = func() (kubelet.Verification, error) {
+		return kubelet.NewVerification(kubelet.Config{FeatureGates: map[string]bool{kubelet.FeatureGate: true}}, kubelet.PullRecords{Enabled: true}, kubelet.Version{})
+	}
+	store := &fakeBlobs{held: map[string]bool{"sha256:" + strings.Repeat("1", 64): true}}
+	holders := &fakeHolders{count: status.HoldersUnknown("no answer from the aggregator yet")}
+	h.blobs, h.holders = store, holders
+	a, b := img("a", 1), img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("apps.yaml", setDoc("apps", a, b))
+	h.writeFile("more.yaml", setDoc("more", a))
+	registry := func(want, reason string) func(status.Node) bool {
+		return func(n status.Node) bool {
+			s := n.Set("apps")
+			if s == nil || s.Phase != status.Ready {
+				return false
+			}
+			c := s.Condition(status.ConditionRegistryIndependent)
+			return c != nil && c.Status == want && c.Reason == reason
+		}
+	}
+	n := h.waitFor("Ready, the holders not counted", registry(status.Unknown, status.ReasonBlobHoldersUnknown))
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != "whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator yet; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)" {
+		t.Fatalf("message %q", c.Message)
+	}
+	want := []status.ImageBlobs{
+		{Image: a, Sets: []string{"apps", "more"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("1", 64), Size: 7, Held: true}, {Digest: "sha256:" + strings.Repeat("3", 64), Size: 7}}},
+		{Image: b, Sets: []string{"apps"}, Unknown: "its manifest is not in the store yet"},
+	}
+	if fmt.Sprint(n.Blobs) != fmt.Sprint(want) {
+		t.Fatalf("blobs %+v; want %+v", n.Blobs, want)
+	}
+
+	short := status.BlobHolders{Status: status.False, Images: 2, Blobs: 2, ShortCount: 1, Short: []status.ShortBlob{
+		{Digest: "sha256:" + strings.Repeat("3", 64), Image: a, Size: 7, Pinners: 3}}}
+	holders.set(short)
+	h.trigger()
+	n = h.waitFor("the blobs held by too few nodes", registry(status.False, status.ReasonBlobsNotHeld))
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasPrefix(c.Message, short.Why()+"; this node's own pods start") ||
+		!strings.Contains(c.Message, "sha256:"+strings.Repeat("3", 64)+" (7 B, of "+a+") is held by no node: any node joining, or replacing one of the 3 that pin the image, would fail") {
+		t.Fatalf("message %q", c.Message)
+	}
+
+	holders.set(status.BlobHolders{Status: status.True, Images: 2, Blobs: 2})
+	store.mu.Lock()
+	store.held["sha256:"+strings.Repeat("3", 64)] = true
+	store.mu.Unlock()
+	h.trigger()
+	n = h.waitFor("every blob held twice", registry(status.True, status.ReasonPodsStartWithoutRegistry))
+	if !n.Blobs[0].Blobs[1].Held {
+		t.Fatalf("the store's new blob not reported: %+v", n.Blobs)
+	}
+
+	h.stop()
+	h.holders, h.noAggregator = nil, true
+	h.start() // without an aggregator: never True
+	n = h.waitFor("no aggregator", registry(status.Unknown, status.ReasonBlobHoldersUnknown))
+	own := "; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)"
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasSuffix(c.Message, "no aggregator counts them ([report] aggregator is not set)"+own) {
+		t.Fatalf("message %q", c.Message)
+	}
+
+	h.stop()
+	h.blobs = nil
+	h.start() // [peers] off too: joining nodes need the registry
+	n = h.waitFor("[peers] off, no aggregator", func(n status.Node) bool {
+		c := n.Set("apps").Condition(status.ConditionRegistryIndependent)
+		return registry(status.Unknown, status.ReasonBlobHoldersUnknown)(n) && strings.Contains(c.Message, "[peers] is off")
+	})
+	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasSuffix(c.Message,
+		"no aggregator counts them ([report] aggregator is not set), and this node shares none ([peers] is off): a node joining, or replacing this one, would need the registry"+own) {
+		t.Fatalf("message %q", c.Message)
+	}
 }
 
 // heldTags is a Deps.Tags whose Held is the func; it wants nothing and reports nothing.

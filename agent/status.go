@@ -25,6 +25,7 @@ func (a *Agent) publish(desired []pinset.Set) {
 		Sets:                  []status.Set{},
 		FileErrors:            a.in.fileErrors,
 		WaitingForClusterSync: a.in.waitingForSync,
+		Blobs:                 a.imageBlobs(desired),
 	}
 	n.Faults = append(n.Faults, a.in.inputFaults...)
 	if n.WaitingForClusterSync {
@@ -119,7 +120,7 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 	f.Release.Phase, f.Release.Reason, f.Release.Message, f.Release.Problem = a.rel.problem(s)
 
 	pinnedByRuntime := a.rt.support.PinnedField
-	rf := registrygone.Facts{Images: s.Images, Tags: s.Tags, Held: a.tagsHeld(s.Tags)}
+	rf := registrygone.Facts{Images: s.Images, Tags: s.Tags, Held: a.tagsHeld(s.Tags), Holders: a.blobHolders(s.Name)}
 	if !a.rt.up() {
 		rf.RuntimeErr = a.rt.err
 		if rf.RuntimeErr == nil {

@@ -27,6 +27,10 @@ const (
 	// ReasonTagsNotHeld: every set is Ready, but the runtime does not hold every tag the
 	// sets pin yet: a pod naming such a tag would pull it.
 	ReasonTagsNotHeld = "TagsNotHeld"
+	// ReasonBlobsNotHeld: every set is Ready and its pods start without the registry,
+	// but blobs of its images are held by fewer than status.MinBlobHolders nodes (or
+	// cannot be counted): a node joining or replacing one would need the registry.
+	ReasonBlobsNotHeld = status.ReasonBlobsNotHeld
 )
 
 // Mode is what True asks of each set.
@@ -54,12 +58,14 @@ const maxNamed = 10
 // first lists yet): nothing is written then.
 // Which fact wins: a Failed set (Degraded), then sets not Ready, then pinned tags the
 // runtime does not hold yet, then (in RegistryIndependent mode) sets pods would still
-// need the registry for (pinned tags that are not pre-loaded at all among them).
+// need the registry for (pinned tags that are not pre-loaded at all among them), then
+// sets whose blobs too few nodes hold for a node to join or be replaced.
 func Compute(n status.Node, mode Mode) (Condition, bool) {
 	if n.WaitingForClusterSync {
 		return Condition{}, false
 	}
-	var failed, pending, dependent []string
+	var failed, pending, dependent, stranded []string
+	var firstStranded string // the first such set's words: which blobs, who would fail to join
 	for _, s := range n.Sets {
 		switch {
 		case s.Phase == status.Failed:
@@ -67,14 +73,23 @@ func Compute(n status.Node, mode Mode) (Condition, bool) {
 		case s.Phase != status.Ready:
 			pending = append(pending, describe(s))
 		case mode == RegistryIndependent:
-			if c := s.Condition(status.ConditionRegistryIndependent); c == nil || c.Status != status.True {
-				why := "not reported"
-				if c != nil {
-					why = c.Reason
+			c := s.Condition(status.ConditionRegistryIndependent)
+			switch {
+			case c != nil && c.Status == status.True:
+			case c != nil && (c.Reason == status.ReasonBlobsNotHeld || c.Reason == status.ReasonBlobHoldersUnknown):
+				stranded = append(stranded, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
+				if firstStranded == "" { // sets come sorted by name
+					firstStranded = s.Name + ": " + c.Message
 				}
-				dependent = append(dependent, fmt.Sprintf("%s (%s)", s.Name, why))
+			case c == nil:
+				dependent = append(dependent, fmt.Sprintf("%s (not reported)", s.Name))
+			default:
+				dependent = append(dependent, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
 			}
 		}
+	}
+	if len(dependent) > 0 {
+		dependent = append(dependent, stranded...)
 	}
 	switch {
 	case len(failed) > 0:
@@ -96,6 +111,10 @@ func Compute(n status.Node, mode Mode) (Condition, bool) {
 	case len(dependent) > 0:
 		return Condition{Status: status.False, Reason: ReasonRegistryDependent,
 			Message: "sets Ready, but pods would need the registry to start from their images: " + list(dependent)}, true
+	case len(stranded) > 0:
+		return Condition{Status: status.False, Reason: ReasonBlobsNotHeld,
+			Message: fmt.Sprintf("sets Ready, but a node joining or replacing one would need the registry: blobs of their images are not held by %d nodes: %s; %s",
+				status.MinBlobHolders, list(stranded), firstStranded)}, true
 	case len(n.Sets) == 0:
 		return Condition{Status: status.True, Reason: ReasonAllSetsReady, Message: "no PinnedImageSet targets this node"}, true
 	}

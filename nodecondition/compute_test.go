@@ -19,7 +19,16 @@ func set(name string, phase status.Phase, registry string) status.Set {
 	return s
 }
 
-// Which fact wins: not synced (nothing written), Failed, not Ready, registry dependent.
+// stranded is a Ready set whose pods start without the registry but whose blobs too few
+// nodes hold (or cannot be counted), in the words of its RegistryIndependent.
+func stranded(name, reason, message string) status.Set {
+	s := set(name, status.Ready, "")
+	s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: reason, Message: message})
+	return s
+}
+
+// Which fact wins: not synced (nothing written), Failed, not Ready, registry dependent,
+// blobs held by too few nodes.
 func TestCompute(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -60,6 +69,18 @@ func TestCompute(t *testing.T) {
 			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"3 pinned tags (not pre-loaded on this node)"}},
 		{name: "sets not ready beat tags", node: status.Node{Sets: []status.Set{set("a", status.Pulling, "")}, Tags: &status.Tags{Pinned: 3, Kept: true}},
 			ok: true, status: status.False, reason: ReasonSetsNotReady},
+		{name: "blobs held by too few nodes", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{
+			stranded("a", status.ReasonBlobsNotHeld, "1 of the 9 blobs of the images are held by fewer than 2 nodes (…): sha256:1… is held by w1 only: a node replacing w1 would fail"),
+			stranded("b", status.ReasonBlobHoldersUnknown, "whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator yet"),
+			set("c", status.Ready, status.True)}},
+			ok: true, status: status.False, reason: ReasonBlobsNotHeld, contains: []string{
+				"sets Ready, but a node joining or replacing one would need the registry: blobs of their images are not held by 2 nodes: a (BlobsNotHeld), b (BlobHoldersUnknown); " +
+					"a: 1 of the 9 blobs of the images are held by fewer than 2 nodes (…): sha256:1… is held by w1 only: a node replacing w1 would fail"}},
+		{name: "blobs held by too few nodes ignored in Ready mode", node: status.Node{Sets: []status.Set{stranded("a", status.ReasonBlobsNotHeld, "")}},
+			ok: true, status: status.True, reason: ReasonAllSetsReady},
+		{name: "registry dependent beats blobs held by too few nodes", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{
+			stranded("a", status.ReasonBlobsNotHeld, "held by w1 only"), set("b", status.Ready, status.False)}},
+			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"pods would need the registry to start from their images: a (BlobsNotHeld), b (CredentialVerification)"}},
 		{name: "not ready beats registry dependent", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{set("a", status.Ready, status.False), set("b", status.Pulling, "")}},
 			ok: true, status: status.False, reason: ReasonSetsNotReady},
 	} {

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -19,18 +20,19 @@ import (
 	"github.com/imagepin/imagepin/seed"
 )
 
-// HeldPath is where a node tells its peers what its seeds hold: the digests of every
-// manifest and blob of its complete seeds (package seed), as JSON, with an ETag. A node
-// that holds no seed answers an empty list.
+// HeldPath is where a node tells its peers what it holds: the digests of every
+// manifest and blob its store can serve them (of the images it pins: Server.Held) and of
+// its complete seeds (package seed), as JSON, with an ETag. A node that holds nothing
+// answers an empty list.
 //
-// It is how one seeded node serves a whole cluster with no registry anywhere: a node
-// about to ask the registry for a digest (the head of a blob's tree, or any node for a
-// manifest) asks a node whose summary names it first, for what it holds only. Every
-// other node gets the blob down the tree from the head as with a registry, so a blob
-// costs each node one request, not one per peer in turn. A summary is fetched once
-// per peer and asked again (If-None-Match) after heldFor, when it is wanted; it is
-// not trusted beyond saying whom to ask first: what a holder sends is checked against
-// its digest as what any peer sends is.
+// It is how one node serves a whole cluster with the registry gone: a node about to ask
+// the registry for a digest (the head of a blob's tree, or any node for a manifest) asks
+// a node whose summary names it first, for what it holds only. Every other node gets the
+// blob down the tree from the head as with a registry, so a blob costs each node one
+// request, not one per peer in turn. A summary is fetched once per peer and asked again
+// (If-None-Match) after heldFor, when it is wanted; it is not trusted beyond saying whom
+// to ask first: what a holder sends is checked against its digest as what any peer
+// sends is.
 const HeldPath = "/imagepin/v1/held"
 
 // heldSummary is HeldPath's body.
@@ -42,10 +44,21 @@ type heldSummary struct {
 // manifests and blobs).
 const maxHeld = 80 << 20
 
-// heldServer serves this node's summary, read again from the seed records when their
-// directory changed (a record written, renamed or removed) or a minute passed.
+// HeldFunc says what the node's store can serve its peers of the images it pins: the
+// digests of their manifests and blobs it holds.
+type HeldFunc func(context.Context) ([]digest.Digest, error)
+
+// heldRebuild is how often a node's summary is made again from its store: a fill
+// changes what it holds, so the summary, and its ETag, change at most this often.
+var heldRebuild = 10 * time.Second
+
+// heldServer serves this node's summary, made again when the seed records' directory
+// changed (a record written, renamed or removed) or heldRebuild passed.
 type heldServer struct {
 	dir string // "": no seeds
+	// pinned is what the store holds of the images the node pins (nil: nothing but
+	// seeds).
+	pinned HeldFunc
 
 	mu    sync.Mutex
 	mtime time.Time
@@ -56,7 +69,7 @@ type heldServer struct {
 }
 
 func (h *heldServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, etag, err := h.summary()
+	body, etag, err := h.summary(r.Context())
 	if err != nil {
 		// An unreadable record: a peer asks the registry and the tree as without it.
 		http.Error(w, "the seed records cannot be read", http.StatusServiceUnavailable)
@@ -71,7 +84,7 @@ func (h *heldServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Write(body)
 }
 
-func (h *heldServer) summary() ([]byte, string, error) {
+func (h *heldServer) summary(ctx context.Context) ([]byte, string, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var mtime time.Time
@@ -80,7 +93,7 @@ func (h *heldServer) summary() ([]byte, string, error) {
 			mtime = fi.ModTime()
 		}
 	}
-	if h.body != nil && mtime.Equal(h.mtime) && time.Since(h.at) < time.Minute {
+	if h.body != nil && mtime.Equal(h.mtime) && time.Since(h.at) < heldRebuild {
 		return h.body, h.etag, h.err
 	}
 	h.mtime, h.at = mtime, time.Now()
@@ -88,10 +101,18 @@ func (h *heldServer) summary() ([]byte, string, error) {
 	if h.dir != "" {
 		ds, h.err = seed.Held(h.dir)
 	}
+	if h.pinned != nil {
+		// A store that cannot say leaves the seeds: the summary is a hint, and a peer
+		// finds what it lacks down the blob's tree.
+		if more, err := h.pinned(ctx); err == nil {
+			ds = append(ds, more...)
+		}
+	}
 	if ds == nil {
 		ds = []digest.Digest{}
 	}
 	slices.Sort(ds)
+	ds = slices.Compact(ds)
 	h.body, _ = json.Marshal(heldSummary{Digests: ds})
 	sum := sha256.Sum256(h.body)
 	h.etag = `"` + hex.EncodeToString(sum[:8]) + `"`
@@ -120,9 +141,36 @@ type holdings struct {
 // summary is one peer's summary.
 type summary struct {
 	etag string
-	has  map[digest.Digest]bool
+	has  digestSet
 	at   time.Time     // when fetched (or failed)
 	done chan struct{} // open while a fetch runs
+}
+
+// digestSet is a summary's digests kept small: the first 16 bytes of the SHA-256 of
+// each, sorted. A peer's summary of 5,000 blobs costs 80 KB here (a map of the digests
+// would cost half a megabyte), and a node keeps one for each peer it asked. Two
+// digests sharing those bytes would cost one request for nothing.
+type digestSet [][16]byte
+
+func newDigestSet(ds []digest.Digest) digestSet {
+	set := make(digestSet, 0, len(ds))
+	for _, d := range ds {
+		set = append(set, digestKey(d))
+	}
+	slices.SortFunc(set, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+	return slices.Compact(set)
+}
+
+func digestKey(d digest.Digest) [16]byte {
+	sum := sha256.Sum256([]byte(d))
+	return [16]byte(sum[:16])
+}
+
+// contains says whether d is in the set.
+func (s digestSet) contains(d digest.Digest) bool {
+	k := digestKey(d)
+	_, ok := slices.BinarySearchFunc(s, k, func(a, b [16]byte) int { return bytes.Compare(a[:], b[:]) })
+	return ok
 }
 
 func newHoldings(client *http.Client, log logrus.FieldLogger) *holdings {
@@ -177,7 +225,7 @@ wait:
 	var out []string
 	h.mu.Lock()
 	for _, n := range Order(d, nodes) {
-		if s := h.by[n]; s != nil && s.has[d] {
+		if s := h.by[n]; s != nil && s.has.contains(d) {
 			out = append(out, n)
 		}
 	}
@@ -206,7 +254,7 @@ func (h *holdings) fetch(node string, s *summary, etag string) {
 }
 
 // get is node's summary: nil and etag when it did not change.
-func (h *holdings) get(ctx context.Context, node, etag string) (map[digest.Digest]bool, string, error) {
+func (h *holdings) get(ctx context.Context, node, etag string) (digestSet, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+node+HeldPath, nil)
 	if err != nil {
 		return nil, "", err
@@ -231,11 +279,11 @@ func (h *holdings) get(ctx context.Context, node, etag string) (map[digest.Diges
 	if err := dec.Decode(&sum); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", HeldPath, err)
 	}
-	has := make(map[digest.Digest]bool, len(sum.Digests))
+	good := sum.Digests[:0]
 	for _, d := range sum.Digests {
 		if d.Validate() == nil {
-			has[d] = true
+			good = append(good, d)
 		}
 	}
-	return has, resp.Header.Get("ETag"), nil
+	return newDigestSet(good), resp.Header.Get("ETag"), nil
 }

@@ -21,8 +21,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
 
+	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/seed"
+	"github.com/imagepin/imagepin/status"
 )
 
 // seedNode seeds img on c's node i, as imagepinctl seed does.
@@ -193,7 +196,7 @@ func TestHeldSummary(t *testing.T) {
 	ctx := context.Background()
 	asker := c.nodes[1].src.held
 	peer := c.nodes[0].addr
-	get := func(etag string) (map[digest.Digest]bool, string) {
+	get := func(etag string) (digestSet, string) {
 		t.Helper()
 		has, tag, err := asker.get(ctx, peer, etag)
 		if err != nil {
@@ -214,7 +217,7 @@ func TestHeldSummary(t *testing.T) {
 		t.Fatalf("after a seed: %d digests (etag %q), want %d and a new etag", len(has), tag2, len(reg.blobs)+1)
 	}
 	for d := range reg.blobs {
-		if !has[d] {
+		if !has.contains(d) {
 			t.Fatalf("the summary lacks %s", d)
 		}
 	}
@@ -276,5 +279,65 @@ func BenchmarkSeededCluster(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// storeHoldings is a store's account of the blobs it holds, by image.
+type storeHoldings map[string][]status.Blob
+
+func (s storeHoldings) ImageBlobs(image string) ([]status.Blob, string) { return s[image], "" }
+
+// A node's summary names what its store holds of the images it pins, not only its
+// seeds: the blobs held, not those it lacks, nor those of an image it does not pin (a
+// peer asking for them would be told so, and wait). A fill shows in the summary (and
+// its ETag) once it is made again; a summary read back costs 16 bytes a digest.
+func TestHeldSummaryNamesWhatTheStoreHolds(t *testing.T) {
+	store, err := blobstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := New(Config{}, store, logrus.New())
+	d := func(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+	app, other := "reg.example/a@"+d("a"), "reg.example/o@"+d("b")
+	pinned := map[string]bool{app: true}
+	n.pinned.Store(&pinned)
+	holds := storeHoldings{
+		app:   {{Digest: d("a"), Held: true}, {Digest: d("1"), Held: true}, {Digest: d("2")}},
+		other: {{Digest: d("b"), Held: true}, {Digest: d("3"), Held: true}},
+	}
+	n.SetHoldings(holds)
+	h := &heldServer{pinned: n.heldDigests}
+	serve := func(etag string) (int, heldSummary, string) {
+		t.Helper()
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, HeldPath, nil)
+		r.Header.Set("If-None-Match", etag)
+		h.ServeHTTP(w, r)
+		var sum heldSummary
+		if w.Code == http.StatusOK {
+			if err := json.Unmarshal(w.Body.Bytes(), &sum); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return w.Code, sum, w.Header().Get("ETag")
+	}
+	code, sum, etag := serve("")
+	if code != http.StatusOK || fmt.Sprint(sum.Digests) != fmt.Sprint([]string{d("1"), d("a")}) {
+		t.Fatalf("%d %v; want the pinned image's manifest and the layer held", code, sum.Digests)
+	}
+	if set := newDigestSet(sum.Digests); !set.contains(digest.Digest(d("1"))) || set.contains(digest.Digest(d("2"))) || len(set) != 2 {
+		t.Fatalf("read back: %v", set)
+	}
+
+	holds[app][2].Held = true // a fill
+	if code, _, _ := serve(etag); code != http.StatusNotModified {
+		t.Fatalf("within heldRebuild: %d, want the summary as it was", code)
+	}
+	h.mu.Lock()
+	h.at = h.at.Add(-heldRebuild)
+	h.mu.Unlock()
+	code, sum, etag2 := serve(etag)
+	if code != http.StatusOK || etag2 == etag || len(sum.Digests) != 3 {
+		t.Fatalf("after a fill: %d %v (etag %s, was %s)", code, sum.Digests, etag2, etag)
 	}
 }

@@ -40,7 +40,10 @@ type keeper struct {
 	// wake is signalled when the pinned set changed; pruneNow wakes the store's prune.
 	wake     chan struct{}
 	pruneNow func()
-	log      logrus.FieldLogger
+	// passed is called after each pass (nil: nothing): what the node holds is read
+	// again.
+	passed func()
+	log    logrus.FieldLogger
 }
 
 // How the keeper paces itself (variables for tests).
@@ -74,6 +77,9 @@ func (k *keeper) run(ctx context.Context) {
 		case <-timer.C:
 		}
 		err := k.pass(ctx)
+		if k.passed != nil {
+			k.passed()
+		}
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -82,6 +82,44 @@ type Node struct {
 	keep *keeper
 	// allow says which users' connections the loopback mirror answers (Serve).
 	allow func(uid int) bool
+	// held is what the node holds of its pinned images, read off the agent's loop (Run).
+	held *heldCache
+	// holdings says which blobs of a pinned image the store holds, for the node's held
+	// summary: held, unless SetHoldings says otherwise.
+	holdings atomic.Pointer[Holdings]
+}
+
+// Holdings says which blobs of a pinned image (repo@sha256:…) the node's store holds
+// and serves to peers: its manifests, config and layers, each Held or not.
+type Holdings interface {
+	ImageBlobs(image string) (blobs []status.Blob, why string)
+}
+
+// SetHoldings makes the node's held summary (HeldPath) name, besides its seeds, every
+// blob h says the store holds of the images the node pins, in place of the node's own
+// reading of its stores (ImageBlobs; a test's). A no-op on a nil Node.
+func (n *Node) SetHoldings(h Holdings) {
+	if n != nil {
+		n.holdings.Store(&h)
+	}
+}
+
+// heldDigests are the digests the store holds of the pinned images (SetHoldings).
+func (n *Node) heldDigests(context.Context) ([]digest.Digest, error) {
+	h := n.holdings.Load()
+	if h == nil {
+		return nil, nil
+	}
+	var out []digest.Digest
+	for ref := range *n.pinned.Load() {
+		blobs, _ := (*h).ImageBlobs(ref)
+		for _, b := range blobs {
+			if d, err := digest.Parse(b.Digest); err == nil && b.Held {
+				out = append(out, d)
+			}
+		}
+	}
+	return out, nil
 }
 
 // New builds the node's mirror over store, serving nothing until Pinner's writes tell
@@ -99,6 +137,9 @@ func New(cfg Config, store *blobstore.Store, log logrus.FieldLogger) *Node {
 	n.keep = &keeper{mirror: n.mirror, pinned: n.pinnedRefs, isPinned: n.isPinned, wake: make(chan struct{}, 1),
 		pruneNow: n.wakePrune, log: log.WithField("part", "keep")}
 	n.keep.instance = func(index []byte) (digest.Digest, error) { return registry.Instance(index, platform) }
+	n.held = newHeldCache()
+	n.keep.passed = n.held.woken
+	n.SetHoldings(n)
 	return n
 }
 
@@ -165,7 +206,7 @@ func (n *Node) share(reg mirror.Source) error {
 	src.Fanout = n.cfg.Fanout
 	n.local = n.mirror.Handler(src, &n.Served)
 	n.keep.src = src
-	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir,
+	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir, Held: n.heldDigests,
 		MaxServing: n.cfg.MaxServing, BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
 	n.serverTLS = serverTLS
 	log.WithField("address", n.cfg.Address).WithField("peers", len(n.cfg.Nodes)).Info("[peers] sharing pinned images with other nodes")

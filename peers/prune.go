@@ -29,6 +29,7 @@ func (n *Node) setPinned(refs []string) {
 	if !maps.Equal(*old, m) {
 		n.wakePrune()
 		n.keep.woken()
+		n.held.woken()
 	}
 }
 
@@ -51,7 +52,8 @@ var settleAfterFill = 5 * time.Second
 // and every minute. First, the ingests no fill holds (what a kill -9 or a reboot left
 // half written) go: a node that pins nothing after a restart never prunes. Beside the
 // prune, the keeper puts in the store every blob of a pinned image that the node holds
-// nowhere (keep.go).
+// nowhere (keep.go), and what the node holds of its pinned images is read again after
+// each keeper pass, each change of the pins and every 10 s (ImageBlobs, holdings.go).
 func (n *Node) Run(ctx context.Context) error {
 	n.releaseIngests(ctx)
 	kept := make(chan struct{})
@@ -60,6 +62,12 @@ func (n *Node) Run(ctx context.Context) error {
 		n.keep.run(ctx)
 	}()
 	defer func() { <-kept }()
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		n.held.run(ctx, n.Holdings)
+	}()
+	defer func() { <-read }()
 	var tick, settled <-chan time.Time
 	if n.filled != nil {
 		t := time.NewTicker(time.Minute)

@@ -37,8 +37,10 @@ import (
 type Server struct {
 	Mirror http.Handler // the mirror's handler for peers (chained, filling from the registry)
 	// SeedsDir holds the node's seed records: what they name is the node's answer at
-	// HeldPath ("": it holds no seed).
+	// HeldPath ("": it holds no seed), with what Held says the store holds of the
+	// images the node pins (nil: nothing more).
 	SeedsDir       string
+	Held           HeldFunc
 	MaxServing     int
 	BytesPerSecond int64
 	Stats          *Stats
@@ -81,7 +83,7 @@ func (s *Server) init() {
 		s.slots = make(chan struct{}, max(s.MaxServing, 1))
 		s.manifestSlots = make(chan struct{}, max(s.MaxServing, 1))
 		s.serving = map[string]*slot{}
-		s.held = &heldServer{dir: s.SeedsDir}
+		s.held = &heldServer{dir: s.SeedsDir, pinned: s.Held}
 		if s.BytesPerSecond > 0 {
 			s.limiter = rate.NewLimiter(rate.Limit(s.BytesPerSecond), burst)
 		}

@@ -37,6 +37,10 @@ type Facts struct {
 	// ListImages, cri.Client.ImageNames): the kubelet keys its pull records by the ID
 	// the runtime gives for the pod's image name.
 	IDs map[string]string
+	// Holders is the cluster's count of the holders of every blob of the images (the
+	// aggregator's answer): a node joining, or replacing one, with the registry gone gets
+	// them from its peers. Its Status "" or Unknown: it cannot be had (Unknown says why).
+	Holders status.BlobHolders
 }
 
 // Verdict is the answer.
@@ -74,10 +78,12 @@ const maxNamed = 5
 // Decide is the verdict from the facts, a pure function. Every obstacle is listed in
 // Why; the reason is the first sure one in this order (False): images not present and
 // pinned (NotReady), pinned tags not held (TagsNotHeld), the kubelet going to the
-// registry (CredentialVerification); else the first that cannot be told (Unknown): the
-// runtime not answering (RuntimeUnavailable), the kubelet not read yet
+// registry (CredentialVerification), blobs of the images held by fewer than
+// status.MinBlobHolders nodes (BlobsNotHeld); else the first that cannot be told
+// (Unknown): the runtime not answering (RuntimeUnavailable), the kubelet not read yet
 // (CheckingKubelet), its files unreadable (KubeletConfigUnreadable), its verification
-// undecided for some image (CredentialVerification).
+// undecided for some image (CredentialVerification), the blobs' holders not counted
+// (BlobHoldersUnknown). Never True without the cluster's count of holders.
 func Decide(f Facts) Verdict {
 	var v Verdict
 	var sure, unsure string // the first reason of each kind
@@ -140,6 +146,15 @@ func Decide(f Facts) Verdict {
 		}
 	}
 
+	// The cluster: every blob of the images held by enough nodes for one to be lost.
+	switch f.Holders.Status {
+	case status.True:
+	case status.False:
+		add(true, status.ReasonBlobsNotHeld, f.Holders.Why())
+	default:
+		add(false, status.ReasonBlobHoldersUnknown, f.Holders.Why())
+	}
+
 	switch {
 	case sure != "":
 		v.Status, v.Reason = status.False, sure
@@ -152,9 +167,14 @@ func Decide(f Facts) Verdict {
 			v.Message += fmt.Sprintf(", %d pinned tags held as their pinned digests", len(f.Tags))
 		}
 		v.Message += "; " + v.Kubelet.Message
+		v.Message += fmt.Sprintf("; each of the %d blobs of the images held by at least %d nodes", f.Holders.Blobs, status.MinBlobHolders)
 		return v
 	}
 	v.Message = strings.Join(v.Why, "; ")
+	if len(v.Why) == 1 && (v.Reason == status.ReasonBlobsNotHeld || v.Reason == status.ReasonBlobHoldersUnknown) {
+		// Only the cluster's count stands in the way: this node's own pods start.
+		v.Message += fmt.Sprintf("; this node's own pods start from its %d images with the registry gone (%s)", len(f.Images), v.Kubelet.Message)
+	}
 	return v
 }
 

@@ -33,21 +33,37 @@ func verification(t *testing.T, policy string, gate bool) kubelet.Verification {
 	return v
 }
 
-// Every reason, and which fact wins: a sure False (images, then tags, then the kubelet)
-// before an Unknown (the runtime, then the kubelet not read, unreadable, undecided).
-// Every obstacle is listed whatever wins.
+// The aggregator's count: every blob of the images held by two nodes.
+var held = status.BlobHolders{Status: status.True, Images: 2, Blobs: 7}
+
+// Two blobs held by fewer than two nodes: one by none, one by node-a alone.
+var (
+	short = status.BlobHolders{Status: status.False, Images: 2, Blobs: 7, ShortCount: 2, Short: []status.ShortBlob{
+		{Digest: "sha256:" + strings.Repeat("e", 64), Image: a, Size: 3 << 20, Pinners: 3},
+		{Digest: "sha256:" + strings.Repeat("f", 64), Image: b, Size: 2048, Holders: []string{"node-a"}, Pinners: 3},
+	}}
+	shortWhy = "2 of the 7 blobs of the images are held by fewer than 2 nodes (with the registry gone, a node joining or replacing one gets every blob from its peers): " +
+		"sha256:" + strings.Repeat("e", 64) + " (3.0 MiB, of " + a + ") is held by no node: any node joining, or replacing one of the 3 that pin the image, would fail; " +
+		"sha256:" + strings.Repeat("f", 64) + " (2.0 KiB, of " + b + ") is held by node-a only: a node replacing node-a would fail, and any node joining once node-a is gone"
+)
+
+// Every reason, and which fact wins: a sure False (images, then tags, then the kubelet,
+// then the blobs' holders) before an Unknown (the runtime, then the kubelet not read,
+// unreadable, undecided, then the holders not counted). Every obstacle is listed
+// whatever wins.
 func TestDecide(t *testing.T) {
 	preloaded := verification(t, kubelet.NeverVerifyPreloadedImages, true)
 	always := verification(t, kubelet.AlwaysVerify, true)
 	alwaysGateUnknown := verification(t, kubelet.AlwaysVerify, false)
 	ready := func(mod func(*Facts)) Facts {
-		f := Facts{Images: []string{a, b}, KubeletRead: true, Verification: preloaded, IDs: map[string]string{a: "id-a", b: "id-b"}}
+		f := Facts{Images: []string{a, b}, KubeletRead: true, Verification: preloaded, IDs: map[string]string{a: "id-a", b: "id-b"}, Holders: held}
 		if mod != nil {
 			mod(&f)
 		}
 		return f
 	}
 	down := errors.New("connection refused")
+	noAnswer := status.HoldersUnknown("no answer from the aggregator for 1m30s")
 	notHeld := "1 of 1 pinned tags are not held by the runtime as their pinned digests: reg.example/team/a:v2 (pods naming them would need the registry)"
 	for _, c := range []struct {
 		name           string
@@ -58,6 +74,8 @@ func TestDecide(t *testing.T) {
 	}{
 		{name: "every image present and pinned, default policy", f: ready(nil), status: status.True, reason: status.ReasonPodsStartWithoutRegistry,
 			msg: "2 images present and pinned; imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images"},
+		{name: "every blob held by 2 nodes", f: ready(nil), status: status.True, reason: status.ReasonPodsStartWithoutRegistry,
+			msg: "; each of the 7 blobs of the images held by at least 2 nodes"},
 		{name: "tags held", f: ready(func(f *Facts) { f.Tags, f.Held = []pinset.Tag{tagA}, map[string]bool{tagA.Name: true} }),
 			status: status.True, reason: status.ReasonPodsStartWithoutRegistry, msg: "2 images present and pinned, 1 pinned tags held as their pinned digests; "},
 		{name: "an image missing", f: ready(func(f *Facts) { f.Missing = []string{b} }), status: status.False, reason: status.ReasonNotReady,
@@ -91,6 +109,18 @@ func TestDecide(t *testing.T) {
 			status: status.False, reason: status.ReasonCredentialVerification, why: []string{"does not answer", "AlwaysVerify: 2 of 2 images"}},
 		{name: "a release that cannot be expanded, the runtime not answering", f: ready(func(f *Facts) { f.RuntimeErr, f.NotReady = down, "release r cannot be expanded" }),
 			status: status.False, reason: status.ReasonNotReady, why: []string{"does not answer", "not every image is present and pinned: release r cannot be expanded"}},
+		{name: "a blob held by no node, one by one node", f: ready(func(f *Facts) { f.Holders = short }), status: status.False, reason: status.ReasonBlobsNotHeld,
+			why: []string{shortWhy}},
+		{name: "no count of the holders", f: ready(func(f *Facts) { f.Holders = noAnswer }), status: status.Unknown, reason: status.ReasonBlobHoldersUnknown,
+			why: []string{"whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator for 1m30s"}},
+		{name: "no count of the holders given at all", f: ready(func(f *Facts) { f.Holders = status.BlobHolders{} }), status: status.Unknown, reason: status.ReasonBlobHoldersUnknown,
+			why: []string{"whether every blob of the images is held by 2 nodes cannot be told"}},
+		{name: "the kubelet before the blobs", f: ready(func(f *Facts) { f.Holders, f.Verification = short, always }),
+			status: status.False, reason: status.ReasonCredentialVerification, why: []string{"AlwaysVerify: 2 of 2 images", shortWhy}},
+		{name: "blobs not held, a sure False before the runtime not answering", f: ready(func(f *Facts) { f.RuntimeErr, f.Holders = down, short }),
+			status: status.False, reason: status.ReasonBlobsNotHeld, why: []string{"does not answer", shortWhy}},
+		{name: "the kubelet's unknowns before the holders'", f: ready(func(f *Facts) { f.KubeletRead, f.Holders = false, noAnswer }),
+			status: status.Unknown, reason: status.ReasonCheckingKubelet, why: []string{"reading the kubelet's", "cannot be told: no answer from the aggregator"}},
 		{name: "the runtime first among the unknowns; its tags not told", f: ready(func(f *Facts) { f.RuntimeErr, f.KubeletRead, f.Tags = down, false, []pinset.Tag{tagA} }),
 			status: status.Unknown, reason: status.ReasonRuntimeUnavailable, why: []string{"does not answer", "reading the kubelet's"}},
 	} {
@@ -110,8 +140,13 @@ func TestDecide(t *testing.T) {
 					t.Fatalf("why[%d] %q; want it to contain %q", i, v.Why[i], w)
 				}
 			}
-			if !v.Ready() && v.Message != strings.Join(v.Why, "; ") {
-				t.Fatalf("message %q is not the obstacles %q", v.Message, v.Why)
+			want := strings.Join(v.Why, "; ")
+			if onlyHolders := len(v.Why) == 1 && (v.Reason == status.ReasonBlobsNotHeld || v.Reason == status.ReasonBlobHoldersUnknown); onlyHolders {
+				// The node's own pods start: said after the cluster's count.
+				want += "; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)"
+			}
+			if !v.Ready() && v.Message != want {
+				t.Fatalf("message %q; want %q", v.Message, want)
 			}
 			cond := v.Condition()
 			if cond.Type != status.ConditionRegistryIndependent || cond.Status != v.Status || cond.Reason != v.Reason || cond.Message != v.Message {
@@ -123,7 +158,7 @@ func TestDecide(t *testing.T) {
 
 // The kubelet's own answer comes with the verdict, its images in need and unsure.
 func TestDecideCarriesTheKubeletsAnswer(t *testing.T) {
-	v := Decide(Facts{Images: []string{a, b}, KubeletRead: true, Verification: verification(t, kubelet.AlwaysVerify, true)})
+	v := Decide(Facts{Images: []string{a, b}, KubeletRead: true, Verification: verification(t, kubelet.AlwaysVerify, true), Holders: held})
 	if !v.KubeletDecided || v.Kubelet.Answer != kubelet.NeedsRegistry || len(v.Kubelet.Needs) != 2 || v.Policy != kubelet.AlwaysVerify {
 		t.Fatalf("%+v", v)
 	}
@@ -157,7 +192,7 @@ func TestDecideNamesFive(t *testing.T) {
 	for i := range 7 {
 		images = append(images, fmt.Sprintf("reg.example/team/i%d@sha256:%064x", i, i))
 	}
-	v := Decide(Facts{Images: images, Missing: images, KubeletRead: true, Verification: verification(t, "", true)})
+	v := Decide(Facts{Images: images, Missing: images, KubeletRead: true, Verification: verification(t, "", true), Holders: held})
 	if !strings.Contains(v.Why[0], "7 of 7 images are not on the node: ") || !strings.HasSuffix(v.Why[0], images[4]+" and 2 more") {
 		t.Fatalf("%q", v.Why[0])
 	}

@@ -1,9 +1,11 @@
 // Package registrygone answers one question for one set on one node: can pods start
 // from the set's images with the registry gone? Decide takes the facts (which images are
 // missing or present but not pinned, whether the runtime answers, which of the set's
-// pinned tags the runtime holds as their pinned digests, and what the kubelet's image
-// pull credential verification does with the images) and returns the verdict: True,
-// False or Unknown, with a reason, a message and the list of what stands in the way.
+// pinned tags the runtime holds as their pinned digests, what the kubelet's image pull
+// credential verification does with the images, and the aggregator's count of the
+// nodes holding each blob of the images for a node that joins or replaces one) and
+// returns the verdict: True, False or Unknown, with a reason, a message and the list of
+// what stands in the way.
 //
 // imagepind turns the verdict into the set's RegistryIndependent condition
 // (Verdict.Condition); imagepinctl check --registry-gone prints it and exits 0 only

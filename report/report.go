@@ -36,6 +36,9 @@ type Config struct {
 	// OnPeers, when set, takes the peers each report's answer carries (the nodes that
 	// pin the same sets and share them, [peers]).
 	OnPeers func([]string)
+	// OnHolders, when set, is called when the count of the holders of the sets' blobs
+	// (Holders) changed: a new answer, or the last one too old to be used.
+	OnHolders func()
 }
 
 // Reporter sends the latest status.
@@ -46,6 +49,17 @@ type Reporter struct {
 	mu      sync.Mutex
 	latest  *status.Node
 	changed chan struct{}
+	// known is the id of the table of blobs the aggregator has: reports carry the id
+	// alone until it asks for the table again.
+	known []byte
+	// holders is the aggregator's last count per set, answered at answered; lastErr
+	// is why no answer came since.
+	holders  map[string]status.BlobHolders
+	answered time.Time
+	lastErr  error
+	// tooLarge is the size of the last report whose table of blobs was left out, too
+	// large to send (0: none).
+	tooLarge int
 }
 
 // New returns a reporter; Run starts it.
@@ -109,11 +123,18 @@ func (r *Reporter) Run(ctx context.Context) error {
 			continue
 		}
 		report := v1.FromStatus(*n, bootID, sequence(), r.cfg.Heartbeat)
+		r.omitKnownTable(report)
+		r.boundTable(report)
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		ack, err := client.Report(sctx, report)
 		cancel()
 		if err == nil && r.cfg.OnPeers != nil {
 			r.cfg.OnPeers(ack.GetPeers())
+		}
+		if err == nil {
+			r.answer(report, ack)
+		} else {
+			r.failed(err)
 		}
 		if err != nil {
 			if ctx.Err() != nil {

@@ -23,9 +23,11 @@ const (
 	ConditionFailed      = "Failed"
 	ConditionDiskChecked = "DiskChecked"
 	// ConditionRegistryIndependent: pods can start from the set's images on this node
-	// with the registry gone. True only when the set is Ready, the runtime holds the
-	// tags it pins as their pinned digests, and the kubelet's image pull credential
-	// verification (KEP-2535) will not send them to the registry (package registrygone).
+	// with the registry gone, and a node joining or replacing one gets them from its
+	// peers. True only when the set is Ready, the runtime holds the tags it pins as
+	// their pinned digests, the kubelet's image pull credential verification (KEP-2535)
+	// will not send them to the registry, and the cluster's nodes hold every blob of the
+	// images at least MinBlobHolders times (package registrygone).
 	ConditionRegistryIndependent = "RegistryIndependent"
 )
 
@@ -66,6 +68,11 @@ const (
 	// ReasonTagsNotHeld: a tag the set pins is not held by the runtime as its pinned
 	// digest, so pods naming the tag would pull it.
 	ReasonTagsNotHeld = "TagsNotHeld"
+	// ReasonBlobsNotHeld: some blob of the set's images is held by fewer than
+	// MinBlobHolders nodes, so a node joining or replacing one would need the registry;
+	// ReasonBlobHoldersUnknown: the holders cannot be counted (no aggregator's answer).
+	ReasonBlobsNotHeld       = "BlobsNotHeld"
+	ReasonBlobHoldersUnknown = "BlobHoldersUnknown"
 )
 
 // FaultWaitingForClusterSync is the fault a node's status carries while
@@ -93,6 +100,9 @@ type Node struct {
 	// neither spec.nodeSelector nor a role label, a v1 set without a role label): they
 	// apply nowhere, here or elsewhere. In name order.
 	Untargeted []Untargeted `json:"untargeted,omitempty"`
+	// Blobs are the pinned images' blobs and which the node holds for its peers, for
+	// the aggregator's count of holders (not in the status file: thousands of digests).
+	Blobs []ImageBlobs `json:"-"`
 }
 
 // Untargeted is a set read that targets no node: its name, its file, and why.

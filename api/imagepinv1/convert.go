@@ -58,10 +58,12 @@ func FromStatus(n status.Node, bootID string, sequence uint64, heartbeat time.Du
 	for _, fe := range n.FileErrors {
 		r.FileErrors = append(r.FileErrors, &FileError{File: fe.File, Error: fe.Error})
 	}
+	r.Blobs = FromBlobs(n.Blobs)
 	return r
 }
 
-// ToStatus turns a report back into the status model.
+// ToStatus turns a report back into the status model, without its blobs (the
+// aggregator keeps those its own way).
 func (r *NodeReport) ToStatus() status.Node {
 	n := status.Node{Updated: fromUnixNano(r.GetUpdatedUnixNano()), Faults: r.GetFaults(), Sets: []status.Set{}}
 	info := r.GetInfo()

@@ -42,8 +42,11 @@ type NodeReport struct {
 	Faults          []string     `protobuf:"bytes,8,rep,name=faults,proto3" json:"faults,omitempty"`
 	// updated_unix_nano is the node's own time of the status (for display only).
 	UpdatedUnixNano int64 `protobuf:"varint,9,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// blobs are the node's pinned images' blobs and which its store holds for its peers;
+	// unset from a node that does not say (older than the aggregator).
+	Blobs         *BlobHoldings `protobuf:"bytes,10,opt,name=blobs,proto3" json:"blobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeReport) Reset() {
@@ -139,6 +142,541 @@ func (x *NodeReport) GetUpdatedUnixNano() int64 {
 	return 0
 }
 
+func (x *NodeReport) GetBlobs() *BlobHoldings {
+	if x != nil {
+		return x.Blobs
+	}
+	return nil
+}
+
+// BlobHoldings are what a node holds of its pinned images' blobs. The table (its images
+// and their blobs) changes when the node's pins do; the bitmaps when its store does. A
+// node sends the table only until the aggregator has it (ReportAck.want_blob_table),
+// then its id alone.
+type BlobHoldings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// table_id is the SHA-256 of the table's canonical encoding (TableID).
+	TableId []byte     `protobuf:"bytes,1,opt,name=table_id,json=tableId,proto3" json:"table_id,omitempty"`
+	Table   *BlobTable `protobuf:"bytes,2,opt,name=table,proto3" json:"table,omitempty"`
+	// held and seeded are bitmaps over the table's blobs, image after image in the
+	// table's order: bit i is byte i/8, bit i%8 (least significant first). held: the
+	// node's store (containerd: its content store) holds the blob and serves it to
+	// peers; seeded: a seed on the node names it.
+	Held          []byte `protobuf:"bytes,3,opt,name=held,proto3" json:"held,omitempty"`
+	Seeded        []byte `protobuf:"bytes,4,opt,name=seeded,proto3" json:"seeded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobHoldings) Reset() {
+	*x = BlobHoldings{}
+	mi := &file_imagepinv1_report_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobHoldings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobHoldings) ProtoMessage() {}
+
+func (x *BlobHoldings) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobHoldings.ProtoReflect.Descriptor instead.
+func (*BlobHoldings) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BlobHoldings) GetTableId() []byte {
+	if x != nil {
+		return x.TableId
+	}
+	return nil
+}
+
+func (x *BlobHoldings) GetTable() *BlobTable {
+	if x != nil {
+		return x.Table
+	}
+	return nil
+}
+
+func (x *BlobHoldings) GetHeld() []byte {
+	if x != nil {
+		return x.Held
+	}
+	return nil
+}
+
+func (x *BlobHoldings) GetSeeded() []byte {
+	if x != nil {
+		return x.Seeded
+	}
+	return nil
+}
+
+type BlobTable struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// images are sorted by image, each once.
+	Images        []*ImageBlobList `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobTable) Reset() {
+	*x = BlobTable{}
+	mi := &file_imagepinv1_report_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobTable) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobTable) ProtoMessage() {}
+
+func (x *BlobTable) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobTable.ProtoReflect.Descriptor instead.
+func (*BlobTable) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BlobTable) GetImages() []*ImageBlobList {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+type ImageBlobList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// image is the pinned reference (repo@sha256:…); sets the node's sets pinning it.
+	Image string   `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	Sets  []string `protobuf:"bytes,2,rep,name=sets,proto3" json:"sets,omitempty"`
+	// blobs are the image's manifests, config and layers as the node's platform names
+	// them, sorted by digest; unknown says why they are not known ("" when they are).
+	Blobs         []*BlobRef `protobuf:"bytes,3,rep,name=blobs,proto3" json:"blobs,omitempty"`
+	Unknown       string     `protobuf:"bytes,4,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageBlobList) Reset() {
+	*x = ImageBlobList{}
+	mi := &file_imagepinv1_report_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageBlobList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageBlobList) ProtoMessage() {}
+
+func (x *ImageBlobList) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageBlobList.ProtoReflect.Descriptor instead.
+func (*ImageBlobList) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ImageBlobList) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ImageBlobList) GetSets() []string {
+	if x != nil {
+		return x.Sets
+	}
+	return nil
+}
+
+func (x *ImageBlobList) GetBlobs() []*BlobRef {
+	if x != nil {
+		return x.Blobs
+	}
+	return nil
+}
+
+func (x *ImageBlobList) GetUnknown() string {
+	if x != nil {
+		return x.Unknown
+	}
+	return ""
+}
+
+type BlobRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobRef) Reset() {
+	*x = BlobRef{}
+	mi := &file_imagepinv1_report_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobRef) ProtoMessage() {}
+
+func (x *BlobRef) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobRef.ProtoReflect.Descriptor instead.
+func (*BlobRef) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BlobRef) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *BlobRef) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type HoldersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []string               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldersRequest) Reset() {
+	*x = HoldersRequest{}
+	mi := &file_imagepinv1_report_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldersRequest) ProtoMessage() {}
+
+func (x *HoldersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldersRequest.ProtoReflect.Descriptor instead.
+func (*HoldersRequest) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *HoldersRequest) GetImages() []string {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+// BlobHolders is the count for a set or a list of images (status.BlobHolders).
+type BlobHolders struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// status is True, False or Unknown.
+	Status string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	Images uint32 `protobuf:"varint,2,opt,name=images,proto3" json:"images,omitempty"`
+	Blobs  uint32 `protobuf:"varint,3,opt,name=blobs,proto3" json:"blobs,omitempty"`
+	// no_holder are images no node that shares blobs pins (the first few; of no_holder_count).
+	NoHolder      []string     `protobuf:"bytes,4,rep,name=no_holder,json=noHolder,proto3" json:"no_holder,omitempty"`
+	Short         []*ShortBlob `protobuf:"bytes,5,rep,name=short,proto3" json:"short,omitempty"`
+	ShortCount    uint32       `protobuf:"varint,6,opt,name=short_count,json=shortCount,proto3" json:"short_count,omitempty"`
+	Unknown       string       `protobuf:"bytes,7,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	NoHolderCount uint32       `protobuf:"varint,8,opt,name=no_holder_count,json=noHolderCount,proto3" json:"no_holder_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlobHolders) Reset() {
+	*x = BlobHolders{}
+	mi := &file_imagepinv1_report_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlobHolders) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlobHolders) ProtoMessage() {}
+
+func (x *BlobHolders) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlobHolders.ProtoReflect.Descriptor instead.
+func (*BlobHolders) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *BlobHolders) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *BlobHolders) GetImages() uint32 {
+	if x != nil {
+		return x.Images
+	}
+	return 0
+}
+
+func (x *BlobHolders) GetBlobs() uint32 {
+	if x != nil {
+		return x.Blobs
+	}
+	return 0
+}
+
+func (x *BlobHolders) GetNoHolder() []string {
+	if x != nil {
+		return x.NoHolder
+	}
+	return nil
+}
+
+func (x *BlobHolders) GetShort() []*ShortBlob {
+	if x != nil {
+		return x.Short
+	}
+	return nil
+}
+
+func (x *BlobHolders) GetShortCount() uint32 {
+	if x != nil {
+		return x.ShortCount
+	}
+	return 0
+}
+
+func (x *BlobHolders) GetUnknown() string {
+	if x != nil {
+		return x.Unknown
+	}
+	return ""
+}
+
+func (x *BlobHolders) GetNoHolderCount() uint32 {
+	if x != nil {
+		return x.NoHolderCount
+	}
+	return 0
+}
+
+type ShortBlob struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Digest        string                 `protobuf:"bytes,1,opt,name=digest,proto3" json:"digest,omitempty"`
+	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Holders       []string               `protobuf:"bytes,4,rep,name=holders,proto3" json:"holders,omitempty"`
+	Seeded        bool                   `protobuf:"varint,5,opt,name=seeded,proto3" json:"seeded,omitempty"`
+	Pinners       uint32                 `protobuf:"varint,6,opt,name=pinners,proto3" json:"pinners,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShortBlob) Reset() {
+	*x = ShortBlob{}
+	mi := &file_imagepinv1_report_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShortBlob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShortBlob) ProtoMessage() {}
+
+func (x *ShortBlob) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShortBlob.ProtoReflect.Descriptor instead.
+func (*ShortBlob) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ShortBlob) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *ShortBlob) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ShortBlob) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ShortBlob) GetHolders() []string {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *ShortBlob) GetSeeded() bool {
+	if x != nil {
+		return x.Seeded
+	}
+	return false
+}
+
+func (x *ShortBlob) GetPinners() uint32 {
+	if x != nil {
+		return x.Pinners
+	}
+	return 0
+}
+
+type SetHolders struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Set           string                 `protobuf:"bytes,1,opt,name=set,proto3" json:"set,omitempty"`
+	Holders       *BlobHolders           `protobuf:"bytes,2,opt,name=holders,proto3" json:"holders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHolders) Reset() {
+	*x = SetHolders{}
+	mi := &file_imagepinv1_report_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHolders) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHolders) ProtoMessage() {}
+
+func (x *SetHolders) ProtoReflect() protoreflect.Message {
+	mi := &file_imagepinv1_report_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHolders.ProtoReflect.Descriptor instead.
+func (*SetHolders) Descriptor() ([]byte, []int) {
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetHolders) GetSet() string {
+	if x != nil {
+		return x.Set
+	}
+	return ""
+}
+
+func (x *SetHolders) GetHolders() *BlobHolders {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
 type NodeInfo struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Architecture         string                 `protobuf:"bytes,1,opt,name=architecture,proto3" json:"architecture,omitempty"`
@@ -161,7 +699,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_imagepinv1_report_proto_msgTypes[1]
+	mi := &file_imagepinv1_report_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +711,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_imagepinv1_report_proto_msgTypes[1]
+	mi := &file_imagepinv1_report_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +724,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_imagepinv1_report_proto_rawDescGZIP(), []int{1}
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeInfo) GetArchitecture() string {
@@ -298,7 +836,7 @@ type SetStatus struct {
 
 func (x *SetStatus) Reset() {
 	*x = SetStatus{}
-	mi := &file_imagepinv1_report_proto_msgTypes[2]
+	mi := &file_imagepinv1_report_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +848,7 @@ func (x *SetStatus) String() string {
 func (*SetStatus) ProtoMessage() {}
 
 func (x *SetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_imagepinv1_report_proto_msgTypes[2]
+	mi := &file_imagepinv1_report_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +861,7 @@ func (x *SetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetStatus.ProtoReflect.Descriptor instead.
 func (*SetStatus) Descriptor() ([]byte, []int) {
-	return file_imagepinv1_report_proto_rawDescGZIP(), []int{2}
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetStatus) GetName() string {
@@ -451,7 +989,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_imagepinv1_report_proto_msgTypes[3]
+	mi := &file_imagepinv1_report_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +1001,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_imagepinv1_report_proto_msgTypes[3]
+	mi := &file_imagepinv1_report_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +1014,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_imagepinv1_report_proto_rawDescGZIP(), []int{3}
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Condition) GetType() string {
@@ -525,7 +1063,7 @@ type FailedImage struct {
 
 func (x *FailedImage) Reset() {
 	*x = FailedImage{}
-	mi := &file_imagepinv1_report_proto_msgTypes[4]
+	mi := &file_imagepinv1_report_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +1075,7 @@ func (x *FailedImage) String() string {
 func (*FailedImage) ProtoMessage() {}
 
 func (x *FailedImage) ProtoReflect() protoreflect.Message {
-	mi := &file_imagepinv1_report_proto_msgTypes[4]
+	mi := &file_imagepinv1_report_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +1088,7 @@ func (x *FailedImage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedImage.ProtoReflect.Descriptor instead.
 func (*FailedImage) Descriptor() ([]byte, []int) {
-	return file_imagepinv1_report_proto_rawDescGZIP(), []int{4}
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FailedImage) GetImage() string {
@@ -584,7 +1122,7 @@ type FileError struct {
 
 func (x *FileError) Reset() {
 	*x = FileError{}
-	mi := &file_imagepinv1_report_proto_msgTypes[5]
+	mi := &file_imagepinv1_report_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +1134,7 @@ func (x *FileError) String() string {
 func (*FileError) ProtoMessage() {}
 
 func (x *FileError) ProtoReflect() protoreflect.Message {
-	mi := &file_imagepinv1_report_proto_msgTypes[5]
+	mi := &file_imagepinv1_report_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +1147,7 @@ func (x *FileError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileError.ProtoReflect.Descriptor instead.
 func (*FileError) Descriptor() ([]byte, []int) {
-	return file_imagepinv1_report_proto_rawDescGZIP(), []int{5}
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FileError) GetFile() string {
@@ -632,14 +1170,18 @@ type ReportAck struct {
 	Accepted bool `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	// peers are the peer addresses of the nodes that pin a set this node pins (this
 	// node's own among them), sorted; empty when the node shares nothing.
-	Peers         []string `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
+	Peers []string `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
+	// want_blob_table: the aggregator lacks the table the report names; send it.
+	WantBlobTable bool `protobuf:"varint,3,opt,name=want_blob_table,json=wantBlobTable,proto3" json:"want_blob_table,omitempty"`
+	// holders are the count of the holders of the blobs of each set the node pins.
+	Holders       []*SetHolders `protobuf:"bytes,4,rep,name=holders,proto3" json:"holders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportAck) Reset() {
 	*x = ReportAck{}
-	mi := &file_imagepinv1_report_proto_msgTypes[6]
+	mi := &file_imagepinv1_report_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +1193,7 @@ func (x *ReportAck) String() string {
 func (*ReportAck) ProtoMessage() {}
 
 func (x *ReportAck) ProtoReflect() protoreflect.Message {
-	mi := &file_imagepinv1_report_proto_msgTypes[6]
+	mi := &file_imagepinv1_report_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +1206,7 @@ func (x *ReportAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportAck.ProtoReflect.Descriptor instead.
 func (*ReportAck) Descriptor() ([]byte, []int) {
-	return file_imagepinv1_report_proto_rawDescGZIP(), []int{6}
+	return file_imagepinv1_report_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportAck) GetAccepted() bool {
@@ -681,11 +1223,25 @@ func (x *ReportAck) GetPeers() []string {
 	return nil
 }
 
+func (x *ReportAck) GetWantBlobTable() bool {
+	if x != nil {
+		return x.WantBlobTable
+	}
+	return false
+}
+
+func (x *ReportAck) GetHolders() []*SetHolders {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
 var File_imagepinv1_report_proto protoreflect.FileDescriptor
 
 const file_imagepinv1_report_proto_rawDesc = "" +
 	"\n" +
-	"\x17imagepinv1/report.proto\x12\vimagepin.v1\"\xd4\x02\n" +
+	"\x17imagepinv1/report.proto\x12\vimagepin.v1\"\x85\x03\n" +
 	"\n" +
 	"NodeReport\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x17\n" +
@@ -697,7 +1253,47 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\vfile_errors\x18\a \x03(\v2\x16.imagepin.v1.FileErrorR\n" +
 	"fileErrors\x12\x16\n" +
 	"\x06faults\x18\b \x03(\tR\x06faults\x12*\n" +
-	"\x11updated_unix_nano\x18\t \x01(\x03R\x0fupdatedUnixNano\"\x88\x04\n" +
+	"\x11updated_unix_nano\x18\t \x01(\x03R\x0fupdatedUnixNano\x12/\n" +
+	"\x05blobs\x18\n" +
+	" \x01(\v2\x19.imagepin.v1.BlobHoldingsR\x05blobs\"\x83\x01\n" +
+	"\fBlobHoldings\x12\x19\n" +
+	"\btable_id\x18\x01 \x01(\fR\atableId\x12,\n" +
+	"\x05table\x18\x02 \x01(\v2\x16.imagepin.v1.BlobTableR\x05table\x12\x12\n" +
+	"\x04held\x18\x03 \x01(\fR\x04held\x12\x16\n" +
+	"\x06seeded\x18\x04 \x01(\fR\x06seeded\"?\n" +
+	"\tBlobTable\x122\n" +
+	"\x06images\x18\x01 \x03(\v2\x1a.imagepin.v1.ImageBlobListR\x06images\"\x7f\n" +
+	"\rImageBlobList\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12\x12\n" +
+	"\x04sets\x18\x02 \x03(\tR\x04sets\x12*\n" +
+	"\x05blobs\x18\x03 \x03(\v2\x14.imagepin.v1.BlobRefR\x05blobs\x12\x18\n" +
+	"\aunknown\x18\x04 \x01(\tR\aunknown\"5\n" +
+	"\aBlobRef\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"(\n" +
+	"\x0eHoldersRequest\x12\x16\n" +
+	"\x06images\x18\x01 \x03(\tR\x06images\"\x81\x02\n" +
+	"\vBlobHolders\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\x12\x16\n" +
+	"\x06images\x18\x02 \x01(\rR\x06images\x12\x14\n" +
+	"\x05blobs\x18\x03 \x01(\rR\x05blobs\x12\x1b\n" +
+	"\tno_holder\x18\x04 \x03(\tR\bnoHolder\x12,\n" +
+	"\x05short\x18\x05 \x03(\v2\x16.imagepin.v1.ShortBlobR\x05short\x12\x1f\n" +
+	"\vshort_count\x18\x06 \x01(\rR\n" +
+	"shortCount\x12\x18\n" +
+	"\aunknown\x18\a \x01(\tR\aunknown\x12&\n" +
+	"\x0fno_holder_count\x18\b \x01(\rR\rnoHolderCount\"\x99\x01\n" +
+	"\tShortBlob\x12\x16\n" +
+	"\x06digest\x18\x01 \x01(\tR\x06digest\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x18\n" +
+	"\aholders\x18\x04 \x03(\tR\aholders\x12\x16\n" +
+	"\x06seeded\x18\x05 \x01(\bR\x06seeded\x12\x18\n" +
+	"\apinners\x18\x06 \x01(\rR\apinners\"R\n" +
+	"\n" +
+	"SetHolders\x12\x10\n" +
+	"\x03set\x18\x01 \x01(\tR\x03set\x122\n" +
+	"\aholders\x18\x02 \x01(\v2\x18.imagepin.v1.BlobHoldersR\aholders\"\x88\x04\n" +
 	"\bNodeInfo\x12\"\n" +
 	"\farchitecture\x18\x01 \x01(\tR\farchitecture\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12!\n" +
@@ -746,12 +1342,15 @@ const file_imagepinv1_report_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\tR\x05error\"5\n" +
 	"\tFileError\x12\x12\n" +
 	"\x04file\x18\x01 \x01(\tR\x04file\x12\x14\n" +
-	"\x05error\x18\x02 \x01(\tR\x05error\"=\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\x98\x01\n" +
 	"\tReportAck\x12\x1a\n" +
 	"\baccepted\x18\x01 \x01(\bR\baccepted\x12\x14\n" +
-	"\x05peers\x18\x02 \x03(\tR\x05peers2D\n" +
+	"\x05peers\x18\x02 \x03(\tR\x05peers\x12&\n" +
+	"\x0fwant_blob_table\x18\x03 \x01(\bR\rwantBlobTable\x121\n" +
+	"\aholders\x18\x04 \x03(\v2\x17.imagepin.v1.SetHoldersR\aholders2\x86\x01\n" +
 	"\aReports\x129\n" +
-	"\x06Report\x12\x17.imagepin.v1.NodeReport\x1a\x16.imagepin.v1.ReportAckB8Z6github.com/imagepin/imagepin/api/imagepinv1;imagepinv1b\x06proto3"
+	"\x06Report\x12\x17.imagepin.v1.NodeReport\x1a\x16.imagepin.v1.ReportAck\x12@\n" +
+	"\aHolders\x12\x1b.imagepin.v1.HoldersRequest\x1a\x18.imagepin.v1.BlobHoldersB8Z6github.com/imagepin/imagepin/api/imagepinv1;imagepinv1b\x06proto3"
 
 var (
 	file_imagepinv1_report_proto_rawDescOnce sync.Once
@@ -765,29 +1364,46 @@ func file_imagepinv1_report_proto_rawDescGZIP() []byte {
 	return file_imagepinv1_report_proto_rawDescData
 }
 
-var file_imagepinv1_report_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_imagepinv1_report_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_imagepinv1_report_proto_goTypes = []any{
-	(*NodeReport)(nil),  // 0: imagepin.v1.NodeReport
-	(*NodeInfo)(nil),    // 1: imagepin.v1.NodeInfo
-	(*SetStatus)(nil),   // 2: imagepin.v1.SetStatus
-	(*Condition)(nil),   // 3: imagepin.v1.Condition
-	(*FailedImage)(nil), // 4: imagepin.v1.FailedImage
-	(*FileError)(nil),   // 5: imagepin.v1.FileError
-	(*ReportAck)(nil),   // 6: imagepin.v1.ReportAck
+	(*NodeReport)(nil),     // 0: imagepin.v1.NodeReport
+	(*BlobHoldings)(nil),   // 1: imagepin.v1.BlobHoldings
+	(*BlobTable)(nil),      // 2: imagepin.v1.BlobTable
+	(*ImageBlobList)(nil),  // 3: imagepin.v1.ImageBlobList
+	(*BlobRef)(nil),        // 4: imagepin.v1.BlobRef
+	(*HoldersRequest)(nil), // 5: imagepin.v1.HoldersRequest
+	(*BlobHolders)(nil),    // 6: imagepin.v1.BlobHolders
+	(*ShortBlob)(nil),      // 7: imagepin.v1.ShortBlob
+	(*SetHolders)(nil),     // 8: imagepin.v1.SetHolders
+	(*NodeInfo)(nil),       // 9: imagepin.v1.NodeInfo
+	(*SetStatus)(nil),      // 10: imagepin.v1.SetStatus
+	(*Condition)(nil),      // 11: imagepin.v1.Condition
+	(*FailedImage)(nil),    // 12: imagepin.v1.FailedImage
+	(*FileError)(nil),      // 13: imagepin.v1.FileError
+	(*ReportAck)(nil),      // 14: imagepin.v1.ReportAck
 }
 var file_imagepinv1_report_proto_depIdxs = []int32{
-	1, // 0: imagepin.v1.NodeReport.info:type_name -> imagepin.v1.NodeInfo
-	2, // 1: imagepin.v1.NodeReport.sets:type_name -> imagepin.v1.SetStatus
-	5, // 2: imagepin.v1.NodeReport.file_errors:type_name -> imagepin.v1.FileError
-	3, // 3: imagepin.v1.SetStatus.conditions:type_name -> imagepin.v1.Condition
-	4, // 4: imagepin.v1.SetStatus.failed_images:type_name -> imagepin.v1.FailedImage
-	0, // 5: imagepin.v1.Reports.Report:input_type -> imagepin.v1.NodeReport
-	6, // 6: imagepin.v1.Reports.Report:output_type -> imagepin.v1.ReportAck
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	9,  // 0: imagepin.v1.NodeReport.info:type_name -> imagepin.v1.NodeInfo
+	10, // 1: imagepin.v1.NodeReport.sets:type_name -> imagepin.v1.SetStatus
+	13, // 2: imagepin.v1.NodeReport.file_errors:type_name -> imagepin.v1.FileError
+	1,  // 3: imagepin.v1.NodeReport.blobs:type_name -> imagepin.v1.BlobHoldings
+	2,  // 4: imagepin.v1.BlobHoldings.table:type_name -> imagepin.v1.BlobTable
+	3,  // 5: imagepin.v1.BlobTable.images:type_name -> imagepin.v1.ImageBlobList
+	4,  // 6: imagepin.v1.ImageBlobList.blobs:type_name -> imagepin.v1.BlobRef
+	7,  // 7: imagepin.v1.BlobHolders.short:type_name -> imagepin.v1.ShortBlob
+	6,  // 8: imagepin.v1.SetHolders.holders:type_name -> imagepin.v1.BlobHolders
+	11, // 9: imagepin.v1.SetStatus.conditions:type_name -> imagepin.v1.Condition
+	12, // 10: imagepin.v1.SetStatus.failed_images:type_name -> imagepin.v1.FailedImage
+	8,  // 11: imagepin.v1.ReportAck.holders:type_name -> imagepin.v1.SetHolders
+	0,  // 12: imagepin.v1.Reports.Report:input_type -> imagepin.v1.NodeReport
+	5,  // 13: imagepin.v1.Reports.Holders:input_type -> imagepin.v1.HoldersRequest
+	14, // 14: imagepin.v1.Reports.Report:output_type -> imagepin.v1.ReportAck
+	6,  // 15: imagepin.v1.Reports.Holders:output_type -> imagepin.v1.BlobHolders
+	14, // [14:16] is the sub-list for method output_type
+	12, // [12:14] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_imagepinv1_report_proto_init() }
@@ -801,7 +1417,7 @@ func file_imagepinv1_report_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_imagepinv1_report_proto_rawDesc), len(file_imagepinv1_report_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

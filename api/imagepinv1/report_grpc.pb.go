@@ -23,7 +23,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Reports_Report_FullMethodName = "/imagepin.v1.Reports/Report"
+	Reports_Report_FullMethodName  = "/imagepin.v1.Reports/Report"
+	Reports_Holders_FullMethodName = "/imagepin.v1.Reports/Holders"
 )
 
 // ReportsClient is the client API for Reports service.
@@ -32,6 +33,9 @@ const (
 type ReportsClient interface {
 	// Report replaces the node's last report when it is newer (boot id, sequence).
 	Report(ctx context.Context, in *NodeReport, opts ...grpc.CallOption) (*ReportAck, error)
+	// Holders counts the nodes holding each blob of the images asked for (imagepinctl
+	// check --registry-gone on a node), with the node's certificate.
+	Holders(ctx context.Context, in *HoldersRequest, opts ...grpc.CallOption) (*BlobHolders, error)
 }
 
 type reportsClient struct {
@@ -52,12 +56,25 @@ func (c *reportsClient) Report(ctx context.Context, in *NodeReport, opts ...grpc
 	return out, nil
 }
 
+func (c *reportsClient) Holders(ctx context.Context, in *HoldersRequest, opts ...grpc.CallOption) (*BlobHolders, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BlobHolders)
+	err := c.cc.Invoke(ctx, Reports_Holders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReportsServer is the server API for Reports service.
 // All implementations must embed UnimplementedReportsServer
 // for forward compatibility.
 type ReportsServer interface {
 	// Report replaces the node's last report when it is newer (boot id, sequence).
 	Report(context.Context, *NodeReport) (*ReportAck, error)
+	// Holders counts the nodes holding each blob of the images asked for (imagepinctl
+	// check --registry-gone on a node), with the node's certificate.
+	Holders(context.Context, *HoldersRequest) (*BlobHolders, error)
 	mustEmbedUnimplementedReportsServer()
 }
 
@@ -70,6 +87,9 @@ type UnimplementedReportsServer struct{}
 
 func (UnimplementedReportsServer) Report(context.Context, *NodeReport) (*ReportAck, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Report not implemented")
+}
+func (UnimplementedReportsServer) Holders(context.Context, *HoldersRequest) (*BlobHolders, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Holders not implemented")
 }
 func (UnimplementedReportsServer) mustEmbedUnimplementedReportsServer() {}
 func (UnimplementedReportsServer) testEmbeddedByValue()                 {}
@@ -110,6 +130,24 @@ func _Reports_Report_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Reports_Holders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReportsServer).Holders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Reports_Holders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReportsServer).Holders(ctx, req.(*HoldersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Reports_ServiceDesc is the grpc.ServiceDesc for Reports service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -120,6 +158,10 @@ var Reports_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Report",
 			Handler:    _Reports_Report_Handler,
+		},
+		{
+			MethodName: "Holders",
+			Handler:    _Reports_Holders_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

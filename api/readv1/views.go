@@ -38,13 +38,19 @@ type SetView struct {
 	// verification), or cannot tell: the first few, and how many in all.
 	RegistryDependent      []NodeCondition `json:"registryDependent,omitempty"`
 	RegistryDependentNodes int             `json:"registryDependentNodes"`
+	// BlobHolders is the count of the nodes holding each blob of the set's images (as
+	// the nodes that report the set name them): a node joining or replacing one with the
+	// registry gone gets them from those holders. Its Status is "" from an older
+	// aggregator.
+	BlobHolders status.BlobHolders `json:"blobHolders"`
 }
 
 // RegistryGone says whether the set's pods start with the registry gone on every node it
-// targets (each node's RegistryIndependent is True): what the set's RegistryIndependent
-// condition, the status page and imagepinctl status --aggregator say.
+// targets (each node's RegistryIndependent is True) and every blob of its images has
+// status.MinBlobHolders holders: what the set's RegistryIndependent condition, the
+// status page and imagepinctl status --aggregator say.
 func (v SetView) RegistryGone() bool {
-	return v.Targeted > 0 && v.RegistryIndependentNodes == v.Targeted
+	return v.Targeted > 0 && v.RegistryIndependentNodes == v.Targeted && v.BlobHolders.Status == status.True
 }
 
 // NodeCondition is one node's condition of a set.

@@ -22,6 +22,8 @@ func (s *Store) Forget(after time.Duration, cluster map[string]bool) []string {
 		silent := now.Sub(e.received)
 		if (after > 0 && silent > after) || (cluster != nil && !cluster[name] && e.unknown(now)) {
 			delete(s.nodes, name)
+			s.dropBlobs(e)
+			s.generation++
 			s.peers.forget(name, setNames(e))
 			if s.dirty == nil {
 				s.dirty = map[string]bool{}

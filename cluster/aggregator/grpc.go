@@ -44,5 +44,27 @@ func (r *ReportService) Report(ctx context.Context, req *v1.NodeReport) (*v1.Rep
 		// time for every report of a cluster without them.
 		ack.Peers = r.Store.Peers(node)
 	}
+	if req.GetBlobs() != nil {
+		// Only a node that says what it holds gets the count back (an older one would
+		// not read it).
+		ack.Holders, ack.WantBlobTable = r.Store.Answer(node)
+	}
 	return ack, nil
+}
+
+// maxHoldersImages bounds the images one Holders request asks for.
+const maxHoldersImages = maxTableImages
+
+// Holders counts the holders of the blobs of the images a node asks for (its imagepinctl
+// check --registry-gone): any node may ask, with its certificate.
+func (r *ReportService) Holders(ctx context.Context, req *v1.HoldersRequest) (*v1.BlobHolders, error) {
+	node, err := NodeIdentity(ctx)
+	if err != nil {
+		return nil, grpcstatus.Error(codes.Unauthenticated, err.Error())
+	}
+	if n := len(req.GetImages()); n > maxHoldersImages {
+		r.Log.WithField("node", node).WithField("images", n).Warn("holders request refused: too many images")
+		return nil, grpcstatus.Errorf(codes.InvalidArgument, "%d images, at most %d", n, maxHoldersImages)
+	}
+	return v1.FromHolders(r.Store.Holders(req.GetImages())), nil
 }

@@ -3,12 +3,14 @@ package aggregator
 import (
 	"bytes"
 	"embed"
+	"fmt"
 	"html"
 	"html/template"
 	"net/http"
 	"time"
 
 	"github.com/imagepin/imagepin/internal/bytesize"
+	"github.com/imagepin/imagepin/status"
 )
 
 //go:embed templates/*.html
@@ -29,6 +31,8 @@ type pageSet struct {
 	Cells        []SetNode
 	Hidden       int
 	Failures     []SetNode
+	// Blobs says whether every blob of the set's images has enough holders.
+	Blobs string
 }
 
 type pageData struct {
@@ -80,6 +84,10 @@ func pageFor(store *Store, refresh time.Duration) pageData {
 		}
 		if s.BytesFromRegistry > 0 {
 			ps.FromRegistry = bytesize.Human(uint64(s.BytesFromRegistry))
+		}
+		ps.Blobs = s.BlobHolders.Why()
+		if s.BlobHolders.Status == status.True {
+			ps.Blobs = fmt.Sprintf("each of the %d blobs of its images held by %d nodes or more: a node joining gets them from its peers", s.BlobHolders.Blobs, status.MinBlobHolders)
 		}
 		if s.ETASeconds != nil {
 			ps.ETA = (time.Duration(*s.ETASeconds) * time.Second).Round(time.Second).String()

@@ -12,9 +12,11 @@ import (
 )
 
 // The page says per set whether its pods start with the registry gone, names the Ready
-// nodes that would still need it, and shows the bytes fetched from registries.
+// nodes that would still need it and the blobs held by too few nodes, and shows the
+// bytes fetched from registries.
 func TestPageShowsRegistryGone(t *testing.T) {
 	store := NewStore(DefaultLimits(), time.Now)
+	store.started = time.Now().Add(-HoldersWarmup) // nodes had time to report
 	independent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.True, Reason: "PreloadedImagesStart"}
 	dependent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: "CredentialVerification",
 		Message: "the kubelet asks the registry first"}
@@ -24,7 +26,12 @@ func TestPageShowsRegistryGone(t *testing.T) {
 		"w2": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{dependent}},
 			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
 	} {
-		if _, err := store.Ingest(node, v1.FromStatus(status.Node{Node: status.NodeInfo{Name: node}, Sets: sets}, "b", 1, time.Minute)); err != nil {
+		// Both share the blob of tools' image; apps' is w1's alone.
+		n := status.Node{Node: status.NodeInfo{Name: node, Peers: &status.PeerBytes{Address: node + ":7444"}}, Sets: sets, Blobs: []status.ImageBlobs{
+			{Image: "reg.example/a@sha256:" + strings.Repeat("a", 64), Sets: []string{"apps"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("1", 64), Size: 1, Held: node == "w1"}}},
+			{Image: "reg.example/t@sha256:" + strings.Repeat("b", 64), Sets: []string{"tools"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("2", 64), Size: 1, Held: true}}},
+		}}
+		if _, err := store.Ingest(node, v1.FromStatus(n, "b", 1, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,12 +57,13 @@ func TestPageShowsRegistryGone(t *testing.T) {
 	}
 	apps, tools := section("apps"), section("tools")
 	for _, want := range []string{"pods start on 1 of 2 nodes", "w2</td><td>Ready, would need the registry: CredentialVerification</td><td>the kubelet asks the registry first",
-		"5.0 MiB fetched from registries"} {
+		"5.0 MiB fetched from registries", "blobs: 1 of the 1 blobs of the images are held by fewer than 2 nodes",
+		"sha256:" + strings.Repeat("1", 64) + " (1 B, of reg.example/a@sha256:" + strings.Repeat("a", 64) + ") is held by w1 only"} {
 		if !strings.Contains(apps, want) {
 			t.Errorf("apps lacks %q:\n%s", want, apps)
 		}
 	}
-	if !strings.Contains(tools, "pods start on all 2 nodes") || strings.Contains(tools, "would need the registry") || strings.Contains(tools, "fetched from registries") {
+	if !strings.Contains(tools, "pods start on all 2 nodes") || !strings.Contains(tools, "blobs: each of the 1 blobs of its images held by 2 nodes or more") || strings.Contains(tools, "would need the registry") || strings.Contains(tools, "fetched from registries") {
 		t.Errorf("tools:\n%s", tools)
 	}
 }

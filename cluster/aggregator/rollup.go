@@ -36,6 +36,7 @@ func (s *Store) SetsSummary() []SetView { return s.rollup("", false) }
 // rollup builds the views of every set, or of the named one only; allNodes lists Ready
 // nodes too.
 func (s *Store) rollup(only string, allNodes bool) []SetView {
+	holders := s.holdersIndex()
 	now := s.now()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -107,11 +108,14 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 			v.Nodes = append(v.Nodes, SetNode{Node: n, Phase: PhaseUnknown, Reason: "NeverReported", Message: "an expected node has never reported"})
 		}
 		finish(v)
+		v.BlobHolders = holders.setAnswer(v.Name)
 		out = append(out, *v)
 	}
 	for name, t := range s.targets {
 		if only == "" || only == name {
-			out = append(out, s.targetView(name, t, allNodes, now))
+			v := s.targetView(name, t, allNodes, now)
+			v.BlobHolders = holders.setAnswer(name)
+			out = append(out, v)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -50,6 +50,9 @@ type nodeEntry struct {
 	// one: it shows on the page, but a new leader's warm-up waits for a live report.
 	restored bool
 	status   status.Node
+	// blobs are what the report says of the node's pinned images' blobs (nil: nothing;
+	// a report restored from the state file never says).
+	blobs *nodeBlobs
 	// progress remembers, per set and spec hash, when progress was first seen, for ETAs.
 	progress map[string]progressSample
 }
@@ -75,11 +78,19 @@ type Store struct {
 	dirty map[string]bool
 	// peers index the nodes that share blobs ([peers]) by the sets they pin.
 	peers peerIndex
+	// tables are the nodes' tables of blobs by id, each kept once (blobs.go);
+	// generation counts the changes of reports, for the count of holders (holders.go).
+	tables     map[string]*blobTable
+	generation uint64
+	// holders is the last count of who holds which blob; started is when the store was
+	// made (a count is not sure until nodes had time to report).
+	holders holdCache
+	started time.Time
 }
 
 // NewStore returns an empty store; now is the clock (time.Now in production).
 func NewStore(limits Limits, now func() time.Time) *Store {
-	return &Store{limits: limits, now: now, nodes: map[string]*nodeEntry{}}
+	return &Store{limits: limits, now: now, nodes: map[string]*nodeEntry{}, started: now(), holders: holdCache{every: HoldersFreshness}}
 }
 
 // SetExpected sets the nodes expected to report: those that never did count as Unknown.
@@ -111,6 +122,10 @@ func (s *Store) ingest(node string, r *v1.NodeReport, now time.Time, restored bo
 	if err := s.validate(r); err != nil {
 		return false, err
 	}
+	parsed, err := s.parseBlobs(r.GetBlobs())
+	if err != nil {
+		return false, err
+	}
 	converted := r.ToStatus() // outside the lock: readers and other nodes wait less
 	intern(&converted)
 	s.mu.Lock()
@@ -120,11 +135,19 @@ func (s *Store) ingest(node string, r *v1.NodeReport, now time.Time, restored bo
 		if len(s.nodes) >= s.limits.MaxNodes {
 			return false, fmt.Errorf("%w: the store holds %d nodes, at most %d", ErrTooMany, len(s.nodes), s.limits.MaxNodes)
 		}
-		e = &nodeEntry{name: node, progress: map[string]progressSample{}}
-		s.nodes[node] = e
 	} else if e.bootID == r.GetBootId() && r.GetSequence() <= e.sequence {
 		return false, nil // an older (or repeated) report from the same boot
 	}
+	blobs, _, err := s.resolveBlobs(r.GetBlobs(), parsed)
+	if err != nil {
+		return false, err
+	}
+	if e == nil {
+		e = &nodeEntry{name: node, progress: map[string]progressSample{}}
+		s.nodes[node] = e
+	}
+	s.keepBlobs(e, blobs)
+	s.generation++
 	e.bootID, e.sequence, e.received, e.restored = r.GetBootId(), r.GetSequence(), now, restored
 	e.heartbeat = time.Duration(r.GetHeartbeatMillis()) * time.Millisecond
 	if e.heartbeat <= 0 {

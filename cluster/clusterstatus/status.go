@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/cluster/aggregator"
+	"github.com/imagepin/imagepin/status"
 )
 
 // Reasons of the set conditions.
@@ -25,7 +26,9 @@ const (
 	ReasonIdle             = "Idle"
 	ReasonNotDegraded      = "AsExpected"
 
-	// RegistryIndependent's reasons (with the nodes' own: CredentialVerification, …).
+	// RegistryIndependent's reasons (with the nodes' own: CredentialVerification, …,
+	// and the count of the blobs' holders: status.ReasonBlobsNotHeld,
+	// status.ReasonBlobHoldersUnknown).
 	ReasonPodsStartWithoutRegistry = "PodsStartWithoutRegistry"
 	ReasonNotAllNodesReady         = "NotAllNodesReady"
 )
@@ -192,14 +195,22 @@ func failing(v aggregator.SetView) []v1alpha1.NodeState {
 }
 
 // registryIndependent sets the RegistryIndependent condition: True when every targeted
-// node says pods start from the set's images with the registry gone; False while nodes
-// are not Ready, or when Ready nodes would still go to the registry (named, with the
-// reason their imagepind gives, CredentialVerification for the kubelet's policy).
+// node says pods start from the set's images with the registry gone and every blob of
+// the images is held by status.MinBlobHolders nodes; False while nodes are not Ready,
+// when Ready nodes would still go to the registry (named, with the reason their
+// imagepind gives, CredentialVerification for the kubelet's policy), or when blobs are
+// held by too few nodes for a node to join or be replaced (BlobsNotHeld, naming them and
+// their holders; BlobHoldersUnknown when they cannot be counted).
 func registryIndependent(v aggregator.SetView, set func(t string, ok bool, reason, msg string)) {
+	blobs := ""
+	if v.BlobHolders.Status != status.True {
+		blobs = "; " + v.BlobHolders.Why()
+	}
 	switch {
 	case v.RegistryGone():
 		set(v1alpha1.ConditionRegistryIndependent, true, ReasonPodsStartWithoutRegistry,
-			fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone", v.Targeted))
+			fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone; each of the %d blobs of the images is held by %d nodes or more, so a node joining or replacing one gets them from its peers",
+				v.Targeted, v.BlobHolders.Blobs, status.MinBlobHolders))
 	case v.RegistryDependentNodes > 0:
 		var parts []string
 		reason := v.RegistryDependent[0].Reason
@@ -207,9 +218,16 @@ func registryIndependent(v aggregator.SetView, set func(t string, ok bool, reaso
 			parts = append(parts, fmt.Sprintf("%s: %s: %s", n.Node, n.Reason, n.Message))
 		}
 		set(v1alpha1.ConditionRegistryIndependent, false, reason,
-			fmt.Sprintf("%d of %d Ready nodes would need the registry when a pod starts; %s", v.RegistryDependentNodes, v.ReadyNodes, strings.Join(parts, "; ")))
-	default:
+			fmt.Sprintf("%d of %d Ready nodes would need the registry when a pod starts; %s%s", v.RegistryDependentNodes, v.ReadyNodes, strings.Join(parts, "; "), blobs))
+	case v.Targeted == 0 || v.RegistryIndependentNodes < v.Targeted:
 		set(v1alpha1.ConditionRegistryIndependent, false, ReasonNotAllNodesReady,
-			fmt.Sprintf("%d/%d nodes ready: a node without every image present and pinned needs the registry", v.ReadyNodes, v.Targeted))
+			fmt.Sprintf("%d/%d nodes ready: a node without every image present and pinned needs the registry%s", v.ReadyNodes, v.Targeted, blobs))
+	default:
+		reason := status.ReasonBlobHoldersUnknown
+		if v.BlobHolders.Status == status.False {
+			reason = status.ReasonBlobsNotHeld
+		}
+		set(v1alpha1.ConditionRegistryIndependent, false, reason,
+			fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone, but %s", v.Targeted, v.BlobHolders.Why()))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/imagepin/imagepin/api/readv1"
 	"github.com/imagepin/imagepin/api/v1alpha1"
 	"github.com/imagepin/imagepin/cluster/aggregator"
+	"github.com/imagepin/imagepin/status"
 )
 
 func cond(t *testing.T, st v1alpha1.Status, typ string) metav1.Condition {
@@ -120,7 +121,12 @@ func TestBuildStatusNameClashIsDegraded(t *testing.T) {
 	}
 }
 
+// The set's RegistryIndependent: every node's, and the aggregator's count of the
+// holders of every blob of the set's images.
 func TestBuildStatusRegistryIndependent(t *testing.T) {
+	held := status.BlobHolders{Status: status.True, Images: 2, Blobs: 9}
+	short := status.BlobHolders{Status: status.False, Images: 2, Blobs: 9, ShortCount: 1, Short: []status.ShortBlob{
+		{Digest: "sha256:" + strings.Repeat("3", 64), Image: "reg.example/a@sha256:" + strings.Repeat("a", 64), Size: 1 << 20, Holders: []string{"w1"}, Pinners: 2}}}
 	cases := []struct {
 		name   string
 		v      aggregator.SetView
@@ -128,8 +134,15 @@ func TestBuildStatusRegistryIndependent(t *testing.T) {
 		reason string
 		msg    string
 	}{
-		{"every node says so", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2},
-			metav1.ConditionTrue, ReasonPodsStartWithoutRegistry, "on all 2 nodes"},
+		{"every node says so, every blob held twice", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2, BlobHolders: held},
+			metav1.ConditionTrue, ReasonPodsStartWithoutRegistry, "on all 2 nodes, pods start from these images with the registry gone; each of the 9 blobs of the images is held by 2 nodes or more"},
+		{"every node says so, a blob held by one node", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2, BlobHolders: short},
+			metav1.ConditionFalse, status.ReasonBlobsNotHeld, "on all 2 nodes, pods start from these images with the registry gone, but 1 of the 9 blobs of the images are held by fewer than 2 nodes " +
+				"(with the registry gone, a node joining or replacing one gets every blob from its peers): sha256:" + strings.Repeat("3", 64) + " (1.0 MiB, of reg.example/a@sha256:" +
+				strings.Repeat("a", 64) + ") is held by w1 only: a node replacing w1 would fail, and any node joining once w1 is gone"},
+		{"every node says so, the holders not counted", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2,
+			BlobHolders: status.HoldersUnknown("the aggregator started less than 1m0s ago")},
+			metav1.ConditionFalse, status.ReasonBlobHoldersUnknown, "but whether every blob of the images is held by 2 nodes cannot be told: the aggregator started less than 1m0s ago"},
 		{"a node's kubelet verifies", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 1, RegistryDependentNodes: 1,
 			RegistryDependent: []readv1.NodeCondition{{Node: "w2", Status: "False", Reason: "CredentialVerification", Message: "imagePullCredentialsVerificationPolicy AlwaysVerify: 3 of 3 images need the registry"}}},
 			metav1.ConditionFalse, "CredentialVerification", "1 of 2 Ready nodes would need the registry when a pod starts; w2: CredentialVerification: imagePullCredentialsVerificationPolicy AlwaysVerify"},

@@ -27,6 +27,7 @@ import (
 	"github.com/imagepin/imagepin/registry"
 	"github.com/imagepin/imagepin/registrygone"
 	"github.com/imagepin/imagepin/release"
+	"github.com/imagepin/imagepin/report"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -57,9 +58,12 @@ counts as missing and --storage is the image filesystem. Nothing is pinned or pu
 
 Each set also says whether this node is ready to lose its registry, in imagepind's words
 for its RegistryIndependent condition: every image present and pinned, every tag the set
-pins held by the runtime as its pinned digest, and the kubelet's image pull credential
+pins held by the runtime as its pinned digest, the kubelet's image pull credential
 verification (its config, drop-ins and its own pull records) letting pods start from them
-without the registry.
+without the registry, and every blob of the images held by at least 2 nodes (asked of
+the aggregator in [report], with the node's certificate), so that a node joining or
+replacing one gets them from its peers. It names the blobs held by fewer, their holders,
+and which nodes would fail to join.
 
 Exit 0 when every set is admitted and every missing image reachable, 1 if not. With
 --registry-gone, exit 0 only when the node is ready to lose its registry for every set.`,
@@ -169,6 +173,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 		reqs = append(reqs, r)
 	}
 	node := readNode(ctx, cfg, client, runtimeErr)
+	node.holders = askAggregator(ctx, cfg)
 	imageFS := wire.ImageFS(client)
 	if !reachable {
 		imageFS = func(context.Context) (string, error) { return o.storage, nil }
@@ -259,15 +264,41 @@ type registryGone struct {
 	// Unsure those for which it cannot be told.
 	NeedRegistry []kubelet.Need `json:"needRegistry,omitempty"`
 	Unsure       []kubelet.Need `json:"unsure,omitempty"`
+	// BlobHolders is the aggregator's count of the nodes holding every blob of the
+	// set's images: a node joining or replacing one gets them from those.
+	BlobHolders status.BlobHolders `json:"blobHolders"`
 }
 
 // nodeFacts are what the set's verdicts share, read once: whether the runtime answers,
-// the image names it lists (with their IDs), and the kubelet's credential verification.
+// the image names it lists (with their IDs), the kubelet's credential verification, and
+// where the count of the holders of the images' blobs comes from.
 type nodeFacts struct {
 	runtimeErr error
 	ids        map[string]string
 	v          kubelet.Verification
 	verr       error
+	// holders counts the nodes holding every blob of images (the aggregator's); nil:
+	// none can be had.
+	holders func(images []string) status.BlobHolders
+}
+
+// askAggregator asks the aggregator imagepind reports to ([report]), with the node's
+// certificate, for the holders of the blobs of a set's images; without one, the count
+// cannot be had and no set is ready to lose its registry.
+func askAggregator(ctx context.Context, cfg conf.Config) func([]string) status.BlobHolders {
+	if cfg.Report.Aggregator == "" {
+		return func([]string) status.BlobHolders {
+			return status.HoldersUnknown("no aggregator to count them ([report] aggregator is not set in the config)")
+		}
+	}
+	rc := report.Config{Aggregator: cfg.Report.Aggregator, CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName}
+	return func(images []string) status.BlobHolders {
+		h, err := report.AskHolders(ctx, rc, images)
+		if err != nil {
+			return status.HoldersUnknown(err.Error())
+		}
+		return h
+	}
 }
 
 // readNode reads the kubelet's credential verification and, when the runtime answers
@@ -289,12 +320,17 @@ func readNode(ctx context.Context, cfg conf.Config, client *cri.Client, runtimeE
 // can). The tags it pins are held when the runtime lists them with their pinned
 // digests' image IDs.
 func (n nodeFacts) registryGone(s pinset.Set, missing, unpinned []string, notReady string) registryGone {
+	holders := status.HoldersUnknown("no aggregator to count them")
+	if n.holders != nil {
+		holders = n.holders(s.Images)
+	}
 	v := registrygone.Decide(registrygone.Facts{
 		Images: s.Images, RuntimeErr: n.runtimeErr, Missing: missing, Unpinned: unpinned, NotReady: notReady,
 		Tags: s.Tags, Held: registrygone.HeldTags(s.Tags, n.ids),
 		KubeletRead: true, KubeletErr: n.verr, Verification: n.v, IDs: n.ids,
+		Holders: holders,
 	})
-	rg := registryGone{Ready: v.Ready(), Status: v.Status, Reason: v.Reason, Message: v.Message, Why: v.Why, Policy: v.Policy}
+	rg := registryGone{Ready: v.Ready(), Status: v.Status, Reason: v.Reason, Message: v.Message, Why: v.Why, Policy: v.Policy, BlobHolders: holders}
 	if v.KubeletDecided {
 		rg.Kubelet, rg.NeedRegistry, rg.Unsure = v.Kubelet.Answer.String(), v.Kubelet.Needs, v.Kubelet.Unsure
 	}

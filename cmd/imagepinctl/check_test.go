@@ -118,6 +118,11 @@ func TestCheckExpandsReleaseSets(t *testing.T) {
 	}
 }
 
+// everyBlobHeld is an aggregator counting two holders of every blob.
+func everyBlobHeld(images []string) status.BlobHolders {
+	return status.BlobHolders{Status: status.True, Images: len(images), Blobs: 3 * len(images)}
+}
+
 // --registry-gone on a node whose kubelet has not started yet (no image_manager) under
 // AlwaysVerify: ready only when the kubelet's version says its credential verification
 // is off, or the config turns it off; a kubelet 1.35 (on by default) needs the registry,
@@ -150,7 +155,7 @@ func TestRegistryGoneBeforeTheKubeletsFirstStart(t *testing.T) {
 				_ = os.Chmod(c.binary, 0o755)
 			}
 			v, err := wire.Kubelet(cfg)()
-			rg := nodeFacts{ids: map[string]string{app: "id-app"}, v: v, verr: err}.registryGone(pinset.Set{Images: []string{app}}, nil, nil, "")
+			rg := nodeFacts{ids: map[string]string{app: "id-app"}, v: v, verr: err, holders: everyBlobHeld}.registryGone(pinset.Set{Images: []string{app}}, nil, nil, "")
 			if rg.Ready != c.ready || rg.Kubelet != c.kubelet || !strings.Contains(strings.Join(rg.Why, "\n"), c.why) {
 				t.Fatalf("%+v; want ready %v, kubelet %s, why containing %q", rg, c.ready, c.kubelet, c.why)
 			}
@@ -188,7 +193,7 @@ func TestRegistryGoneWhenAPinnedTagIsNotHeld(t *testing.T) {
 		{"the tag held", map[string]string{a: "id-a", b: "id-b", "reg.example/team/a:v2": "id-a"}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			rg := nodeFacts{ids: c.ids, v: v}.registryGone(set, nil, nil, "")
+			rg := nodeFacts{ids: c.ids, v: v, holders: everyBlobHeld}.registryGone(set, nil, nil, "")
 			if c.ready {
 				if !rg.Ready || rg.Status != status.True || rg.Reason != status.ReasonPodsStartWithoutRegistry || len(rg.Why) != 0 {
 					t.Fatalf("%+v", rg)

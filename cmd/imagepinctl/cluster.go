@@ -15,6 +15,7 @@ import (
 
 	"github.com/imagepin/imagepin/api/readv1"
 	"github.com/imagepin/imagepin/internal/bytesize"
+	"github.com/imagepin/imagepin/status"
 )
 
 // clusterView is what status --aggregator shows: every set, and every node's problems.
@@ -191,6 +192,10 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 		for _, n := range s.RegistryDependent {
 			fmt.Fprintf(w, "  %s on %s: Ready, would need the registry: %s: %s\n", s.Name, n.Node, n.Reason, oneLine(n.Message, 160))
 		}
+		if s.Targeted > 0 && s.BlobHolders.Status != status.True {
+			// Which blobs a node joining or replacing one would not find, and why.
+			fmt.Fprintf(w, "  %s: blobs: %s\n", s.Name, s.BlobHolders.Why())
+		}
 		if more := s.RegistryDependentNodes - len(s.RegistryDependent); more > 0 {
 			fmt.Fprintf(w, "  %s: %d more Ready nodes would need the registry\n", s.Name, more)
 		}
@@ -205,16 +210,24 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 	}
 }
 
-// withoutRegistry says whether the set's pods start with the registry gone: "yes" on every
-// targeted node, else on how many.
+// withoutRegistry says whether the set's pods start with the registry gone and a node
+// joining gets every blob from its peers: "yes", else on how many nodes pods start, or
+// how many blobs (or images) have too few holders.
 func withoutRegistry(s readv1.SetView) string {
+	h := s.BlobHolders
 	switch {
 	case s.Targeted == 0:
 		return "-"
 	case s.RegistryGone():
 		return "yes"
+	case s.RegistryIndependentNodes < s.Targeted:
+		return fmt.Sprintf("no: %d/%d nodes", s.RegistryIndependentNodes, s.Targeted)
+	case h.Status == status.False && h.NoHolderCount > 0:
+		return fmt.Sprintf("no: %d images held by no node", h.NoHolderCount)
+	case h.Status == status.False:
+		return fmt.Sprintf("no: %d blobs held by < %d nodes", h.ShortCount, status.MinBlobHolders)
 	}
-	return fmt.Sprintf("no: %d/%d nodes", s.RegistryIndependentNodes, s.Targeted)
+	return "unknown: blob holders"
 }
 
 // bar is a 20-cell progress bar of bytes (images when sizes are unknown).

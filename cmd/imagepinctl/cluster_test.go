@@ -141,24 +141,35 @@ func TestClusterStatusShowsNodeProblems(t *testing.T) {
 	}
 }
 
-// Per set: whether its pods start with the registry gone on every node, the Ready nodes
-// that would still need it and why, and the bytes fetched from registries.
+// Per set: whether its pods start with the registry gone on every node and every blob of
+// its images has two holders, the Ready nodes that would still need it and why, the blobs
+// held by too few nodes, and the bytes fetched from registries.
 func TestClusterStatusShowsRegistryGone(t *testing.T) {
-	store := aggregator.NewStore(aggregator.DefaultLimits(), time.Now)
+	t0 := time.Now()
+	now := t0
+	store := aggregator.NewStore(aggregator.DefaultLimits(), func() time.Time { return now })
 	independent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.True, Reason: "PreloadedImagesStart"}
 	dependent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: "CredentialVerification",
 		Message: "imagePullCredentialsVerificationPolicy AlwaysVerify: the kubelet asks the registry"}
 	for node, sets := range map[string][]status.Set{
 		"w1": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, BytesFromRegistry: 3 << 20, Conditions: []status.Condition{independent}},
-			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
+			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}},
+			{Name: "ops", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
 		"w2": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{dependent}},
-			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
+			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}},
+			{Name: "ops", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
 	} {
-		r := v1.FromStatus(status.Node{Node: status.NodeInfo{Name: node}, Sets: sets}, "b", 1, time.Minute)
+		// Both share the blob of apps' and tools' images; only w1 holds ops'.
+		n := status.Node{Node: status.NodeInfo{Name: node, Peers: &status.PeerBytes{Address: node + ":7444"}}, Sets: sets, Blobs: []status.ImageBlobs{
+			{Image: "reg.example/a@sha256:" + strings.Repeat("a", 64), Sets: []string{"apps", "tools"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("1", 64), Size: 1, Held: true}}},
+			{Image: "reg.example/o@sha256:" + strings.Repeat("b", 64), Sets: []string{"ops"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("2", 64), Size: 1, Held: node == "w1"}}},
+		}}
+		r := v1.FromStatus(n, "b", 1, time.Minute)
 		if _, err := store.Ingest(node, r); err != nil {
 			t.Fatal(err)
 		}
 	}
+	now = t0.Add(aggregator.HoldersWarmup) // every node had time to report
 	srv := httptest.NewServer(aggregator.ReadHandler(store, nil))
 	defer srv.Close()
 	_, out, _ := ctl(t, "status", "--aggregator", srv.URL)
@@ -172,6 +183,7 @@ func TestClusterStatusShowsRegistryGone(t *testing.T) {
 		{lines["SET"], "REGISTRY GONE"},
 		{lines["apps"], "no: 1/2 nodes"},
 		{lines["tools"], "yes"},
+		{lines["ops"], "no: 1 blobs held by < 2 nodes"},
 	} {
 		if !strings.HasSuffix(strings.TrimSpace(c.line), c.want) {
 			t.Errorf("want %q at the end of %q:\n%s", c.want, c.line, out)
@@ -180,6 +192,8 @@ func TestClusterStatusShowsRegistryGone(t *testing.T) {
 	for _, want := range []string{
 		"apps on w2: Ready, would need the registry: CredentialVerification: imagePullCredentialsVerificationPolicy AlwaysVerify",
 		"apps: 3.0 MiB fetched from registries",
+		"ops: blobs: 1 of the 1 blobs of the images are held by fewer than 2 nodes (with the registry gone, a node joining or replacing one gets every blob from its peers): sha256:" +
+			strings.Repeat("2", 64) + " (1 B, of reg.example/o@sha256:" + strings.Repeat("b", 64) + ") is held by w1 only: a node replacing w1 would fail",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)

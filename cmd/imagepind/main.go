@@ -102,20 +102,21 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 		return err
 	}
 	m := wire.Metrics(peers)
-	reporter := wire.Reporter(cfg, peers, log)
+	reporter := wire.Reporter(cfg, peers, poke, log)
 	// The node condition PinnedImagesReady on this node's Node ([cluster] node_condition).
 	condition, err := wire.NodeCondition(cfg, version, log)
 	if err != nil {
 		return err
 	}
 	opts := wire.Options{
-		Peers:       peers,
-		Tags:        true,
-		TagsChanged: poke,
-		Version:     version,
-		Publish:     wire.DaemonPublish(cfg, notifier.Status, m, reporter, condition, peers, log),
-		Log:         log,
-		Observer:    m,
+		Peers:           peers,
+		Tags:            true,
+		TagsChanged:     poke,
+		HoldingsChanged: poke,
+		Version:         version,
+		Publish:         wire.DaemonPublish(cfg, notifier.Status, m, reporter, condition, peers, log),
+		Log:             log,
+		Observer:        m,
 		// WATCHDOG=1 only from the loop itself: a CRI-O outage slows no step for long
 		// (every call has a timeout), so it cannot get imagepind killed.
 		Alive:     notifier.Watchdog,
@@ -124,6 +125,9 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 	}
 	if syncer != nil {
 		opts.SourceFaults, opts.SourceSynced = syncer.Faults, syncer.Synced
+	}
+	if reporter != nil {
+		opts.Holders = reporter
 	}
 	built, err := wire.Agent(cfg, store, opts)
 	if err != nil {

@@ -322,18 +322,22 @@ func TestClusterLoop(t *testing.T) {
 		t.Fatalf("kubectl get row %v", row)
 	}
 	t.Logf("kubectl get pinnedimagesets: %v", row)
-	// The node says pods start from the set's images with the registry gone (its kubelet
-	// does not verify pre-loaded images): so does the object.
-	st = c.waitStatus("workers", "RegistryIndependent", 30*time.Second, func(st v1alpha1.Status) bool {
+	// The node's own pods would start from the set's images with the registry gone, but
+	// the one node shares no blob ([peers] off): a node joining would find none of them,
+	// and the aggregator says so (a sure False, not True).
+	st = c.waitStatus("workers", "RegistryIndependent False: BlobsNotHeld", 2*time.Minute, func(st v1alpha1.Status) bool {
 		r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent)
-		return r != nil && r.Status == metav1.ConditionTrue
+		return r != nil && r.Status == metav1.ConditionFalse && r.Reason == "BlobsNotHeld" &&
+			strings.Contains(r.Message, "pinned by no node that shares its blobs ([peers] on), so a node joining or replacing one would find none of their blobs")
 	})
 	t.Logf("RegistryIndependent: %+v", *meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent))
 
 	// A Node with no imagepind behind it: the set is not Ready, that node Unknown.
 	c.createNode("ghost-node", map[string]string{"node-role.kubernetes.io/worker": ""})
 	st = c.waitStatus("workers", "1/2 with the ghost Unknown", 30*time.Second, readyN(1, 2))
-	if r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent); r == nil || r.Status != metav1.ConditionFalse || r.Reason != "NotAllNodesReady" {
+	// The Ready node's own reason (its blobs shared by no node) goes before
+	// NotAllNodesReady.
+	if r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent); r == nil || r.Status != metav1.ConditionFalse || r.Reason != "BlobsNotHeld" {
 		t.Fatalf("RegistryIndependent with a node not Ready: %+v", r)
 	}
 	if st.UnknownNodes != 1 || len(st.FailingNodes) != 1 || st.FailingNodes[0].Node != "ghost-node" || st.FailingNodes[0].Reason != "NeverReported" {

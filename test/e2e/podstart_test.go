@@ -291,10 +291,14 @@ func podStart(t *testing.T, p *podWorld) {
 	p.writeSet("apps.yaml", alphaSet("apps", p.pause, p.teamA, p.teamB))
 	p.waitFor("apps Ready", 120*time.Second, phaseIs("apps", status.Ready))
 	p.requirePinned(p.pause, p.teamA, p.teamB)
-	if c := p.registryCondition(status.True, kubelet.NeverVerifyPreloadedImages); c.Reason != status.ReasonPodsStartWithoutRegistry || !strings.Contains(c.Message, kubelet.NeverVerifyPreloadedImages) {
+	// The node's own pods start; a node joining would need the registry: this one shares
+	// no blob ([peers] off), and no aggregator counts the holders. So Unknown, not True.
+	if c := p.registryCondition(status.Unknown, kubelet.NeverVerifyPreloadedImages); c.Reason != status.ReasonBlobHoldersUnknown ||
+		!strings.Contains(c.Message, "no aggregator counts them ([report] aggregator is not set), and this node shares none ([peers] is off): a node joining, or replacing this one, would need the registry") ||
+		!strings.Contains(c.Message, "this node's own pods start from its 3 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 3 images without the registry)") {
 		t.Fatalf("default policy: %+v", c)
 	}
-	p.checkRegistryGone(0, "registry gone: ready")
+	p.checkRegistryGone(1, "registry gone: NOT READY (cannot be told: BlobHoldersUnknown)\n      whether every blob of the images is held by 2 nodes cannot be told: no aggregator to count them")
 
 	// The registry is gone.
 	p.priv.Stop()

@@ -52,13 +52,14 @@ func Metrics(node *peers.Node) *metrics.Metrics {
 
 // Reporter reports the node's status to [report] aggregator (nil without one); the
 // aggregator's answers carry the peers (the nodes that pin the same sets), which go to
-// node ([peers]; nil: off).
-func Reporter(cfg conf.Config, node *peers.Node, log logrus.FieldLogger) *report.Reporter {
+// node ([peers]; nil: off), and the count of the holders of the sets' blobs, kept by
+// the reporter (agent.HolderCounts), each change of which calls onHolders (nil: none).
+func Reporter(cfg conf.Config, node *peers.Node, onHolders func(), log logrus.FieldLogger) *report.Reporter {
 	if cfg.Report.Aggregator == "" {
 		return nil
 	}
 	return report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
-		CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: node.FromAggregator}, log)
+		CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: node.FromAggregator, OnHolders: onHolders}, log)
 }
 
 // DaemonPublish is where each new status of imagepind goes, in this order: the status

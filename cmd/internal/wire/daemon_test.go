@@ -22,7 +22,7 @@ func TestDaemonPublishWithThePartsOff(t *testing.T) {
 		fileBefore = err == nil
 		told = append(told, summary)
 	}
-	publish := DaemonPublish(cfg, notify, Metrics(nil), Reporter(cfg, nil, logrus.New()), nil, nil, logrus.New())
+	publish := DaemonPublish(cfg, notify, Metrics(nil), Reporter(cfg, nil, nil, logrus.New()), nil, nil, logrus.New())
 	publish(status.Node{Node: status.NodeInfo{Name: "w1"}, Sets: []status.Set{}})
 	if len(told) != 1 || told[0] != "no sets for this node" || !fileBefore {
 		t.Fatalf("told %q, status file written first: %v", told, fileBefore)

@@ -66,6 +66,12 @@ type Options struct {
 	// DetectFor bounds the wait for the runtime's CRI Version with [cri] runtime = auto
 	// (0: 10 s).
 	DetectFor time.Duration
+	// HoldingsChanged is called when what the node's stores hold of the pinned images
+	// changed ([peers] on): the agent's status reports it.
+	HoldingsChanged func()
+	// Holders is the aggregator's count of the holders of the sets' blobs (the
+	// reporter's); nil: no aggregator, and no set is RegistryIndependent.
+	Holders agent.HolderCounts
 }
 
 // Built is what Agent builds, for the caller to run.
@@ -133,6 +139,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 	var seeds func([]string) (*status.Seeded, []string)
 	if opts.Peers != nil {
 		registryBytes = opts.Peers.Bytes.RegistryBytes
+		opts.Peers.OnHoldings(opts.HoldingsChanged)
 		// The seeds are in the node's status only with the store they are in.
 		seeds = seed.NewReport(seed.Dir(store.Dir()), cfg.Seed.Directory).Status
 	}
@@ -170,8 +177,20 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 		Seeds:         seeds,
 		SourceFaults:  joinFaults(opts.SourceFaults, registryProblems),
 		SourceSynced:  opts.SourceSynced,
+		Blobs:         blobsOf(opts.Peers),
+		Holders:       opts.Holders,
 	})
 	return built, nil
+}
+
+// blobsOf is what the node's stores hold of each pinned image's blobs (peers.Node,
+// read off the agent's loop), for the aggregator's count of holders; nil with [peers]
+// off (the node holds none for peers).
+func blobsOf(p *peers.Node) agent.BlobHoldings {
+	if p == nil {
+		return nil
+	}
+	return p
 }
 
 func joinFaults(fs ...func() []string) func() []string {

@@ -1,0 +1,95 @@
+package peers
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// What the node holds of a pinned image is read again after each keeper pass, off the
+// agent's loop: uncertain (a why) while its manifest is not in the store, every blob
+// held once the keeper stored them, the agent woken when that changed, and the held
+// summary its peers read names every blob kept.
+func TestAKeepPassIsToldToTheAgentAndThePeers(t *testing.T) {
+	fastKeep(t)
+	old := holdingsEvery
+	holdingsEvery = time.Hour // only a keeper pass, or a change of the pins, reads them
+	t.Cleanup(func() { holdingsEvery = old })
+	reg := newRegistry(t, 3, 64<<10)
+	reg.down.Store(true)
+	md := digest.FromBytes(reg.manifest)
+	ref := repo + "@" + md.String()
+	n := newNode(t, Config{})
+	n.Bind(Runtime{Registry: reg})
+	var pokes atomic.Int32
+	n.OnHoldings(func() { pokes.Add(1) })
+	if blobs, why := n.ImageBlobs(ref); blobs != nil || why != "the node's store has not been read yet" {
+		t.Fatalf("before Run: %v %q", blobs, why)
+	}
+	run(t, n.Run)
+	n.setPinned([]string{ref})
+
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		for i := 0; !ok(); i++ {
+			if i == 1000 {
+				blobs, why := n.ImageBlobs(ref)
+				t.Fatalf("not %s within 10 s: %+v %q", what, blobs, why)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait("uncertain, its manifest not held", func() bool {
+		_, why := n.ImageBlobs(ref)
+		return why == "a manifest of it is not in the node's store yet, so not all its blobs are known"
+	})
+	before := pokes.Load()
+	if before == 0 {
+		t.Fatal("the agent was not woken by the first reading")
+	}
+
+	reg.down.Store(false)
+	wait("every blob held", func() bool {
+		blobs, why := n.ImageBlobs(ref)
+		if why != "" || len(blobs) != 1+len(reg.blobs) {
+			return false
+		}
+		for _, b := range blobs {
+			if !b.Held {
+				return false
+			}
+		}
+		return true
+	})
+	if pokes.Load() == before {
+		t.Fatal("the agent was not woken when the keeper had stored the blobs")
+	}
+
+	h := &heldServer{pinned: n.heldDigests}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, HeldPath, nil))
+	var sum heldSummary
+	if err := json.Unmarshal(w.Body.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	got := newDigestSet(sum.Digests)
+	for d := range reg.blobs {
+		if !got.contains(d) {
+			t.Fatalf("the held summary %v does not name the kept blob %s", sum.Digests, d)
+		}
+	}
+	if !got.contains(md) || len(got) != 1+len(reg.blobs) {
+		t.Fatalf("the held summary %v; want the manifest and the %d blobs", sum.Digests, len(reg.blobs))
+	}
+
+	n.setPinned(nil)
+	wait("gone with its pin", func() bool {
+		_, why := n.ImageBlobs(ref)
+		return why == "the node's mirror does not pin it yet"
+	})
+}
