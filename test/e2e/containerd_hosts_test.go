@@ -109,7 +109,17 @@ func TestContainerdHostsKeptAsTheAdministratorHadThem(t *testing.T) {
 	// imagepind says nothing is wrong with them.
 	t.Logf("faults with [peers] on: %q", n.Faults)
 	broken := filepath.Base(dirOf(regs["broken"])) + "/hosts.toml"
+	// The 0600 file's header is not sent by imagepind's own registry access, which, with
+	// [peers] on, now also fetches the pinned images' blobs the node keeps: that is said,
+	// naming the file, and nothing else of it.
+	header := filepath.Base(dirOf(regs["secret"])) + "/hosts.toml: server sets header"
+	var kept []string
 	for _, f := range n.Faults {
+		if !strings.Contains(f, header) {
+			kept = append(kept, f)
+		}
+	}
+	for _, f := range kept {
 		if !strings.Contains(f, broken) {
 			t.Fatalf("a fault other than the broken hosts.toml's: %q (all: %q)", f, n.Faults)
 		}
@@ -120,7 +130,7 @@ func TestContainerdHostsKeptAsTheAdministratorHadThem(t *testing.T) {
 		"secret":  {regs["secret"] + ":", filepath.Base(dirOf(regs["secret"])) + "/"},
 	} {
 		for _, named := range names {
-			if f := faultNaming(n.Faults, named); f != "" {
+			if f := faultNaming(kept, named); f != "" {
 				t.Fatalf("the %s registry (%s) has a fault: %q", role, regs[role], f)
 			}
 		}
