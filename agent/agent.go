@@ -53,6 +53,9 @@ func (noObserver) Reconciled(time.Time)       {}
 type Tags interface {
 	// Want takes the tags the desired sets pin, at every pass; it never blocks.
 	Want([]pinset.Tag)
+	// Arrived says a pinned image (repo@sha256:…) is on the node now (its pull ended):
+	// a tag waiting for its digest is made at once. It never blocks.
+	Arrived(image string)
 	// Held says whether the runtime holds t.Name as t.Image (as another digest: false):
 	// a set is RegistryIndependent only when it holds all of the set's tags.
 	Held(t pinset.Tag) bool

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -315,5 +316,42 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 type heldTags func(pinset.Tag) bool
 
 func (heldTags) Want([]pinset.Tag)                {}
+func (heldTags) Arrived(string)                   {}
 func (h heldTags) Held(t pinset.Tag) bool         { return h(t) }
 func (heldTags) Status() (*status.Tags, []string) { return nil, nil }
+
+// arrivalTags is a Deps.Tags that records the images the agent says arrived.
+type arrivalTags struct {
+	heldTags
+	mu      sync.Mutex
+	arrived []string
+}
+
+func (a *arrivalTags) Arrived(image string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.arrived = append(a.arrived, image)
+}
+
+func (a *arrivalTags) got() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.arrived)
+}
+
+// The tags are told each pinned image the moment its pull ends: a tag waiting for its
+// digest is then made at once, not at the keeper's next retry (the joining node's
+// PinnedImagesReady, and with it the startup taint, waits for its tags).
+func TestTheTagsAreToldWhenAnImageArrives(t *testing.T) {
+	h := newHarness(t)
+	tags := &arrivalTags{heldTags: func(pinset.Tag) bool { return false }}
+	h.tags = tags
+	a := "reg.example/team/a@" + fmt.Sprintf("sha256:%064x", 1)
+	h.available(a)
+	h.start()
+	h.writeFile("apps.yaml", setDoc("apps", "reg.example/team/a:v2@"+fmt.Sprintf("sha256:%064x", 1)))
+	h.waitFor("apps Ready", func(n status.Node) bool { s := n.Set("apps"); return s != nil && s.Phase == status.Ready })
+	if got := tags.got(); !slices.Contains(got, a) {
+		t.Fatalf("the tags were told %v arrived; want %s", got, a)
+	}
+}

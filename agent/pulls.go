@@ -112,6 +112,9 @@ func (a *Agent) refreshPresence(ctx context.Context, desired []pinset.Set) {
 			// Its layers may be gone with it (a wiped storage): fetched again, in order.
 			a.pulls.unhold(img)
 		}
+		if st.Present && !img.present {
+			a.arrived(ref)
+		}
 		img.checked, img.present, img.pinned = true, st.Present, st.Pinned
 		if a.staleUnpinned(ref, st.Image) {
 			// The runtime's confirmed patterns match it, yet it says unpinned: its image
@@ -289,6 +292,7 @@ func (a *Agent) handleResult(r pullResult) {
 		img.retry.reset()
 		a.pulls.noSpaceTry.reset()
 		log.WithField("pinned", r.after.Pinned).Info("pulled")
+		a.arrived(r.image)
 		if r.gen != a.pins.gen || a.staleUnpinned(r.image, r.after) {
 			// The flag was read before the pins now confirmed (or before CRI-O's image
 			// service caught up with them): ask again rather than trust it.
@@ -353,5 +357,13 @@ func (a *Agent) observeWidth() {
 		a.log.WithField("width", w).WithField("was", a.pulls.lastWidth).Debug("pull width")
 		a.pulls.lastWidth = w
 		a.deps.Observer.Width(w)
+	}
+}
+
+// arrived tells the tags that image is on the node now: a tag waiting for its digest
+// is made at once (a joining node's PinnedImagesReady waits for its tags).
+func (a *Agent) arrived(image string) {
+	if a.deps.Tags != nil {
+		a.deps.Tags.Arrived(image)
 	}
 }

@@ -52,6 +52,10 @@ func New(p Parts, onChange func()) *Node {
 // Want sets the tags the desired sets pin (agent.Tags); it never blocks.
 func (n *Node) Want(tags []pinset.Tag) { n.keeper.Want(tags) }
 
+// Arrived says image is on the node now (agent.Tags): a tag waiting for it is made at
+// once.
+func (n *Node) Arrived(image string) { n.keeper.Arrived(image) }
+
 // Held says whether the runtime holds the pinned tag t.Name as t.Image (the keeper's
 // answer): what the registry-gone verdict asks of each pinned tag.
 func (n *Node) Held(t pinset.Tag) bool { return n.keeper.Held(t) }

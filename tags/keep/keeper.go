@@ -61,7 +61,13 @@ type Keeper struct {
 	// makes it so); faults the last errors, the same way.
 	held   map[pinset.Tag]bool
 	faults map[pinset.Tag]string
-	wake   chan struct{}
+	// waiting are the images (repo@sha256:…) of the tags the last pass found not on the
+	// node yet: Arrived wakes the loop when one comes.
+	waiting map[string]bool
+	// passing: a pass is under way (an image that arrives meanwhile may have been asked
+	// for before it came).
+	passing bool
+	wake    chan struct{}
 }
 
 // New builds a keeper over rt (nil: no runtime; Lookup still answers); Run starts it.
@@ -76,7 +82,7 @@ func New(cfg Config, rt Runtime, clk clock.WithTicker, log logrus.FieldLogger) *
 		clk = clock.RealClock{}
 	}
 	return &Keeper{cfg: cfg, rt: rt, clock: clk, log: log, byRepo: map[string]map[string]digest.Digest{},
-		held: map[pinset.Tag]bool{}, faults: map[pinset.Tag]string{}, wake: make(chan struct{}, 1)}
+		held: map[pinset.Tag]bool{}, faults: map[pinset.Tag]string{}, waiting: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // Want sets the tags wanted (the desired sets' tags, pinset.TagsOf); a change wakes the
@@ -109,6 +115,19 @@ func (k *Keeper) poke() {
 	select {
 	case k.wake <- struct{}{}:
 	default:
+	}
+}
+
+// Arrived says that image (repo@sha256:…, a pinned reference) is on the node now: a
+// pull of it ended. When a tag waits for it, the loop passes at once rather than at its
+// next retry (Config.Retry), so the tag is held as soon as its digest is. It never
+// blocks.
+func (k *Keeper) Arrived(image string) {
+	k.mu.Lock()
+	waits := k.waiting[image] || k.passing
+	k.mu.Unlock()
+	if waits {
+		k.poke()
 	}
 }
 
@@ -180,12 +199,19 @@ func (k *Keeper) Run(ctx context.Context) error {
 
 // Pass makes the runtime hold each wanted tag once; done says every one is held.
 func (k *Keeper) Pass(ctx context.Context) (done bool) {
-	want := k.Tags()
+	k.mu.Lock()
+	k.passing = true
+	want := slices.Clone(k.want)
+	k.mu.Unlock()
 	held := map[pinset.Tag]bool{}
 	faults := map[pinset.Tag]string{}
+	waiting := map[string]bool{}
 	done = true
 	for _, t := range want {
 		if ctx.Err() != nil {
+			k.mu.Lock()
+			k.passing = false
+			k.mu.Unlock()
 			return false
 		}
 		ok, err := k.rt.Ensure(ctx, t)
@@ -200,6 +226,7 @@ func (k *Keeper) Pass(ctx context.Context) (done bool) {
 				k.log.WithError(err).WithField("tag", t.Name).Warn("tag not pre-loaded")
 			}
 		case !ok:
+			waiting[t.Image] = true
 			done = false
 		default:
 			held[t] = true
@@ -217,7 +244,7 @@ func (k *Keeper) Pass(ctx context.Context) (done bool) {
 	}
 	k.mu.Lock()
 	changed := !maps.Equal(k.held, held) || !maps.Equal(k.faults, faults)
-	k.held, k.faults = held, faults
+	k.held, k.faults, k.waiting, k.passing = held, faults, waiting, false
 	k.mu.Unlock()
 	if changed && k.OnChange != nil {
 		k.OnChange()

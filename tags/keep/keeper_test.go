@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/sirupsen/logrus"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/pinset"
@@ -152,4 +155,58 @@ func TestMovedTagIsNotHeldUntilAPassHoldsIt(t *testing.T) {
 	if f := k.Faults(); len(f) != 0 {
 		t.Fatalf("faults %q of the digest no longer wanted", f)
 	}
+}
+
+// arrivingRuntime holds a tag once its image has arrived (a pull of the digest ended).
+type arrivingRuntime struct {
+	mu      sync.Mutex
+	arrived map[string]bool
+	passes  int
+}
+
+func (r *arrivingRuntime) Ensure(_ context.Context, t pinset.Tag) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.passes++
+	return r.arrived[t.Image], nil
+}
+
+func (r *arrivingRuntime) Forget(context.Context, []pinset.Tag) error { return nil }
+
+// A tag whose digest is not on the node waits; when the digest's pull ends (Arrived),
+// the tag is made at once, not at the next retry: a joining node's PinnedImagesReady
+// waits for its tags (TagsNotHeld), and with it the startup taint. An image no tag
+// waits for wakes nothing.
+func TestATagIsMadeAsSoonAsItsDigestArrives(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	rt := &arrivingRuntime{arrived: map[string]bool{}}
+	k := New(Config{Retry: time.Hour}, rt, clk, logrus.New())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { k.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	k.Want([]pinset.Tag{tag})
+	waitFor := func(what string, f func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if f() {
+				return
+			}
+		}
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	passes := func() int { rt.mu.Lock(); defer rt.mu.Unlock(); return rt.passes }
+	waitFor("a pass finding the digest missing", func() bool { return passes() >= 1 && clk.HasWaiters() })
+	time.Sleep(20 * time.Millisecond) // the wake of Want, if the first pass had the tag already
+	idle := passes()
+	k.Arrived("quay.io/x/b@" + d1.String())
+	time.Sleep(20 * time.Millisecond)
+	if n := passes(); n != idle {
+		t.Fatalf("%d passes: an image no tag waits for woke the keeper", n)
+	}
+	rt.mu.Lock()
+	rt.arrived[tag.Image] = true
+	rt.mu.Unlock()
+	k.Arrived(tag.Image)
+	waitFor("the tag held without the retry's hour passing", func() bool { return k.Held(tag) })
 }
