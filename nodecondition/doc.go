@@ -8,7 +8,8 @@
 // Compute decides the condition from the node's status, a pure function. Writer writes it
 // with the node's own credentials through the Node's status subresource, merged by
 // condition type, so the kubelet's conditions are never touched; on change (coalesced to
-// at most one write every MinInterval) and every Heartbeat unchanged; through an API
+// at most one write every MinInterval; a change of status, False to True, at once unless
+// the status changed less than MinInterval ago) and every Heartbeat unchanged; through an API
 // outage with backoff, the latest condition winning when the API answers again. Nothing
 // is written until the cluster sync has listed the sets and found the Node once; a True
 // condition found at start is kept for a minute while the sets only wait to be confirmed,

@@ -37,7 +37,9 @@ type Config struct {
 	// lastHeartbeatTime saying imagepind still evaluates it (0: 5 min).
 	Heartbeat time.Duration
 	// MinInterval: writes are at most this often; changes in between are coalesced
-	// into the latest (0: 2 s).
+	// into the latest (0: 2 s). A change of status is written at once unless the status
+	// changed less than MinInterval ago (a write of the message alone does not hold it
+	// back).
 	MinInterval time.Duration
 	// RetryMax caps the backoff after failed writes, which starts at MinInterval and
 	// doubles (0: 2 min).
@@ -142,6 +144,7 @@ type state struct {
 	since    time.Time  // lastTransitionTime of inAPI's status
 	at       time.Time  // last successful write
 	tried    time.Time  // last attempt
+	flipped  time.Time  // last successful write that changed the status (True ↔ False)
 	failures int
 	started  time.Time
 	// held: a True condition found at start, kept through StartupGrace while sets wait.
@@ -172,6 +175,15 @@ func (w *Writer) Run(ctx context.Context) error {
 			due := s.at.Add(w.cfg.Heartbeat)
 			if s.inAPI == nil || *s.inAPI != *want {
 				due = s.tried.Add(w.cfg.MinInterval)
+				// A change of status (False to True: the startup taint waits for it) is
+				// not held back by a write of the reason or message just before: it is
+				// due MinInterval after the last change of status, so a flapping
+				// condition is still written at most once every MinInterval.
+				if s.inAPI != nil && s.inAPI.Status != want.Status {
+					if flip := s.flipped.Add(w.cfg.MinInterval); flip.Before(due) {
+						due = flip
+					}
+				}
 			}
 			if s.held && want.Reason == ReasonSetsNotReady {
 				if end := s.started.Add(w.cfg.StartupGrace); end.After(due) {
@@ -319,6 +331,9 @@ func (w *Writer) write(ctx context.Context, s *state, want Condition) error {
 	w.writes.Add(1)
 	prev := s.inAPI
 	s.inAPI, s.since, s.at = &want, since, now
+	if changed && prev != nil {
+		s.flipped = now
+	}
 	if changed {
 		log := w.cfg.Log.WithField("node", w.cfg.NodeName).WithField("reason", want.Reason)
 		switch {

@@ -261,6 +261,33 @@ func TestWritesAreBounded(t *testing.T) {
 	}
 }
 
+// A joining node: its condition is written False while its sets are pulled, and the
+// sets turn Ready a moment later. The change to True (the startup taint waits for it)
+// is written at once, not MinInterval after the write before; a change of the message
+// alone still waits, and so does a change of status within MinInterval of the last.
+func TestAChangeOfStatusIsNotHeldBackByTheWriteBefore(t *testing.T) {
+	r := newRig(t, kubeletNode())
+	r.w.Update(pullingNode)
+	r.run()
+	r.idle("the first write", 1)
+	r.w.Update(nodeWith(status.Set{Name: "base", Phase: status.Pulling, ImagesReady: 2, ImagesTotal: 3}))
+	time.Sleep(20 * time.Millisecond)
+	r.idle("the message's change waiting", 1)
+	r.w.Update(readyNode)
+	r.idle("True written without the clock moving", 2)
+	if c := r.ours(); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0) {
+		t.Fatalf("condition %+v", c)
+	}
+	r.w.Update(pullingNode)
+	time.Sleep(20 * time.Millisecond)
+	r.idle("False again waiting for MinInterval after True", 2)
+	r.clock.Step(2 * time.Second)
+	r.idle("False written", 3)
+	if c := r.ours(); c.Status != corev1.ConditionFalse {
+		t.Fatalf("condition %+v", c)
+	}
+}
+
 // A restarted imagepind keeps the transition time of the condition it finds in the API,
 // and writes no event for a status that did not change.
 func TestRestartKeepsTheTransitionTime(t *testing.T) {
