@@ -87,7 +87,9 @@ func (c *heldCache) update(hs []ImageHolding) {
 func heldOf(h ImageHolding) heldImage {
 	out := heldImage{blobs: make([]status.Blob, 0, len(h.Blobs))}
 	for _, b := range h.Blobs {
-		out.blobs = append(out.blobs, status.Blob{Digest: b.Digest.String(), Size: b.Size, Held: b.Held})
+		// A manifest not held has no size the node knows (the mirror's -1): 0 in the
+		// status, as reports carry sizes (the aggregator refuses a negative one).
+		out.blobs = append(out.blobs, status.Blob{Digest: b.Digest.String(), Size: max(b.Size, 0), Held: b.Held})
 	}
 	switch {
 	case h.Err != nil:

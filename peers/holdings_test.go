@@ -48,6 +48,11 @@ func TestAKeepPassIsToldToTheAgentAndThePeers(t *testing.T) {
 		_, why := n.ImageBlobs(ref)
 		return why == "a manifest of it is not in the node's store yet, so not all its blobs are known"
 	})
+	// The manifest, not held, has no size the node knows: 0, never the mirror's -1, which
+	// the aggregator refuses (the whole report with it, and with that the node's peers).
+	if blobs, _ := n.ImageBlobs(ref); len(blobs) != 1 || blobs[0].Digest != md.String() || blobs[0].Size != 0 || blobs[0].Held {
+		t.Fatalf("the manifest not held yet: %+v; want it alone, not held, size 0", blobs)
+	}
 	before := pokes.Load()
 	if before == 0 {
 		t.Fatal("the agent was not woken by the first reading")

@@ -32,7 +32,9 @@ type ImageBlobs struct {
 // Blob is one blob of a pinned image on a node.
 type Blob struct {
 	Digest string
-	Size   int64
+	// Size is the descriptor's; 0 when the node does not know it (a pinned manifest it
+	// does not hold yet).
+	Size int64
 	// Held: the node's store (on containerd, its content store) holds it and serves it
 	// to peers. Seeded: a seed on the node names it.
 	Held, Seeded bool
