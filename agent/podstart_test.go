@@ -100,7 +100,7 @@ func TestRegistryCondition(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := registryCondition(c.o, c.ps, c.f)
+			got, _ := registryCondition(c.o, c.ps, c.f)
 			if got.Type != status.ConditionRegistryIndependent || got.Status != c.status || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) {
 				t.Fatalf("got %s/%s %q; want %s/%s containing %q", got.Status, got.Reason, got.Message, c.status, c.reason, c.msg)
 			}
@@ -278,6 +278,11 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); !strings.HasPrefix(c.Message, short.Why()+"; this node's own pods start") ||
 		!strings.Contains(c.Message, "sha256:"+strings.Repeat("3", 64)+" (7 B, of "+a+") is held by no node: any node joining, or replacing one of the 3 that pin the image, would fail") {
 		t.Fatalf("message %q", c.Message)
+	}
+	// The cluster's count is short, yet this node's own pods start: what the node
+	// condition asks in registry-independent mode (its startup taint waits for no count).
+	if !n.Set("apps").StartsWithoutRegistry {
+		t.Fatal("the set's pods start on this node, but StartsWithoutRegistry is false")
 	}
 
 	holders.set(status.BlobHolders{Status: status.True, Images: 2, Blobs: 2})

@@ -188,7 +188,9 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 
 	o := decidePhase(f)
 	st.Phase = o.Phase
-	conds := append(setConditions(o, f), registryCondition(o, a.kube, rf))
+	registry, own := registryCondition(o, a.kube, rf)
+	st.StartsWithoutRegistry = own
+	conds := append(setConditions(o, f), registry)
 	for _, c := range conds {
 		st.SetCondition(c, now)
 	}

@@ -27,10 +27,6 @@ const (
 	// ReasonTagsNotHeld: every set is Ready, but the runtime does not hold every tag the
 	// sets pin yet: a pod naming such a tag would pull it.
 	ReasonTagsNotHeld = "TagsNotHeld"
-	// ReasonBlobsNotHeld: every set is Ready and its pods start without the registry,
-	// but blobs of its images are held by fewer than status.MinBlobHolders nodes (or
-	// cannot be counted): a node joining or replacing one would need the registry.
-	ReasonBlobsNotHeld = status.ReasonBlobsNotHeld
 )
 
 // Mode is what True asks of each set.
@@ -57,15 +53,17 @@ const maxNamed = 10
 // status cannot tell which sets target the node (the cluster sync has not written its
 // first lists yet): nothing is written then.
 // Which fact wins: a Failed set (Degraded), then sets not Ready, then pinned tags the
-// runtime does not hold yet, then (in RegistryIndependent mode) sets pods would still
-// need the registry for (pinned tags that are not pre-loaded at all among them), then
-// sets whose blobs too few nodes hold for a node to join or be replaced.
+// runtime does not hold yet, then (in RegistryIndependent mode) sets this node's pods
+// would still need the registry for (pinned tags that are not pre-loaded at all among
+// them). The cluster's count of blob holders is not this node's: a set whose blobs too
+// few nodes hold, while this node's own pods start from its images, is named in the
+// True message (a node joining or replacing one would need the registry), and holds
+// back neither the condition nor with it the startup taint.
 func Compute(n status.Node, mode Mode) (Condition, bool) {
 	if n.WaitingForClusterSync {
 		return Condition{}, false
 	}
 	var failed, pending, dependent, stranded []string
-	var firstStranded string // the first such set's words: which blobs, who would fail to join
 	for _, s := range n.Sets {
 		switch {
 		case s.Phase == status.Failed:
@@ -76,11 +74,9 @@ func Compute(n status.Node, mode Mode) (Condition, bool) {
 			c := s.Condition(status.ConditionRegistryIndependent)
 			switch {
 			case c != nil && c.Status == status.True:
-			case c != nil && (c.Reason == status.ReasonBlobsNotHeld || c.Reason == status.ReasonBlobHoldersUnknown):
+			case c != nil && s.StartsWithoutRegistry:
+				// Only the cluster's count of holders stands in the way.
 				stranded = append(stranded, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
-				if firstStranded == "" { // sets come sorted by name
-					firstStranded = s.Name + ": " + c.Message
-				}
 			case c == nil:
 				dependent = append(dependent, fmt.Sprintf("%s (not reported)", s.Name))
 			default:
@@ -111,23 +107,26 @@ func Compute(n status.Node, mode Mode) (Condition, bool) {
 	case len(dependent) > 0:
 		return Condition{Status: status.False, Reason: ReasonRegistryDependent,
 			Message: "sets Ready, but pods would need the registry to start from their images: " + list(dependent)}, true
-	case len(stranded) > 0:
-		return Condition{Status: status.False, Reason: ReasonBlobsNotHeld,
-			Message: fmt.Sprintf("sets Ready, but a node joining or replacing one would need the registry: blobs of their images are not held by %d nodes: %s; %s",
-				status.MinBlobHolders, list(stranded), firstStranded)}, true
 	case len(n.Sets) == 0:
 		return Condition{Status: status.True, Reason: ReasonAllSetsReady, Message: "no PinnedImageSet targets this node"}, true
 	}
 	what := "Ready"
 	if mode == RegistryIndependent {
 		what = "Ready and registry independent"
+		if len(stranded) > 0 {
+			what += " on this node"
+		}
 	}
 	names := make([]string, 0, len(n.Sets))
 	for _, s := range n.Sets {
 		names = append(names, s.Name)
 	}
-	return Condition{Status: status.True, Reason: ReasonAllSetsReady,
-		Message: fmt.Sprintf("%d of %d sets %s: %s", len(n.Sets), len(n.Sets), what, list(names))}, true
+	msg := fmt.Sprintf("%d of %d sets %s: %s", len(n.Sets), len(n.Sets), what, list(names))
+	if len(stranded) > 0 {
+		msg += fmt.Sprintf("; a node joining or replacing one would need the registry: blobs of the images of %s are not held by %d nodes (their RegistryIndependent names them)",
+			list(stranded), status.MinBlobHolders)
+	}
+	return Condition{Status: status.True, Reason: ReasonAllSetsReady, Message: msg}, true
 }
 
 func describe(s status.Set) string {

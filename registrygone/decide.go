@@ -61,6 +61,10 @@ type Verdict struct {
 	// KubeletDecided false when its files were not read.
 	Kubelet        kubelet.Decision
 	KubeletDecided bool
+	// OwnPodsStart says this node's own pods start from the images with the registry
+	// gone: nothing stands in the way but, perhaps, the cluster's count of holders,
+	// which only a node joining or replacing one needs.
+	OwnPodsStart bool
 }
 
 // Ready says pods start from the set's images with the registry gone.
@@ -147,6 +151,7 @@ func Decide(f Facts) Verdict {
 	}
 
 	// The cluster: every blob of the images held by enough nodes for one to be lost.
+	v.OwnPodsStart = len(v.Why) == 0
 	switch f.Holders.Status {
 	case status.True:
 	case status.False:

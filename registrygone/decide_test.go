@@ -197,3 +197,33 @@ func TestDecideNamesFive(t *testing.T) {
 		t.Fatalf("%q", v.Why[0])
 	}
 }
+
+// OwnPodsStart is the verdict for this node's own pods: the cluster's count of holders
+// (short, or not counted yet, as on a node that just joined) left out, every other
+// obstacle kept, sure or not.
+func TestOwnPodsStartLeavesTheCountOut(t *testing.T) {
+	preloaded := verification(t, kubelet.NeverVerifyPreloadedImages, true)
+	gateUnknown := verification(t, kubelet.AlwaysVerify, false)
+	for _, tc := range []struct {
+		name string
+		mod  func(*Facts)
+		want bool
+	}{
+		{"every blob held twice", func(*Facts) {}, true},
+		{"blobs held by too few nodes", func(f *Facts) { f.Holders = short }, true},
+		{"the holders not counted yet", func(f *Facts) { f.Holders = status.HoldersUnknown("no answer from the aggregator yet") }, true},
+		{"an image missing", func(f *Facts) { f.Holders, f.Missing = short, []string{b} }, false},
+		{"a tag not held", func(f *Facts) { f.Holders, f.Tags = short, []pinset.Tag{tagA} }, false},
+		{"the kubelet's verification undecided", func(f *Facts) { f.Holders, f.Verification = short, gateUnknown }, false},
+		{"the kubelet not read", func(f *Facts) { f.Holders, f.KubeletRead = short, false }, false},
+		{"the runtime down", func(f *Facts) { f.Holders, f.RuntimeErr = short, errors.New("down") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := Facts{Images: []string{a, b}, KubeletRead: true, Verification: preloaded, IDs: map[string]string{a: "id-a", b: "id-b"}, Holders: held}
+			tc.mod(&f)
+			if v := Decide(f); v.OwnPodsStart != tc.want {
+				t.Fatalf("OwnPodsStart %v (verdict %s/%s: %s); want %v", v.OwnPodsStart, v.Status, v.Reason, v.Message, tc.want)
+			}
+		})
+	}
+}

@@ -171,9 +171,14 @@ type Set struct {
 	BytesReady  uint64 `json:"bytesReady"`
 	// BytesFromRegistry are the bytes of the set's images this node fetched from
 	// registries, for itself or for its peers ([peers]; as of the last status).
-	BytesFromRegistry int64         `json:"bytesFromRegistry,omitempty"`
-	Conditions        []Condition   `json:"conditions"`
-	FailedImages      []FailedImage `json:"failedImages,omitempty"`
+	BytesFromRegistry int64       `json:"bytesFromRegistry,omitempty"`
+	Conditions        []Condition `json:"conditions"`
+	// StartsWithoutRegistry says this node's own pods start from the set's images with
+	// the registry gone: its RegistryIndependent verdict but for the cluster's count of
+	// blob holders, which only a node joining or replacing one needs. It is what the
+	// node condition asks in registry-independent mode.
+	StartsWithoutRegistry bool          `json:"startsWithoutRegistry,omitempty"`
+	FailedImages          []FailedImage `json:"failedImages,omitempty"`
 	// Release is set for a set with spec.releaseImage.
 	Release *Release `json:"release,omitempty"`
 }
