@@ -200,8 +200,10 @@ type Agent struct {
 	// runtimeEvents wakes the loop when a pinner's watch saw a change.
 	runtimeEvents chan struct{}
 	// lookNow wakes the loop for LookNow; lookAgain holds the looks it found under way.
-	lookNow   chan struct{}
-	lookAgain lookAgain
+	lookNow chan struct{}
+	// sourcesChanged wakes the loop for SourcesChanged.
+	sourcesChanged chan struct{}
+	lookAgain      lookAgain
 }
 
 // New builds an agent. Nothing starts until Run.
@@ -263,12 +265,13 @@ func New(cfg Config, deps Deps) *Agent {
 			noSpaceTry: retry{key: "no-space", sched: sched},
 			recheck:    retry{key: "recheck", sched: sched},
 		},
-		disk:          diskState{retry: retry{key: "disk", sched: sched}},
-		rel:           releaseParts{retry: retry{key: "releases", sched: sched}},
-		done:          make(chan func(), 4),
-		runtimeEvents: make(chan struct{}, 1),
-		lookNow:       make(chan struct{}, 1),
-		bgCtx:         context.Background(),
+		disk:           diskState{retry: retry{key: "disk", sched: sched}},
+		rel:            releaseParts{retry: retry{key: "releases", sched: sched}},
+		done:           make(chan func(), 4),
+		runtimeEvents:  make(chan struct{}, 1),
+		lookNow:        make(chan struct{}, 1),
+		sourcesChanged: make(chan struct{}, 1),
+		bgCtx:          context.Background(),
 	}
 }
 
@@ -359,6 +362,8 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 		case <-a.runtimeEvents:
 		case <-a.lookNow:
 			a.lookedNow()
+		case <-a.sourcesChanged:
+			a.retryFailedPulls()
 		case f := <-a.done:
 			f()
 			for more := true; more; {

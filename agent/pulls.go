@@ -367,3 +367,29 @@ func (a *Agent) arrived(image string) {
 		a.deps.Tags.Arrived(image)
 	}
 }
+
+// SourcesChanged says where the images come from changed: peers the aggregator just
+// named (a joining node learns them from its first reports, and with the registry gone
+// they are its only source). Pulls that failed are tried again at once, not after their
+// backoff. Safe to call from any goroutine; calls while one waits are one.
+func (a *Agent) SourcesChanged() {
+	select {
+	case a.sourcesChanged <- struct{}{}:
+	default:
+	}
+}
+
+// retryFailedPulls, on the loop, makes every pull waiting out its backoff due now.
+func (a *Agent) retryFailedPulls() {
+	now := a.deps.Clock.Now()
+	n := 0
+	for _, img := range a.pulls.images {
+		if img.lastErr != nil && !img.inflight && !img.present && !img.retry.due(now) {
+			img.retry.dueAt(now)
+			n++
+		}
+	}
+	if n > 0 {
+		a.log.WithField("images", n).Info("image sources changed (peers): failed pulls tried again now")
+	}
+}

@@ -70,8 +70,10 @@ type Node struct {
 	// server and serverTLS serve the peers (nil: this node shares nothing).
 	server    *Server
 	serverTLS *tls.Config
-	// aggregated are the peers the aggregator handed out last.
+	// aggregated are the peers the aggregator handed out last; onPeers is called when
+	// it names a node it did not before (OnPeers).
 	aggregated atomic.Pointer[[]string]
+	onPeers    atomic.Pointer[func()]
 	// pinned are the references the mirror may serve (keys: repo@digest).
 	pinned atomic.Pointer[map[string]bool]
 	// prune wakes the store's pruning after the pinned references changed; filled after
@@ -237,6 +239,24 @@ func (n *Node) FromAggregator(nodes []string) {
 	if old == nil || !slices.Equal(*old, nodes) {
 		n.log.WithField("peers", len(nodes)).Info("[peers] peers from the aggregator")
 	}
+	for _, x := range nodes {
+		if old == nil || !slices.Contains(*old, x) {
+			if f := n.onPeers.Load(); f != nil {
+				(*f)()
+			}
+			return
+		}
+	}
+}
+
+// OnPeers makes f be called each time the aggregator names a peer it did not name
+// before (a joining node learns its peers from its first reports; its pulls that failed
+// without them can be tried again at once). A no-op on a nil Node.
+func (n *Node) OnPeers(f func()) {
+	if n == nil {
+		return
+	}
+	n.onPeers.Store(&f)
 }
 
 // Stamp adds the peers' byte counts and the store's size to each status before publish

@@ -221,6 +221,32 @@ func TestPeersFromConfigAndAggregator(t *testing.T) {
 	}
 }
 
+// A peer the aggregator names for the first time is told (the agent then tries its
+// failed pulls again at once: a joining node with the registry gone has no other
+// source); the same peers again, or fewer, are not.
+func TestNewPeersFromTheAggregatorAreTold(t *testing.T) {
+	n := newNode(t, Config{Address: "10.0.0.1:7444"})
+	n.server = &Server{} // as sharing leaves it
+	told := 0
+	n.OnPeers(func() { told++ })
+	for i, c := range []struct {
+		peers []string
+		want  int
+	}{
+		{nil, 0},
+		{[]string{"10.0.0.2:7444"}, 1},
+		{[]string{"10.0.0.2:7444"}, 1},
+		{[]string{"10.0.0.2:7444", "10.0.0.3:7444"}, 2},
+		{[]string{"10.0.0.3:7444"}, 2},
+		{[]string{"10.0.0.2:7444", "10.0.0.3:7444"}, 3},
+	} {
+		n.FromAggregator(c.peers)
+		if told != c.want {
+			t.Fatalf("%d %v: told %d times, want %d", i, c.peers, told, c.want)
+		}
+	}
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -180,6 +180,9 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 		Blobs:         blobsOf(opts.Peers),
 		Holders:       opts.Holders,
 	})
+	// Peers the aggregator names for the first time: pulls that failed without them are
+	// tried again at once (a joining node with the registry gone).
+	opts.Peers.OnPeers(built.Agent.SourcesChanged)
 	return built, nil
 }
 
