@@ -101,6 +101,9 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 	start := time.Now()
 	for {
 		if wait := s.probed(node); wait > 0 && how < once {
+			if !s.listed(node) {
+				return nil, errUnlisted
+			}
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -113,6 +116,12 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 			return resp, err
 		}
 		if s.starting(ctx, node, err) {
+			if !s.listed(node) {
+				// Gone from the peers (the aggregator no longer names it: a node taken
+				// out): it is not starting, and waiting for it would hold this request
+				// for the rest of startWait.
+				return nil, fmt.Errorf("%w: %w", errUnlisted, err)
+			}
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -161,6 +170,14 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 
 // self marks the registry's turn in an order.
 const self = ""
+
+// errUnlisted is a peer refusing connections that is no longer among the peers.
+var errUnlisted = errors.New("refusing connections, and no longer among the peers")
+
+// listed says whether node is among the peers now (Nodes).
+func (s *Source) listed(node string) bool {
+	return slices.Contains(s.Nodes(), node)
+}
 
 // order is who to ask for key: the nodes in rendezvous order (this node: the registry),
 // then the registry if this node is not among them, then the nodes set aside.

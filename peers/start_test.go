@@ -142,3 +142,67 @@ func TestAPeerThatNeverListensCostsStartWaitOnce(t *testing.T) {
 	}
 	t.Logf("the first pulls took %s (startWait %s; the dead node heads %d of %d blobs)", took, startWait, heads, len(reg.blobs))
 }
+
+// A node taken out (nothing listens at its address) while a node joins: the joiner's
+// first requests lay their trees with it, since the aggregator still names it. Once
+// the aggregator no longer does, those requests stop waiting for it as for a peer
+// starting (startWait) and go on to the nodes that hold the blobs: the joiner, with the
+// registry gone, pulls in a moment, not after startWait.
+func TestAPeerNoLongerListedIsNotWaitedFor(t *testing.T) {
+	shortStart(t, 5*time.Second)
+	oldPoll := pinPoll
+	pinPoll = 50 * time.Millisecond
+	t.Cleanup(func() { pinPoll = oldPoll })
+	reg := newRegistry(t, 16, 16<<10)
+	c := newClusterOpts(t, reg, 4, clusterOpts{maxServing: 64})
+	var mu sync.Mutex
+	listed := c.addrs()
+	for _, nd := range c.nodes {
+		nd.src.Nodes = func() []string { mu.Lock(); defer mu.Unlock(); return listed }
+	}
+	// The node taken out: the one heading the most blobs (the joiner's ancestor in
+	// their trees). The joiner is another.
+	heads := map[string]int{}
+	for d := range reg.blobs {
+		heads[Order(d, c.addrs())[0]]++
+	}
+	gone := c.nodes[0]
+	for _, nd := range c.nodes {
+		if heads[nd.addr] > heads[gone.addr] {
+			gone = nd
+		}
+	}
+	var joiner *node
+	var others []*node
+	for _, nd := range c.nodes {
+		switch {
+		case nd == gone:
+		case joiner == nil:
+			joiner = nd
+		default:
+			others = append(others, nd)
+		}
+	}
+	c.each(append(others, gone), c.pull) // every node but the joiner holds the image
+	gone.stop()
+	reg.down.Store(true)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		mu.Lock()
+		defer mu.Unlock()
+		listed = nil
+		for _, a := range c.addrs() {
+			if a != gone.addr {
+				listed = append(listed, a)
+			}
+		}
+	}()
+	start := time.Now()
+	if err := c.pull(joiner); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > startWait/2 {
+		t.Fatalf("the joiner's pull took %s: it waited for the node taken out after it was no longer listed (startWait %s; it headed %d of %d blobs)",
+			took, startWait, heads[gone.addr], len(reg.blobs))
+	}
+}

@@ -63,6 +63,31 @@ func TestPeersOfTheSameSets(t *testing.T) {
 	}
 }
 
+// A node whose reports stopped (taken out, down: Unknown) is not handed out: a node
+// joining would lay its blobs' trees through it and wait for it. It is again once it
+// reports.
+func TestAPeerThatStoppedReportingIsNotHandedOut(t *testing.T) {
+	now := time.Now()
+	s := NewStore(DefaultLimits(), func() time.Time { return now })
+	ingest := func(r *v1.NodeReport) {
+		if _, err := s.Ingest(r.GetNode(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ingest(peerReport("w1", "10.0.0.1:7444", 1, "ocp"))
+	ingest(peerReport("w2", "10.0.0.2:7444", 1, "ocp"))
+	now = now.Add(UnknownAfter*time.Minute + time.Second) // heartbeat: a minute
+	ingest(peerReport("w1", "10.0.0.1:7444", 2, "ocp"))
+	ingest(peerReport("w3", "10.0.0.3:7444", 1, "ocp")) // a node joining
+	if got, want := s.Peers("w3"), []string{"10.0.0.1:7444", "10.0.0.3:7444"}; !slices.Equal(got, want) {
+		t.Fatalf("w2 silent for %d heartbeats: w3's peers %v, want %v", UnknownAfter, got, want)
+	}
+	ingest(peerReport("w2", "10.0.0.2:7444", 2, "ocp"))
+	if got, want := s.Peers("w3"), []string{"10.0.0.1:7444", "10.0.0.2:7444", "10.0.0.3:7444"}; !slices.Equal(got, want) {
+		t.Fatalf("w2 reporting again: w3's peers %v, want %v", got, want)
+	}
+}
+
 // A large set hands out at most MaxPeers addresses, the same for every node of it.
 func TestPeersAreBounded(t *testing.T) {
 	s := NewStore(DefaultLimits(), time.Now)
