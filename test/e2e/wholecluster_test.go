@@ -72,6 +72,9 @@ type wholeCluster struct {
 	failed bool
 	// Durations for the numbers.
 	rolloutGone, joinSetsReady, joinUntainted time.Duration
+	// joinTaintAfterReady: from the joining node's sets Ready (its log) to its taint
+	// gone (the watch).
+	joinTaintAfterReady time.Duration
 }
 
 type taggedImage struct {
@@ -482,9 +485,9 @@ func TestWholeClusterRegistryGone(t *testing.T) {
 	w.step("b_rollout_to_v2_with_the_registry_gone", w.rolloutRegistryGone)
 	w.step("c_node_replaced_held_back_until_its_sets_are_ready_from_its_peers", w.nodeReplaced)
 	w.step("d_control_an_unpinned_image_with_the_registry_gone", w.control)
-	t.Logf("numbers: rollout to v2 with the registry gone %s; the joining node: registration → sets Ready %s, → startup taint removed %s; the whole test %s",
+	t.Logf("numbers: rollout to v2 with the registry gone %s; the joining node: registration → sets Ready %s, → startup taint removed %s (sets Ready → taint gone %d ms); the whole test %s",
 		w.rolloutGone.Round(100*time.Millisecond), w.joinSetsReady.Round(100*time.Millisecond), w.joinUntainted.Round(100*time.Millisecond),
-		time.Since(start).Round(time.Second))
+		w.joinTaintAfterReady.Milliseconds(), time.Since(start).Round(time.Second))
 	if len(w.unheld) > 0 {
 		t.Errorf("before the cut the verdicts said the registry could go, but the cluster's stores did not hold every blob on two nodes:\n%s",
 			strings.Join(w.unheld, "\n"))
@@ -764,6 +767,7 @@ func (w *wholeCluster) nodeReplaced(t *testing.T) {
 	// The node is dead: its pods go as an administrator deletes them (the pod garbage
 	// collector would, after a quarantine).
 	w.kubectl(t, "delete", "pods", "-n", "default", "--field-selector", "spec.nodeName="+gone, "--force", "--grace-period=0")
+	nodes := watchNodes(t, w.c.CS)
 	n, err := w.c.AddNode(t.Context(), env.NodeOptions{Taints: []string{startupTaint + ":NoSchedule"}})
 	if err != nil {
 		t.Fatal(err)
@@ -871,6 +875,8 @@ func (w *wholeCluster) nodeReplaced(t *testing.T) {
 		t.Skip("the node condition and the taint's removal are not in this build: the held-back node stays tainted")
 	}
 	w.joinUntainted = time.Since(n.Started)
+	waitUntil(t, "the watch seeing "+n.Name+"'s taint gone", 10*time.Second, func() bool { return !nodes.of(n.Name).untainted.IsZero() })
+	w.joinTaintAfterReady = logJoinTimeline(t, n, nodes.of(n.Name))
 	node, _ := w.c.CS.CoreV1().Nodes().Get(t.Context(), n.Name, metav1.GetOptions{})
 	for _, c := range node.Status.Conditions {
 		if string(c.Type) == pinnedImagesReady {
