@@ -125,8 +125,8 @@ func TestWriteKeepsTheKubeletsConditions(t *testing.T) {
 	r.w.Update(pullingNode)
 	r.run()
 	r.idle("the first write", 1)
-	r.w.Update(readyNode)
 	r.clock.Step(2 * time.Second)
+	r.w.Update(readyNode)
 	r.idle("the second write", 2)
 
 	n := r.node()
@@ -161,14 +161,15 @@ func TestWriteKeepsTheKubeletsConditions(t *testing.T) {
 			}
 		}
 	}
-	// Events mark each change of status: first the evaluation, then Ready.
+	// Events mark each change of status: first the evaluation, then Ready (recorded
+	// right after the write).
 	for _, want := range []string{"Normal PinnedImagesNotReady sets not Ready yet: base (Pulling 1/3 images)", "Normal PinnedImagesReady 1 of 1 sets Ready: base"} {
 		select {
 		case e := <-r.events.Events:
 			if e != want {
 				t.Fatalf("event %q, want %q", e, want)
 			}
-		default:
+		case <-time.After(5 * time.Second):
 			t.Fatalf("no event %q", want)
 		}
 	}
@@ -275,7 +276,8 @@ func TestAChangeOfStatusIsNotHeldBackByTheWriteBefore(t *testing.T) {
 	r.idle("the message's change waiting", 1)
 	r.w.Update(readyNode)
 	r.idle("True written without the clock moving", 2)
-	if c := r.ours(); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0) {
+	eventually(t, "True in the API", func() bool { return r.ours().Status == corev1.ConditionTrue })
+	if c := r.ours(); !c.LastTransitionTime.Time.Equal(t0) {
 		t.Fatalf("condition %+v", c)
 	}
 	r.w.Update(pullingNode)
@@ -283,9 +285,7 @@ func TestAChangeOfStatusIsNotHeldBackByTheWriteBefore(t *testing.T) {
 	r.idle("False again waiting for MinInterval after True", 2)
 	r.clock.Step(2 * time.Second)
 	r.idle("False written", 3)
-	if c := r.ours(); c.Status != corev1.ConditionFalse {
-		t.Fatalf("condition %+v", c)
-	}
+	eventually(t, "False in the API", func() bool { return r.ours().Status == corev1.ConditionFalse })
 }
 
 // A restarted imagepind keeps the transition time of the condition it finds in the API,
