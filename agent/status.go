@@ -188,7 +188,7 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 
 	o := decidePhase(f)
 	st.Phase = o.Phase
-	conds := append(setConditions(o, f), registryCondition(o, a.kube, rf))
+	conds := append(setConditions(o, f), registryConditions(o, a.kube, rf)...)
 	for _, c := range conds {
 		st.SetCondition(c, now)
 	}

@@ -22,14 +22,16 @@ const (
 	// ReasonSetsDegraded: some set Failed on the node (no space, an image missing).
 	ReasonSetsDegraded = "SetsDegraded"
 	// ReasonRegistryDependent: every set is Ready, but pods would still need the
-	// registry to start from some set's images (the kubelet's credential verification).
+	// registry to start from some set's images on this node, or it cannot be told (its
+	// PodsStartWithoutRegistry condition not True: the kubelet's credential verification).
 	ReasonRegistryDependent = "RegistryDependent"
 	// ReasonTagsNotHeld: every set is Ready, but the runtime does not hold every tag the
 	// sets pin yet: a pod naming such a tag would pull it.
 	ReasonTagsNotHeld = "TagsNotHeld"
-	// ReasonBlobsNotHeld: every set is Ready and its pods start without the registry,
-	// but blobs of its images are held by fewer than status.MinBlobHolders nodes (or
-	// cannot be counted): a node joining or replacing one would need the registry.
+	// ReasonBlobsNotHeld: every set is Ready and its pods start on this node without the
+	// registry (PodsStartWithoutRegistry True), but blobs of its images are held by fewer
+	// than status.MinBlobHolders nodes (or cannot be counted): a node joining or
+	// replacing one would need the registry.
 	ReasonBlobsNotHeld = status.ReasonBlobsNotHeld
 )
 
@@ -74,17 +76,21 @@ func Compute(n status.Node, mode Mode) (Condition, bool) {
 			pending = append(pending, describe(s))
 		case mode == RegistryIndependent:
 			c := s.Condition(status.ConditionRegistryIndependent)
+			own := s.Condition(status.ConditionPodsStartWithoutRegistry)
 			switch {
 			case c != nil && c.Status == status.True:
-			case c != nil && (c.Reason == status.ReasonBlobsNotHeld || c.Reason == status.ReasonBlobHoldersUnknown):
+			case own == nil || c == nil:
+				dependent = append(dependent, fmt.Sprintf("%s (not reported)", s.Name))
+			case own.Status == status.True:
+				// The node's own pods start: only the cluster's count stands in the way.
 				stranded = append(stranded, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
 				if firstStranded == "" { // sets come sorted by name
 					firstStranded = s.Name + ": " + c.Message
 				}
-			case c == nil:
-				dependent = append(dependent, fmt.Sprintf("%s (not reported)", s.Name))
 			default:
-				dependent = append(dependent, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
+				// The node's own reason: the whole's may be the cluster's count
+				// (BlobsNotHeld, a sure False) before an unsure kubelet.
+				dependent = append(dependent, fmt.Sprintf("%s (%s)", s.Name, own.Reason))
 			}
 		}
 	}
