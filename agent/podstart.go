@@ -51,19 +51,20 @@ func (a *Agent) checkPodStart() {
 	})
 }
 
-// registryCondition is the RegistryIndependent condition of a set: whether pods start
-// from its images on this node with the registry gone (registrygone.Decide, as
-// imagepinctl check --registry-gone); own says this node's own pods do, whatever the
-// cluster's count of holders. f holds what setStatus found of the set's images and
-// tags; the phase and the kubelet's files come from o and ps.
-func registryCondition(o phaseOutcome, ps podStart, f registrygone.Facts) (c status.Condition, own bool) {
+// registryConditions are the RegistryIndependent condition of a set (whether pods start
+// from its images on this node with the registry gone, and a node joining gets them
+// from its peers) and its node-local part alone, PodsStartWithoutRegistry
+// (registrygone.Decide, as imagepinctl check --registry-gone). f holds what setStatus
+// found of the set's images and tags; the phase and the kubelet's files come from o and
+// ps.
+func registryConditions(o phaseOutcome, ps podStart, f registrygone.Facts) []status.Condition {
 	// A runtime that does not answer is f.RuntimeErr, not the phase's words.
 	if o.Phase != status.Ready && o.Reason != status.ReasonRuntimeUnavailable {
 		f.NotReady = o.Message
 	}
 	f.KubeletRead, f.KubeletErr, f.Verification, f.IDs = ps.known, ps.err, ps.v, ps.ids
 	v := registrygone.Decide(f)
-	return v.Condition(), v.OwnPodsStart
+	return []status.Condition{v.Condition(), v.NodeCondition()}
 }
 
 // tagsHeld says which of tags the runtime holds as their pinned digests (nil

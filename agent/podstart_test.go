@@ -100,7 +100,12 @@ func TestRegistryCondition(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, _ := registryCondition(c.o, c.ps, c.f)
+			conds := registryConditions(c.o, c.ps, c.f)
+			got := conds[0]
+			if node := conds[1]; node.Type != status.ConditionPodsStartWithoutRegistry || (node.Status == status.True) != (got.Status == status.True) {
+				// Every count of holders here is True: the node's part is the whole.
+				t.Fatalf("the node-local part %+v with %+v", node, got)
+			}
 			if got.Type != status.ConditionRegistryIndependent || got.Status != c.status || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) {
 				t.Fatalf("got %s/%s %q; want %s/%s containing %q", got.Status, got.Reason, got.Message, c.status, c.reason, c.msg)
 			}
@@ -279,10 +284,10 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 		!strings.Contains(c.Message, "sha256:"+strings.Repeat("3", 64)+" (7 B, of "+a+") is held by no node: any node joining, or replacing one of the 3 that pin the image, would fail") {
 		t.Fatalf("message %q", c.Message)
 	}
-	// The cluster's count is short, yet this node's own pods start: what the node
-	// condition asks in registry-independent mode (its startup taint waits for no count).
-	if !n.Set("apps").StartsWithoutRegistry {
-		t.Fatal("the set's pods start on this node, but StartsWithoutRegistry is false")
+	// The node's own pods start: its node-local condition says so apart.
+	if c := n.Set("apps").Condition(status.ConditionPodsStartWithoutRegistry); c == nil || c.Status != status.True || c.Reason != status.ReasonImagesHeld ||
+		strings.Contains(c.Message, "held by no node") {
+		t.Fatalf("PodsStartWithoutRegistry with blobs held by too few nodes: %+v", c)
 	}
 
 	holders.set(status.BlobHolders{Status: status.True, Images: 2, Blobs: 2})

@@ -188,9 +188,7 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 
 	o := decidePhase(f)
 	st.Phase = o.Phase
-	registry, own := registryCondition(o, a.kube, rf)
-	st.StartsWithoutRegistry = own
-	conds := append(setConditions(o, f), registry)
+	conds := append(setConditions(o, f), registryConditions(o, a.kube, rf)...)
 	for _, c := range conds {
 		st.SetCondition(c, now)
 	}

@@ -240,12 +240,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	repo, kind, ref, ok := parsePath(r.URL.Path)
 	if !ok {
-		notFound(w, "NAME_UNKNOWN")
+		notFound(w, "NAME_UNKNOWN", "not a repository's manifest or blob path")
 		return
 	}
 	d, err := digest.Parse(ref)
 	if err != nil {
-		notFound(w, "MANIFEST_UNKNOWN") // tags are not served (digest-only)
+		// Tags are not served here (digest-only; pinned tags: Tags).
+		notFound(w, "MANIFEST_UNKNOWN", fmt.Sprintf("tag %s is not pinned on this node", ref))
 		return
 	}
 	if h.chained {
@@ -254,18 +255,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if len(chain) > 0 {
 			root = chain[len(chain)-1]
 		}
-		if ok && !h.m.pinned(repo, root) && !h.m.allowed(repo, root) {
+		code := "BLOB_UNKNOWN"
+		if kind == "manifests" {
+			code = "MANIFEST_UNKNOWN"
+		}
+		switch {
+		case !ok:
+			notFound(w, code, "the "+ChainHeader+" header is not a list of up to 4 digests")
+			return
+		case !h.m.pinned(repo, root) && !h.m.allowed(repo, root):
 			// Peers pin the same sets, but not at the same instant: the asking node may
 			// ask again in a moment (package peers).
 			w.Header().Set(NotPinnedHeader, "true")
-			ok = false
+			notFound(w, code, "not pinned on this node")
+			return
 		}
-		if !ok || !h.m.admit(r.Context(), repo, chain, h.manifestSource(r)) {
-			if kind == "manifests" {
-				notFound(w, "MANIFEST_UNKNOWN")
-			} else {
-				notFound(w, "BLOB_UNKNOWN")
-			}
+		if err := h.m.admit(r.Context(), repo, chain, h.manifestSource(r)); err != nil {
+			notFound(w, code, err.Error())
 			return
 		}
 	}
@@ -300,19 +306,19 @@ func parseChain(v string) ([]digest.Digest, bool) {
 }
 
 // admit learns what the manifests of chain name, from the pinned one at its end down,
-// so the digest below them may be served. It says false when the chain does not lead
-// to a pinned manifest.
-func (m *Mirror) admit(ctx context.Context, repo string, chain []digest.Digest, src Source) bool {
+// so the digest below them may be served. It says why not when the chain does not lead
+// to a pinned manifest, or a manifest of it cannot be had.
+func (m *Mirror) admit(ctx context.Context, repo string, chain []digest.Digest, src Source) error {
 	for i := len(chain) - 1; i >= 0; i-- {
 		c := chain[i]
 		if !m.manifestAllowed(repo, c) {
-			return false
+			return fmt.Errorf("manifest %s of the request's chain is not pinned on this node, nor named by a manifest it serves", c)
 		}
 		if _, _, err := m.loadManifest(ctx, repo, chain[i+1:], c, src); err != nil {
-			return false
+			return fmt.Errorf("manifest %s of the request's chain cannot be had: %w", c, err)
 		}
 	}
-	return true
+	return nil
 }
 
 // parsePath splits /v2/<name>/(manifests|blobs)/<ref>, the name being a source
@@ -349,10 +355,14 @@ func SourceRepo(path string) string {
 	return host + "/" + rest
 }
 
-func notFound(w http.ResponseWriter, code string) {
+// notFound answers 404 with the distribution spec's error body: code, and why in the
+// message (the runtime shows it in its pull error): not pinned on this node, not held
+// by it, or a fill that failed, with its sources' words.
+func notFound(w http.ResponseWriter, code, why string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusNotFound)
-	fmt.Fprintf(w, `{"errors":[{"code":%q,"message":"not pinned on this node"}]}`, code)
+	body, _ := json.Marshal(map[string][]map[string]string{"errors": {{"code": code, "message": why}}})
+	w.Write(body)
 }
 
 // child is what the served manifest naming d of repo says of it, and whether one does.
@@ -534,7 +544,7 @@ func (h *handler) manifest(w http.ResponseWriter, r *http.Request, repo string, 
 	if !m.manifestAllowed(repo, d) {
 		// A config or layer is not served as a manifest (it would be cut at maxManifest,
 		// under a digest the body does not match).
-		notFound(w, "MANIFEST_UNKNOWN")
+		notFound(w, "MANIFEST_UNKNOWN", "not a manifest pinned on this node, nor named by a manifest it serves")
 		return
 	}
 	data, fromStore, err := m.loadManifest(r.Context(), repo, m.Chain(repo, d), d, h.manifestSource(r))
@@ -542,7 +552,7 @@ func (h *handler) manifest(w http.ResponseWriter, r *http.Request, repo string, 
 		// Not available, or a source serving other bytes: the client goes on to its
 		// next endpoint.
 		m.log.WithError(err).WithField("manifest", repo+"@"+d.String()).Info("mirror: manifest not available")
-		notFound(w, "MANIFEST_UNKNOWN")
+		notFound(w, "MANIFEST_UNKNOWN", fmt.Sprintf("pinned on this node, but not stored and cannot be fetched: %v", err))
 		return
 	}
 	if fromStore {
@@ -678,7 +688,7 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 	m := h.m
 	c, ok := m.child(repo, d)
 	if !ok {
-		notFound(w, "BLOB_UNKNOWN")
+		notFound(w, "BLOB_UNKNOWN", "not a blob of an image pinned on this node (no manifest it served names it)")
 		return
 	}
 	ctx := r.Context()
@@ -690,18 +700,18 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 	case r.Method == http.MethodHead || (h.chained && r.Header.Get(StoredOnlyHeader) != ""):
 		// Pulls GET their blobs; a HEAD for one not stored yet is not worth a fetch. A
 		// peer asking for what is stored only may be waited on by this node's fill.
-		notFound(w, "BLOB_UNKNOWN")
+		notFound(w, "BLOB_UNKNOWN", "pinned on this node, but not stored on it yet")
 		return
 	case c.size < 0:
 		// Nothing would bound the fill: a source could write the store full.
 		m.log.WithField("blob", repo+"@"+d.String()).Warn("mirror: the manifest naming the blob gives no size; not fetched")
-		notFound(w, "BLOB_UNKNOWN")
+		notFound(w, "BLOB_UNKNOWN", "pinned on this node, but not stored, and the manifest naming it gives no size, so it is not fetched")
 		return
 	default:
 		body, size, err = m.open(ctx, repo, m.Chain(repo, d), d, c.size, h.src)
 		if err != nil {
 			m.log.WithError(err).WithField("blob", repo+"@"+d.String()).Info("mirror: blob not available")
-			notFound(w, "BLOB_UNKNOWN")
+			notFound(w, "BLOB_UNKNOWN", fmt.Sprintf("pinned on this node, but not stored and cannot be fetched: %v", err))
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -750,5 +751,59 @@ func TestACorruptedStoredBlobIsCutAndFilledAgain(t *testing.T) {
 	// Stored again, right: a Range read from the store is checked whole too.
 	if b, err := get(1000); err != nil || !bytes.Equal(b, whole[1000:]) {
 		t.Fatalf("from the store again: %d bytes, %v", len(b), err)
+	}
+}
+
+// failingSource serves manifests from src and fails every blob with err, as peers do
+// when no node holds a blob and the registry is gone.
+type failingSource struct {
+	*fakeSource
+	err error
+}
+
+func (s failingSource) Blob(context.Context, string, []digest.Digest, digest.Digest, int64) (io.ReadCloser, int64, error) {
+	return nil, 0, s.err
+}
+
+// A 404 says why: a pinned blob whose fill failed says so in the sources' own words (the
+// runtime shows the message in its pull error), not that the image is not pinned; what
+// is not pinned says that.
+func TestA404SaysWhy(t *testing.T) {
+	img, src := newImage(t)
+	d, _ := img.Digest()
+	cause := errors.New("no node could send sha256:abc: peer 10.0.0.2:5001: not there")
+	s := serve(t, failingSource{src, cause}, func(r string, dd digest.Digest) bool { return r == repo && dd.String() == d.String() })
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(s.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Errors []struct{ Code, Message string }
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || len(body.Errors) != 1 {
+			t.Fatalf("%s: %d, body %+v: %v", path, resp.StatusCode, body, err)
+		}
+		return resp.StatusCode, body.Errors[0].Code + ": " + body.Errors[0].Message
+	}
+	resp, err := http.Get(s.srv.URL + "/v2/" + repo + "/manifests/" + d.String())
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("manifest: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	code, msg := get("/v2/" + repo + "/blobs/" + ld.String())
+	if code != http.StatusNotFound || !strings.Contains(msg, cause.Error()) || strings.Contains(msg, "not pinned") {
+		t.Fatalf("a pinned blob that cannot be fetched: %d %q; want 404 naming %q", code, msg, cause)
+	}
+	other := digest.FromString("another image")
+	if code, msg := get("/v2/" + repo + "/manifests/" + other.String()); code != http.StatusNotFound || msg != "MANIFEST_UNKNOWN: not a manifest pinned on this node, nor named by a manifest it serves" {
+		t.Fatalf("a manifest not pinned: %d %q", code, msg)
+	}
+	if code, msg := get("/v2/" + repo + "/manifests/latest"); code != http.StatusNotFound || msg != "MANIFEST_UNKNOWN: tag latest is not pinned on this node" {
+		t.Fatalf("a tag: %d %q", code, msg)
 	}
 }

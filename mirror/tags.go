@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -29,7 +30,7 @@ func WithTags(h http.Handler, lookup TagLookup) http.Handler {
 		}
 		d, pinned := lookup(repo, ref)
 		if !pinned {
-			notFound(w, "MANIFEST_UNKNOWN")
+			notFound(w, "MANIFEST_UNKNOWN", fmt.Sprintf("tag %s is not pinned on this node", ref))
 			return
 		}
 		r2 := r.Clone(r.Context())

@@ -22,7 +22,8 @@ const (
 	// ReasonSetsDegraded: some set Failed on the node (no space, an image missing).
 	ReasonSetsDegraded = "SetsDegraded"
 	// ReasonRegistryDependent: every set is Ready, but pods would still need the
-	// registry to start from some set's images (the kubelet's credential verification).
+	// registry to start from some set's images on this node, or it cannot be told (its
+	// PodsStartWithoutRegistry condition not True: the kubelet's credential verification).
 	ReasonRegistryDependent = "RegistryDependent"
 	// ReasonTagsNotHeld: every set is Ready, but the runtime does not hold every tag the
 	// sets pin yet: a pod naming such a tag would pull it.
@@ -72,15 +73,18 @@ func Compute(n status.Node, mode Mode) (Condition, bool) {
 			pending = append(pending, describe(s))
 		case mode == RegistryIndependent:
 			c := s.Condition(status.ConditionRegistryIndependent)
+			own := s.Condition(status.ConditionPodsStartWithoutRegistry)
 			switch {
 			case c != nil && c.Status == status.True:
-			case c != nil && s.StartsWithoutRegistry:
-				// Only the cluster's count of holders stands in the way.
-				stranded = append(stranded, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
-			case c == nil:
+			case own == nil || c == nil:
 				dependent = append(dependent, fmt.Sprintf("%s (not reported)", s.Name))
+			case own.Status == status.True:
+				// The node's own pods start: only the cluster's count stands in the way.
+				stranded = append(stranded, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
 			default:
-				dependent = append(dependent, fmt.Sprintf("%s (%s)", s.Name, c.Reason))
+				// The node's own reason: the whole's may be the cluster's count
+				// (BlobsNotHeld, a sure False) before an unsure kubelet.
+				dependent = append(dependent, fmt.Sprintf("%s (%s)", s.Name, own.Reason))
 			}
 		}
 	}

@@ -11,7 +11,13 @@ import (
 func set(name string, phase status.Phase, registry string) status.Set {
 	s := status.Set{Name: name, Phase: phase, ImagesTotal: 4, ImagesReady: 1}
 	if registry != "" {
-		s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: registry, Reason: "CredentialVerification"})
+		// The node-local part says the same: the kubelet, or every image held.
+		reason, own := status.ReasonCredentialVerification, status.ReasonCredentialVerification
+		if registry == status.True {
+			reason, own = status.ReasonPodsStartWithoutRegistry, status.ReasonImagesHeld
+		}
+		s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: registry, Reason: reason},
+			status.Condition{Type: status.ConditionPodsStartWithoutRegistry, Status: registry, Reason: own})
 	}
 	if phase == status.Failed {
 		s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionFailed, Status: status.True, Reason: status.ReasonInsufficientDiskSpace})
@@ -23,9 +29,13 @@ func set(name string, phase status.Phase, registry string) status.Set {
 // blobs too few nodes hold (or cannot be counted), in the words of its
 // RegistryIndependent.
 func stranded(name, reason, message string) status.Set {
+	return strandedAnd(name, reason, message, status.Condition{Type: status.ConditionPodsStartWithoutRegistry, Status: status.True, Reason: status.ReasonImagesHeld})
+}
+
+// strandedAnd is stranded with its node-local condition own.
+func strandedAnd(name, reason, message string, own status.Condition) status.Set {
 	s := set(name, status.Ready, "")
-	s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: reason, Message: message})
-	s.StartsWithoutRegistry = true
+	s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: reason, Message: message}, own)
 	return s
 }
 
@@ -84,17 +94,28 @@ func TestCompute(t *testing.T) {
 		// The count short and this node's own pods not sure to start (the kubelet's
 		// verification undecided): registry dependent.
 		{name: "blobs held by too few nodes and the node's own pods unsure", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{
-			func() status.Set {
-				s := stranded("a", status.ReasonBlobsNotHeld, "")
-				s.StartsWithoutRegistry = false
-				return s
-			}()}},
-			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"a (BlobsNotHeld)"}},
+			strandedAnd("a", status.ReasonBlobsNotHeld, "",
+				status.Condition{Type: status.ConditionPodsStartWithoutRegistry, Status: status.False, Reason: status.ReasonCredentialVerification})}},
+			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"a (CredentialVerification)"}},
 		{name: "blobs held by too few nodes ignored in Ready mode", node: status.Node{Sets: []status.Set{stranded("a", status.ReasonBlobsNotHeld, "")}},
 			ok: true, status: status.True, reason: ReasonAllSetsReady},
 		{name: "registry dependent beats blobs held by too few nodes", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{
 			stranded("a", status.ReasonBlobsNotHeld, "held by w1 only"), set("b", status.Ready, status.False)}},
 			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"pods would need the registry to start from their images: a (BlobsNotHeld), b (CredentialVerification)"}},
+		// The whole's sure BlobsNotHeld goes before an unsure kubelet: the node-local
+		// part tells it, and pods on this node may need the registry.
+		{name: "the kubelet unsure behind blobs held by too few nodes", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{
+			strandedAnd("a", status.ReasonBlobsNotHeld, "held by w1 only; the kubelet's gate not known",
+				status.Condition{Type: status.ConditionPodsStartWithoutRegistry, Status: status.Unknown, Reason: status.ReasonCredentialVerification})}},
+			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"pods would need the registry to start from their images: a (CredentialVerification)"}},
+		// An imagepind that says only the whole: its own pods are not taken to start.
+		{name: "the node-local part not reported", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{
+			func() status.Set {
+				s := set("a", status.Ready, "")
+				s.Conditions = append(s.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: status.ReasonBlobsNotHeld})
+				return s
+			}()}},
+			ok: true, status: status.False, reason: ReasonRegistryDependent, contains: []string{"a (not reported)"}},
 		{name: "not ready beats registry dependent", mode: RegistryIndependent, node: status.Node{Sets: []status.Set{set("a", status.Ready, status.False), set("b", status.Pulling, "")}},
 			ok: true, status: status.False, reason: ReasonSetsNotReady},
 	} {

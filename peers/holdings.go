@@ -3,10 +3,12 @@ package peers
 import (
 	"context"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/imagepin/imagepin/seed"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -51,12 +53,13 @@ func (c *heldCache) woken() {
 	}
 }
 
-// run reads the holdings with read until ctx ends.
-func (c *heldCache) run(ctx context.Context, read func(context.Context) []ImageHolding) {
+// run reads the holdings with read, and which of their blobs the node's complete seeds
+// hold with seeded, until ctx ends.
+func (c *heldCache) run(ctx context.Context, read func(context.Context) []ImageHolding, seeded func() map[string]bool) {
 	t := time.NewTicker(holdingsEvery)
 	defer t.Stop()
 	for {
-		c.update(read(ctx))
+		c.update(read(ctx), seeded())
 		select {
 		case <-ctx.Done():
 			return
@@ -66,11 +69,12 @@ func (c *heldCache) run(ctx context.Context, read func(context.Context) []ImageH
 	}
 }
 
-// update keeps hs, calling onChange when they differ from what was kept.
-func (c *heldCache) update(hs []ImageHolding) {
+// update keeps hs, their blobs in seeded (digests) said Seeded, calling onChange when
+// they differ from what was kept.
+func (c *heldCache) update(hs []ImageHolding, seeded map[string]bool) {
 	by := make(map[string]heldImage, len(hs))
 	for _, h := range hs {
-		by[h.Image] = heldOf(h)
+		by[h.Image] = heldOf(h, seeded)
 	}
 	c.mu.Lock()
 	changed := !c.read || !maps.EqualFunc(c.by, by, heldImage.equal)
@@ -82,14 +86,16 @@ func (c *heldCache) update(hs []ImageHolding) {
 	}
 }
 
-// heldOf is h as the agent is told it: an image whose manifests are not all held, or
-// whose holding cannot be read, has a why (its blobs are uncertain, not missing).
-func heldOf(h ImageHolding) heldImage {
+// heldOf is h as the agent is told it: a blob a complete seed holds (seeded) is Seeded;
+// an image whose manifests are not all held, or whose holding cannot be read, has a why
+// (its blobs are uncertain, not missing).
+func heldOf(h ImageHolding, seeded map[string]bool) heldImage {
 	out := heldImage{blobs: make([]status.Blob, 0, len(h.Blobs))}
 	for _, b := range h.Blobs {
+		d := b.Digest.String()
 		// A manifest not held has no size the node knows (the mirror's -1): 0 in the
 		// status, as reports carry sizes (the aggregator refuses a negative one).
-		out.blobs = append(out.blobs, status.Blob{Digest: b.Digest.String(), Size: max(b.Size, 0), Held: b.Held})
+		out.blobs = append(out.blobs, status.Blob{Digest: d, Size: max(b.Size, 0), Held: b.Held, Seeded: seeded[d]})
 	}
 	switch {
 	case h.Err != nil:
@@ -98,6 +104,43 @@ func heldOf(h ImageHolding) heldImage {
 		out.why = "a manifest of it is not in the node's store yet, so not all its blobs are known"
 	}
 	return out
+}
+
+// seededDigests are the manifests and blobs the node's complete seeds hold (seed.Held),
+// read again when the records' directory changed or a minute passed. None while a record
+// cannot be read (the node's status shows that as a fault): a blob counts for its seed's
+// medium only when the seed says so.
+type seededDigests struct {
+	dir string // "": no seeds
+
+	mtime time.Time
+	at    time.Time
+	set   map[string]bool
+}
+
+func (s *seededDigests) read() map[string]bool {
+	if s.dir == "" {
+		return nil
+	}
+	fi, err := os.Stat(s.dir)
+	if err != nil {
+		s.set = nil // no seed yet
+		return nil
+	}
+	// A read within a second of the directory's change may have missed a change within
+	// the same tick of its timestamp: read again next time.
+	if s.at.IsZero() || !fi.ModTime().Equal(s.mtime) || s.at.Sub(s.mtime) < time.Second || time.Since(s.at) >= time.Minute {
+		s.mtime, s.at = fi.ModTime(), time.Now()
+		ds, err := seed.Held(s.dir)
+		s.set = nil
+		if err == nil {
+			s.set = make(map[string]bool, len(ds))
+			for _, d := range ds {
+				s.set[d.String()] = true
+			}
+		}
+	}
+	return s.set
 }
 
 // image is what the node holds of image, from the last read.
@@ -115,10 +158,10 @@ func (c *heldCache) image(image string) ([]status.Blob, string) {
 }
 
 // ImageBlobs says which blobs of the pinned image (repo@sha256:…) the node's stores
-// hold and serve to peers (agent.BlobHoldings), as last read (Run: after each keeper
-// pass, each change of the pins, and every 10 s): not known, saying why, before the
-// first read, for an image the mirror does not pin yet, and for one whose manifests
-// are not all held or cannot be read.
+// hold and serve to peers, and which its complete seeds hold (agent.BlobHoldings), as
+// last read (Run: after each keeper pass, each change of the pins, and every 10 s):
+// not known, saying why, before the first read, for an image the mirror does not pin
+// yet, and for one whose manifests are not all held or cannot be read.
 func (n *Node) ImageBlobs(image string) ([]status.Blob, string) {
 	return n.held.image(image)
 }

@@ -4,11 +4,16 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/imagepin/imagepin/seed"
 )
 
 // What the node holds of a pinned image is read again after each keeper pass, off the
@@ -96,5 +101,86 @@ func TestAKeepPassIsToldToTheAgentAndThePeers(t *testing.T) {
 	wait("gone with its pin", func() bool {
 		_, why := n.ImageBlobs(ref)
 		return why == "the node's mirror does not pin it yet"
+	})
+}
+
+// A blob of a pinned image that a complete seed on the node holds is Seeded in what the
+// agent is told (so the aggregator counts the seed's medium as one more holder); one
+// that only a pending seed names, or no seed, is not; a seed removed takes it back.
+func TestASeededBlobIsToldSeeded(t *testing.T) {
+	fastKeep(t)
+	old := holdingsEvery
+	holdingsEvery = 20 * time.Millisecond
+	t.Cleanup(func() { holdingsEvery = old })
+	reg := newRegistry(t, 3, 64<<10)
+	md := digest.FromBytes(reg.manifest)
+	ref := repo + "@" + md.String()
+	seeds := filepath.Join(t.TempDir(), "seeds")
+	n := newNode(t, Config{SeedsDir: seeds})
+	n.Bind(Runtime{Registry: reg})
+	run(t, n.Run)
+	n.setPinned([]string{ref})
+
+	var layers []digest.Digest
+	for d := range reg.blobs {
+		layers = append(layers, d)
+	}
+	slices.Sort(layers)
+	os.MkdirAll(seeds, 0o700)
+	write := func(name string, r seed.Record) {
+		b, _ := json.Marshal(r)
+		if err := os.WriteFile(filepath.Join(seeds, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("aaaaaaaaaaaaaaaa.json", seed.Record{Version: seed.RecordVersion, ID: "aaaaaaaaaaaaaaaa", Complete: true,
+		Manifests: []seed.Content{{Digest: md, Size: int64(len(reg.manifest))}},
+		Blobs:     []seed.Content{{Digest: layers[0], Size: int64(len(reg.blobs[layers[0]]))}}})
+	write("bbbbbbbbbbbbbbbb.pending.json", seed.Record{Version: seed.RecordVersion, ID: "bbbbbbbbbbbbbbbb",
+		Blobs: []seed.Content{{Digest: layers[1], Size: int64(len(reg.blobs[layers[1]]))}}})
+
+	seededOf := func() (map[string]bool, bool) {
+		blobs, why := n.ImageBlobs(ref)
+		if why != "" || len(blobs) != 1+len(reg.blobs) {
+			return nil, false
+		}
+		got := map[string]bool{}
+		for _, b := range blobs {
+			if !b.Held {
+				return nil, false
+			}
+			got[b.Digest] = b.Seeded
+		}
+		return got, true
+	}
+	wait := func(what string, ok func(map[string]bool) bool) {
+		t.Helper()
+		for i := 0; ; i++ {
+			if got, read := seededOf(); read && ok(got) {
+				return
+			}
+			if i == 1000 {
+				blobs, why := n.ImageBlobs(ref)
+				t.Fatalf("not %s within 10 s: %+v %q", what, blobs, why)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	wait("the complete seed's manifest and blob Seeded, nothing else", func(got map[string]bool) bool {
+		for d, s := range got {
+			if s != (d == md.String() || d == layers[0].String()) {
+				return false
+			}
+		}
+		return true
+	})
+	os.Remove(filepath.Join(seeds, "aaaaaaaaaaaaaaaa.json"))
+	wait("nothing Seeded once the seed is removed", func(got map[string]bool) bool {
+		for _, s := range got {
+			if s {
+				return false
+			}
+		}
+		return true
 	})
 }

@@ -65,7 +65,8 @@ func (n *Node) Run(ctx context.Context) error {
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		n.held.run(ctx, n.Holdings)
+		seeds := &seededDigests{dir: n.cfg.SeedsDir}
+		n.held.run(ctx, n.Holdings, seeds.read)
 	}()
 	defer func() { <-read }()
 	var tick, settled <-chan time.Time

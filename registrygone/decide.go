@@ -2,6 +2,7 @@ package registrygone
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -54,6 +55,10 @@ type Verdict struct {
 	Message string
 	// Why lists what stands in the way (nothing when True).
 	Why []string
+	// Node is the node-local part alone: whether pods start from the set's images on
+	// this node with the registry gone (the images, the tags, the kubelet), whatever the
+	// cluster's count of the blobs' holders says. Its Why are Why's but the holders'.
+	Node Part
 	// Policy is the kubelet's imagePullCredentialsVerificationPolicy in effect ("" when
 	// its files were not read).
 	Policy string
@@ -61,11 +66,19 @@ type Verdict struct {
 	// KubeletDecided false when its files were not read.
 	Kubelet        kubelet.Decision
 	KubeletDecided bool
-	// OwnPodsStart says this node's own pods start from the images with the registry
-	// gone: nothing stands in the way but, perhaps, the cluster's count of holders,
-	// which only a node joining or replacing one needs.
-	OwnPodsStart bool
 }
+
+// Part is one part of a verdict: its status (status.True, False or Unknown), reason,
+// message and what stands in the way.
+type Part struct {
+	Status, Reason, Message string
+	Why                     []string
+}
+
+// OwnPodsStart says this node's own pods start from the images with the registry gone:
+// nothing stands in the way but, perhaps, the cluster's count of holders, which only a
+// node joining or replacing one needs (the node-local part, Node).
+func (v Verdict) OwnPodsStart() bool { return v.Node.Status == status.True }
 
 // Ready says pods start from the set's images with the registry gone.
 func (v Verdict) Ready() bool { return v.Status == status.True }
@@ -76,8 +89,42 @@ func (v Verdict) Condition() status.Condition {
 	return status.Condition{Type: status.ConditionRegistryIndependent, Status: v.Status, Reason: v.Reason, Message: v.Message}
 }
 
+// NodeCondition is the node-local part as the set's PodsStartWithoutRegistry
+// condition (times are set by the caller).
+func (v Verdict) NodeCondition() status.Condition {
+	return status.Condition{Type: status.ConditionPodsStartWithoutRegistry, Status: v.Node.Status, Reason: v.Node.Reason, Message: v.Node.Message}
+}
+
 // maxNamed bounds the images or tags one line names.
 const maxNamed = 5
+
+// obstacles are what stands in the way, in order, and the first reason of each kind.
+type obstacles struct {
+	why          []string
+	sure, unsure string
+}
+
+func (o *obstacles) add(definite bool, reason, why string) {
+	o.why = append(o.why, why)
+	switch {
+	case definite && o.sure == "":
+		o.sure = reason
+	case !definite && o.unsure == "":
+		o.unsure = reason
+	}
+}
+
+// outcome is the status and reason: False with the first sure reason, else Unknown
+// with the first unsure one, else True with ok.
+func (o obstacles) outcome(ok string) (string, string) {
+	switch {
+	case o.sure != "":
+		return status.False, o.sure
+	case o.unsure != "":
+		return status.Unknown, o.unsure
+	}
+	return status.True, ok
+}
 
 // Decide is the verdict from the facts, a pure function. Every obstacle is listed in
 // Why; the reason is the first sure one in this order (False): images not present and
@@ -87,30 +134,22 @@ const maxNamed = 5
 // (Unknown): the runtime not answering (RuntimeUnavailable), the kubelet not read yet
 // (CheckingKubelet), its files unreadable (KubeletConfigUnreadable), its verification
 // undecided for some image (CredentialVerification), the blobs' holders not counted
-// (BlobHoldersUnknown). Never True without the cluster's count of holders.
+// (BlobHoldersUnknown). Never True without the cluster's count of holders. Node is the
+// same without the holders: True (ImagesHeld) when this node's own pods start.
 func Decide(f Facts) Verdict {
 	var v Verdict
-	var sure, unsure string // the first reason of each kind
-	add := func(definite bool, reason, why string) {
-		v.Why = append(v.Why, why)
-		switch {
-		case definite && sure == "":
-			sure = reason
-		case !definite && unsure == "":
-			unsure = reason
-		}
-	}
+	var local obstacles
 
 	// The images, present and pinned.
 	if f.RuntimeErr != nil {
-		add(false, status.ReasonRuntimeUnavailable, fmt.Sprintf(
+		local.add(false, status.ReasonRuntimeUnavailable, fmt.Sprintf(
 			"the container runtime does not answer (%v): whether the images are present and pinned and the tags held cannot be told", f.RuntimeErr))
 	} else {
 		if len(f.Missing) > 0 {
-			add(true, status.ReasonNotReady, fmt.Sprintf("%d of %d images are not on the node: %s", len(f.Missing), len(f.Images), names(f.Missing)))
+			local.add(true, status.ReasonNotReady, fmt.Sprintf("%d of %d images are not on the node: %s", len(f.Missing), len(f.Images), names(f.Missing)))
 		}
 		if len(f.Unpinned) > 0 {
-			add(true, status.ReasonNotReady, fmt.Sprintf("%d of %d images are present but not pinned (the kubelet's image garbage collector may remove them): %s",
+			local.add(true, status.ReasonNotReady, fmt.Sprintf("%d of %d images are present but not pinned (the kubelet's image garbage collector may remove them): %s",
 				len(f.Unpinned), len(f.Images), names(f.Unpinned)))
 		}
 	}
@@ -118,7 +157,7 @@ func Decide(f Facts) Verdict {
 	// images' words are not said (they cannot be told), and a sure obstacle the phase
 	// names (a release that cannot be expanded, a full disk) stays a sure False.
 	if (f.RuntimeErr != nil || len(f.Missing) == 0 && len(f.Unpinned) == 0) && f.NotReady != "" {
-		add(true, status.ReasonNotReady, "not every image is present and pinned: "+f.NotReady)
+		local.add(true, status.ReasonNotReady, "not every image is present and pinned: "+f.NotReady)
 	}
 
 	// The tags pods name, held as their pinned digests.
@@ -129,56 +168,62 @@ func Decide(f Facts) Verdict {
 		}
 	}
 	if f.RuntimeErr == nil && len(notHeld) > 0 {
-		add(true, status.ReasonTagsNotHeld, fmt.Sprintf("%d of %d pinned tags are not held by the runtime as their pinned digests: %s (pods naming them would need the registry)",
+		local.add(true, status.ReasonTagsNotHeld, fmt.Sprintf("%d of %d pinned tags are not held by the runtime as their pinned digests: %s (pods naming them would need the registry)",
 			len(notHeld), len(f.Tags), names(notHeld)))
 	}
 
 	// The kubelet at pod start.
 	switch {
 	case !f.KubeletRead:
-		add(false, status.ReasonCheckingKubelet, "reading the kubelet's image pull credential verification")
+		local.add(false, status.ReasonCheckingKubelet, "reading the kubelet's image pull credential verification")
 	case f.KubeletErr != nil:
-		add(false, status.ReasonKubeletConfigUnreadable, "cannot tell whether the kubelet verifies pull credentials at pod start: "+f.KubeletErr.Error())
+		local.add(false, status.ReasonKubeletConfigUnreadable, "cannot tell whether the kubelet verifies pull credentials at pod start: "+f.KubeletErr.Error())
 	default:
 		v.Policy = f.Verification.Policy
 		v.Kubelet, v.KubeletDecided = f.Verification.Decide(f.Images, f.IDs), true
 		switch v.Kubelet.Answer {
 		case kubelet.NeedsRegistry:
-			add(true, status.ReasonCredentialVerification, v.Kubelet.Message)
+			local.add(true, status.ReasonCredentialVerification, v.Kubelet.Message)
 		case kubelet.Unknown:
-			add(false, status.ReasonCredentialVerification, v.Kubelet.Message)
+			local.add(false, status.ReasonCredentialVerification, v.Kubelet.Message)
 		}
+	}
+
+	// This node's own pods.
+	v.Node.Status, v.Node.Reason = local.outcome(status.ReasonImagesHeld)
+	v.Node.Why = local.why
+	if v.Node.Status == status.True {
+		v.Node.Message = fmt.Sprintf("%d images present and pinned", len(f.Images))
+		if len(f.Tags) > 0 {
+			v.Node.Message += fmt.Sprintf(", %d pinned tags held as their pinned digests", len(f.Tags))
+		}
+		v.Node.Message += "; " + v.Kubelet.Message
+	} else {
+		v.Node.Message = strings.Join(local.why, "; ")
 	}
 
 	// The cluster: every blob of the images held by enough nodes for one to be lost.
-	v.OwnPodsStart = len(v.Why) == 0
+	whole := obstacles{why: slices.Clone(local.why), sure: local.sure, unsure: local.unsure}
 	switch f.Holders.Status {
 	case status.True:
 	case status.False:
-		add(true, status.ReasonBlobsNotHeld, f.Holders.Why())
+		whole.add(true, status.ReasonBlobsNotHeld, f.Holders.Why())
 	default:
-		add(false, status.ReasonBlobHoldersUnknown, f.Holders.Why())
+		whole.add(false, status.ReasonBlobHoldersUnknown, f.Holders.Why())
 	}
 
+	v.Status, v.Reason = whole.outcome(status.ReasonPodsStartWithoutRegistry)
 	switch {
-	case sure != "":
-		v.Status, v.Reason = status.False, sure
-	case unsure != "":
-		v.Status, v.Reason = status.Unknown, unsure
-	default:
-		v.Status, v.Reason = status.True, status.ReasonPodsStartWithoutRegistry
-		v.Message = fmt.Sprintf("%d images present and pinned", len(f.Images))
-		if len(f.Tags) > 0 {
-			v.Message += fmt.Sprintf(", %d pinned tags held as their pinned digests", len(f.Tags))
-		}
-		v.Message += "; " + v.Kubelet.Message
-		v.Message += fmt.Sprintf("; each of the %d blobs of the images held by at least %d nodes", f.Holders.Blobs, status.MinBlobHolders)
-		return v
-	}
-	v.Message = strings.Join(v.Why, "; ")
-	if len(v.Why) == 1 && (v.Reason == status.ReasonBlobsNotHeld || v.Reason == status.ReasonBlobHoldersUnknown) {
+	case v.Status == status.True:
+		v.Message = v.Node.Message + fmt.Sprintf("; each of the %d blobs of the images held by at least %d nodes", f.Holders.Blobs, status.MinBlobHolders)
+	case v.Node.Status == status.True:
 		// Only the cluster's count stands in the way: this node's own pods start.
-		v.Message += fmt.Sprintf("; this node's own pods start from its %d images with the registry gone (%s)", len(f.Images), v.Kubelet.Message)
+		v.Why = whole.why
+		v.Message = strings.Join(v.Why, "; ") +
+			fmt.Sprintf("; this node's own pods start from its %d images with the registry gone (%s)", len(f.Images), v.Kubelet.Message)
+	default:
+		v.Why = whole.why
+		v.Message = strings.Join(v.Why, "; ")
 	}
 	return v
 }

@@ -221,8 +221,63 @@ func TestOwnPodsStartLeavesTheCountOut(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := Facts{Images: []string{a, b}, KubeletRead: true, Verification: preloaded, IDs: map[string]string{a: "id-a", b: "id-b"}, Holders: held}
 			tc.mod(&f)
-			if v := Decide(f); v.OwnPodsStart != tc.want {
-				t.Fatalf("OwnPodsStart %v (verdict %s/%s: %s); want %v", v.OwnPodsStart, v.Status, v.Reason, v.Message, tc.want)
+			if v := Decide(f); v.OwnPodsStart() != tc.want {
+				t.Fatalf("OwnPodsStart %v (verdict %s/%s: %s); want %v", v.OwnPodsStart(), v.Status, v.Reason, v.Message, tc.want)
+			}
+		})
+	}
+}
+
+// The node-local part says whether this node's own pods start, apart from the cluster's
+// count of holders: True (ImagesHeld) when only the count stands in the way, and the
+// kubelet's unsure answer stays Unknown there though blobs held by too few nodes make
+// the whole a sure False (BlobsNotHeld).
+func TestDecideNodePart(t *testing.T) {
+	preloaded := verification(t, kubelet.NeverVerifyPreloadedImages, true)
+	alwaysGateUnknown := verification(t, kubelet.AlwaysVerify, false)
+	ready := func(mod func(*Facts)) Facts {
+		f := Facts{Images: []string{a, b}, KubeletRead: true, Verification: preloaded, IDs: map[string]string{a: "id-a", b: "id-b"}, Holders: held}
+		if mod != nil {
+			mod(&f)
+		}
+		return f
+	}
+	for _, c := range []struct {
+		name               string
+		f                  Facts
+		whole, wholeReason string
+		node, nodeReason   string
+		nodeWhy            int
+	}{
+		{"everything held", ready(nil), status.True, status.ReasonPodsStartWithoutRegistry, status.True, status.ReasonImagesHeld, 0},
+		{"blobs short only", ready(func(f *Facts) { f.Holders = short }), status.False, status.ReasonBlobsNotHeld, status.True, status.ReasonImagesHeld, 0},
+		{"no count of holders", ready(func(f *Facts) { f.Holders = status.HoldersUnknown("no answer") }), status.Unknown, status.ReasonBlobHoldersUnknown, status.True, status.ReasonImagesHeld, 0},
+		{"the kubelet unsure, blobs short", ready(func(f *Facts) { f.Holders, f.Verification = short, alwaysGateUnknown }),
+			status.False, status.ReasonBlobsNotHeld, status.Unknown, status.ReasonCredentialVerification, 1},
+		{"the kubelet not read, blobs short", ready(func(f *Facts) { f.Holders, f.KubeletRead = short, false }),
+			status.False, status.ReasonBlobsNotHeld, status.Unknown, status.ReasonCheckingKubelet, 1},
+		{"an image missing, blobs short", ready(func(f *Facts) { f.Holders, f.Missing = short, []string{b} }),
+			status.False, status.ReasonNotReady, status.False, status.ReasonNotReady, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := Decide(c.f)
+			if v.Status != c.whole || v.Reason != c.wholeReason {
+				t.Fatalf("whole %s/%s; want %s/%s", v.Status, v.Reason, c.whole, c.wholeReason)
+			}
+			nc := v.NodeCondition()
+			if nc.Type != status.ConditionPodsStartWithoutRegistry || nc.Status != c.node || nc.Reason != c.nodeReason || len(v.Node.Why) != c.nodeWhy {
+				t.Fatalf("node part %+v (why %q); want %s/%s with %d obstacles", nc, v.Node.Why, c.node, c.nodeReason, c.nodeWhy)
+			}
+			for _, w := range v.Node.Why {
+				if strings.Contains(w, "held by fewer than") || strings.Contains(w, "cannot be told: no answer") {
+					t.Fatalf("the node part names the cluster's count: %q", w)
+				}
+			}
+			if c.node == status.True && nc.Message != "2 images present and pinned; imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry" {
+				t.Fatalf("node part's message %q", nc.Message)
+			}
+			if c.node != status.True && nc.Message != strings.Join(v.Node.Why, "; ") {
+				t.Fatalf("node part's message %q; want its obstacles joined", nc.Message)
 			}
 		})
 	}

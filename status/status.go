@@ -29,6 +29,14 @@ const (
 	// will not send them to the registry, and the cluster's nodes hold every blob of the
 	// images at least MinBlobHolders times (package registrygone).
 	ConditionRegistryIndependent = "RegistryIndependent"
+	// ConditionPodsStartWithoutRegistry is RegistryIndependent's node-local part alone:
+	// pods start from the set's images on this node with the registry gone (the set is
+	// Ready, the runtime holds the tags it pins as their pinned digests, and the kubelet
+	// will not pull at pod start), whatever the cluster's count of the blobs' holders.
+	// Its reasons are RegistryIndependent's but the holders' (ReasonImagesHeld when
+	// True). A node that does not report it (an imagepind older than the aggregator)
+	// does not say: its own pods starting is not assumed.
+	ConditionPodsStartWithoutRegistry = "PodsStartWithoutRegistry"
 )
 
 // Condition statuses, as in Kubernetes.
@@ -71,8 +79,13 @@ const (
 	// ReasonBlobsNotHeld: some blob of the set's images is held by fewer than
 	// MinBlobHolders nodes, so a node joining or replacing one would need the registry;
 	// ReasonBlobHoldersUnknown: the holders cannot be counted (no aggregator's answer).
+	// Both are the cluster's: they say nothing of this node's own pods
+	// (ConditionPodsStartWithoutRegistry does).
 	ReasonBlobsNotHeld       = "BlobsNotHeld"
 	ReasonBlobHoldersUnknown = "BlobHoldersUnknown"
+	// ReasonImagesHeld: PodsStartWithoutRegistry is True: the runtime holds every image
+	// and pinned tag, and the kubelet will not pull them at pod start.
+	ReasonImagesHeld = "ImagesHeld"
 )
 
 // FaultWaitingForClusterSync is the fault a node's status carries while
@@ -171,14 +184,9 @@ type Set struct {
 	BytesReady  uint64 `json:"bytesReady"`
 	// BytesFromRegistry are the bytes of the set's images this node fetched from
 	// registries, for itself or for its peers ([peers]; as of the last status).
-	BytesFromRegistry int64       `json:"bytesFromRegistry,omitempty"`
-	Conditions        []Condition `json:"conditions"`
-	// StartsWithoutRegistry says this node's own pods start from the set's images with
-	// the registry gone: its RegistryIndependent verdict but for the cluster's count of
-	// blob holders, which only a node joining or replacing one needs. It is what the
-	// node condition asks in registry-independent mode.
-	StartsWithoutRegistry bool          `json:"startsWithoutRegistry,omitempty"`
-	FailedImages          []FailedImage `json:"failedImages,omitempty"`
+	BytesFromRegistry int64         `json:"bytesFromRegistry,omitempty"`
+	Conditions        []Condition   `json:"conditions"`
+	FailedImages      []FailedImage `json:"failedImages,omitempty"`
 	// Release is set for a set with spec.releaseImage.
 	Release *Release `json:"release,omitempty"`
 }

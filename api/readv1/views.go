@@ -31,11 +31,18 @@ type SetView struct {
 	BytesFromRegistry int64     `json:"bytesFromRegistry,omitempty"`
 	ETASeconds        *float64  `json:"etaSeconds,omitempty"`
 	Nodes             []SetNode `json:"nodes"`
-	// RegistryIndependentNodes count the nodes where pods start from the set's images
-	// with the registry gone (their RegistryIndependent condition is True).
+	// RegistryIndependentNodes count the nodes whose RegistryIndependent condition is
+	// True: pods start there from the set's images with the registry gone, and the node
+	// had the count of every blob's holders.
 	RegistryIndependentNodes int `json:"registryIndependentNodes"`
-	// RegistryDependent are Ready nodes where they would not (the kubelet's credential
-	// verification), or cannot tell: the first few, and how many in all.
+	// PodsStartNodes count the Ready nodes where pods start from the set's images with
+	// the registry gone, whatever the count of holders (their PodsStartWithoutRegistry
+	// condition, or RegistryIndependent, is True).
+	PodsStartNodes int `json:"podsStartNodes"`
+	// RegistryDependent are Ready nodes where pods would need the registry when they
+	// start (the kubelet's credential verification, a tag not held), or where it cannot
+	// be told: the first few, and how many in all. Not a node whose own pods start but
+	// whose blobs too few nodes hold: BlobHolders says that.
 	RegistryDependent      []NodeCondition `json:"registryDependent,omitempty"`
 	RegistryDependentNodes int             `json:"registryDependentNodes"`
 	// BlobHolders is the count of the nodes holding each blob of the set's images (as
@@ -46,11 +53,11 @@ type SetView struct {
 }
 
 // RegistryGone says whether the set's pods start with the registry gone on every node it
-// targets (each node's RegistryIndependent is True) and every blob of its images has
-// status.MinBlobHolders holders: what the set's RegistryIndependent condition, the
-// status page and imagepinctl status --aggregator say.
+// targets (PodsStartNodes) and every blob of its images has status.MinBlobHolders
+// holders (BlobHolders, the aggregator's own count): what the set's RegistryIndependent
+// condition, the status page and imagepinctl status --aggregator say.
 func (v SetView) RegistryGone() bool {
-	return v.Targeted > 0 && v.RegistryIndependentNodes == v.Targeted && v.BlobHolders.Status == status.True
+	return v.Targeted > 0 && v.PodsStartNodes == v.Targeted && v.BlobHolders.Status == status.True
 }
 
 // NodeCondition is one node's condition of a set.
@@ -64,22 +71,42 @@ type NodeCondition struct {
 // MaxRegistryDependent is how many nodes RegistryDependent lists.
 const MaxRegistryDependent = 5
 
-// AddRegistry counts one node's RegistryIndependent condition for a set of phase.
-func (v *SetView) AddRegistry(node string, phase status.Phase, c *status.Condition) {
+// ReasonNotReported is a Ready node's reason in RegistryDependent when it does not say
+// whether its own pods start (an imagepind older than the aggregator).
+const ReasonNotReported = "NotReported"
+
+// AddRegistry counts, for a set of phase on node, its RegistryIndependent condition (c)
+// and its node-local part (own, PodsStartWithoutRegistry). A Ready node whose own pods
+// start counts in PodsStartNodes, though too few nodes hold its blobs; one that does
+// not say (no own: an older imagepind) counts so only when c is True, and is listed
+// with its reason when c's is its own (not the count of holders: that hid whether its
+// own pods start).
+func (v *SetView) AddRegistry(node string, phase status.Phase, c, own *status.Condition) {
 	switch {
 	case c != nil && c.Status == status.True:
 		v.RegistryIndependentNodes++
+		v.PodsStartNodes++
+		return
 	case phase != status.Ready:
 		// Not Ready says more: the node is counted there.
-	default:
-		v.RegistryDependentNodes++
-		nc := NodeCondition{Node: node, Status: status.Unknown, Reason: "NotReported",
-			Message: "the node does not report RegistryIndependent (imagepind older than this aggregator)"}
-		if c != nil {
-			nc.Status, nc.Reason, nc.Message = c.Status, c.Reason, c.Message
-		}
-		v.RegistryDependent = append(v.RegistryDependent, nc)
+		return
+	case own != nil && own.Status == status.True:
+		v.PodsStartNodes++
+		return
 	}
+	v.RegistryDependentNodes++
+	nc := NodeCondition{Node: node, Status: status.Unknown, Reason: ReasonNotReported,
+		Message: "the node does not report RegistryIndependent (imagepind older than this aggregator)"}
+	switch {
+	case own != nil:
+		nc.Status, nc.Reason, nc.Message = own.Status, own.Reason, own.Message
+	case c != nil && c.Reason != status.ReasonBlobsNotHeld && c.Reason != status.ReasonBlobHoldersUnknown:
+		nc.Status, nc.Reason, nc.Message = c.Status, c.Reason, c.Message
+	case c != nil:
+		nc.Message = "the node does not report whether its own pods start without the registry (imagepind older than this aggregator); its RegistryIndependent: " +
+			c.Reason + ": " + c.Message
+	}
+	v.RegistryDependent = append(v.RegistryDependent, nc)
 }
 
 // FinishRegistry keeps the first MaxRegistryDependent nodes by name.

@@ -52,7 +52,10 @@ const (
 	ConditionDegraded    = "Degraded"
 	// ConditionRegistryIndependent: on every targeted node, pods start from the set's
 	// images with the registry gone (Ready, and the kubelet's image pull credential
-	// verification will not send them to the registry).
+	// verification will not send them to the registry), and every blob of the images is
+	// held by 2 nodes, so a node joining or replacing one gets them from its peers. When
+	// False its message says apart the nodes where pods would need the registry when
+	// they start, the nodes not Ready, and the blobs held by too few nodes.
 	ConditionRegistryIndependent = "RegistryIndependent"
 )
 

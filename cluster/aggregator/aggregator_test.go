@@ -355,21 +355,34 @@ func TestExpectedNodesAndETA(t *testing.T) {
 	}
 }
 
-// The RegistryIndependent condition a node reports (through the gRPC conversions) is
-// rolled up per set: counted when True, named (first by name) on Ready nodes when not.
+// The RegistryIndependent condition a node reports, and its node-local part
+// (PodsStartWithoutRegistry), through the gRPC conversions, are rolled up per set:
+// counted when True; a Ready node whose own pods start counts in PodsStartNodes though
+// too few nodes hold its blobs (BlobHolders says that); the others are named (first by
+// name) on Ready nodes, with their own reason, not the count of holders'. A node that
+// does not say whether its own pods start (an older imagepind) is not taken to.
 func TestRollupRegistryIndependent(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := NewStore(DefaultLimits(), func() time.Time { return now })
-	with := func(st status.Set, c status.Condition) status.Set {
+	with := func(st status.Set, c status.Condition, own ...status.Condition) status.Set {
 		c.Type = status.ConditionRegistryIndependent
 		st.Conditions = append(st.Conditions, c)
+		for _, o := range own {
+			o.Type = status.ConditionPodsStartWithoutRegistry
+			st.Conditions = append(st.Conditions, o)
+		}
 		return st
 	}
+	stranded := status.Condition{Status: status.False, Reason: status.ReasonBlobsNotHeld, Message: "1 of the 5 blobs … held by fewer than 2 nodes"}
 	reports := map[string]status.Set{
 		"w1": with(set("s", status.Ready, 2, 2), status.Condition{Status: status.True, Reason: status.ReasonPodsStartWithoutRegistry}),
-		"w3": with(set("s", status.Ready, 2, 2), status.Condition{Status: status.False, Reason: status.ReasonCredentialVerification, Message: "AlwaysVerify"}),
+		"w3": with(set("s", status.Ready, 2, 2), status.Condition{Status: status.False, Reason: status.ReasonCredentialVerification, Message: "AlwaysVerify"},
+			status.Condition{Status: status.False, Reason: status.ReasonCredentialVerification, Message: "AlwaysVerify"}),
 		"w2": set("s", status.Ready, 2, 2), // an older imagepind: no condition
 		"w4": with(set("s", status.Pulling, 1, 2), status.Condition{Status: status.False, Reason: status.ReasonNotReady}),
+		"w5": with(set("s", status.Ready, 2, 2), stranded, status.Condition{Status: status.True, Reason: status.ReasonImagesHeld}),
+		"w6": with(set("s", status.Ready, 2, 2), stranded, status.Condition{Status: status.Unknown, Reason: status.ReasonCredentialVerification, Message: "the gate not known"}),
+		"w7": with(set("s", status.Ready, 2, 2), stranded), // an imagepind that does not say its own part
 	}
 	for node, st := range reports {
 		if _, err := s.Ingest(node, report1(node, 1, st)); err != nil {
@@ -380,9 +393,15 @@ func TestRollupRegistryIndependent(t *testing.T) {
 	if !ok {
 		t.Fatal("no view")
 	}
-	if v.RegistryIndependentNodes != 1 || v.RegistryDependentNodes != 2 || len(v.RegistryDependent) != 2 ||
-		v.RegistryDependent[0].Node != "w2" || v.RegistryDependent[0].Reason != "NotReported" ||
-		v.RegistryDependent[1].Node != "w3" || v.RegistryDependent[1].Reason != status.ReasonCredentialVerification {
-		t.Fatalf("view: independent %d, dependent %d %+v", v.RegistryIndependentNodes, v.RegistryDependentNodes, v.RegistryDependent)
+	var got []string
+	for _, n := range v.RegistryDependent {
+		got = append(got, n.Node+" "+n.Status+" "+n.Reason)
+	}
+	want := []string{"w2 Unknown NotReported", "w3 False CredentialVerification", "w6 Unknown CredentialVerification", "w7 Unknown NotReported"}
+	if v.RegistryIndependentNodes != 1 || v.PodsStartNodes != 2 || v.RegistryDependentNodes != 4 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("view: independent %d, pods start on %d, dependent %d %q; want 1, 2, 4 %q", v.RegistryIndependentNodes, v.PodsStartNodes, v.RegistryDependentNodes, got, want)
+	}
+	if m := v.RegistryDependent[3].Message; !strings.Contains(m, "does not report whether its own pods start") || !strings.Contains(m, stranded.Message) {
+		t.Fatalf("the older node's words: %q", m)
 	}
 }

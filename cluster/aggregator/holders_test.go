@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
 	"github.com/imagepin/imagepin/status"
 )
@@ -26,15 +28,17 @@ func appBlobs(held, seeded string) status.ImageBlobs {
 	return img
 }
 
-// blobsReport is node's report of set app, Ready and RegistryIndependent on the node,
-// sharing from address ("": sharing nothing), with its blobs.
+// blobsReport is node's report of set app, Ready, its own pods starting without the
+// registry (PodsStartWithoutRegistry True) while its RegistryIndependent waits for the
+// count of holders, sharing from address ("": sharing nothing), with its blobs.
 func blobsReport(node, address string, seq uint64, images ...status.ImageBlobs) *v1.NodeReport {
 	n := status.Node{Node: status.NodeInfo{Name: node}, Blobs: images}
 	if address != "" {
 		n.Node.Peers = &status.PeerBytes{Address: address}
 	}
 	st := set("app", status.Ready, 1, 1)
-	st.Conditions = append(st.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: status.True, Reason: status.ReasonPodsStartWithoutRegistry})
+	st.Conditions = append(st.Conditions, status.Condition{Type: status.ConditionRegistryIndependent, Status: status.Unknown, Reason: status.ReasonBlobHoldersUnknown},
+		status.Condition{Type: status.ConditionPodsStartWithoutRegistry, Status: status.True, Reason: status.ReasonImagesHeld})
 	n.Sets = []status.Set{st}
 	return v1.FromStatus(n, "boot", seq, time.Minute)
 }
@@ -47,10 +51,12 @@ func holdersStore(now *time.Time) *Store {
 	return s
 }
 
-// Three nodes pin app: every one Ready and RegistryIndependent on its own, yet a layer
-// is held by no node and another by w1 alone. The set is not registry independent:
-// the rollup, and each node's answer, name the two blobs with their image, size and
-// holders, and who would fail to join; once two nodes hold each, it is.
+// Three nodes pin app: every one Ready and its pods start without the registry, yet a
+// layer is held by no node and another by w1 alone. The set is not registry
+// independent: the rollup, and each node's answer, name the two blobs with their image,
+// size and holders, and who would fail to join, and no node is said to need the
+// registry when a pod starts; once two nodes hold each blob, it is (the aggregator's
+// count, before the nodes have had it).
 func TestRollupCountsTheHoldersOfEveryBlob(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	s := holdersStore(&now)
@@ -66,8 +72,9 @@ func TestRollupCountsTheHoldersOfEveryBlob(t *testing.T) {
 
 	v, _ := s.Set("app", false)
 	h := v.BlobHolders
-	if v.RegistryIndependentNodes != 3 || v.RegistryGone() || h.Status != status.False || h.Images != 1 || h.Blobs != 5 || h.ShortCount != 2 {
-		t.Fatalf("view: independent nodes %d, registry gone %v, holders %+v", v.RegistryIndependentNodes, v.RegistryGone(), h)
+	if v.PodsStartNodes != 3 || v.RegistryDependentNodes != 0 || v.RegistryGone() || h.Status != status.False || h.Images != 1 || h.Blobs != 5 || h.ShortCount != 2 {
+		t.Fatalf("view: pods start on %d nodes, %d would need the registry %+v, registry gone %v, holders %+v",
+			v.PodsStartNodes, v.RegistryDependentNodes, v.RegistryDependent, v.RegistryGone(), h)
 	}
 	want := []status.ShortBlob{
 		{Digest: blob("4"), Image: appImage, Size: 5 << 20, Pinners: 3},
@@ -87,6 +94,10 @@ func TestRollupCountsTheHoldersOfEveryBlob(t *testing.T) {
 		if !strings.Contains(why, w) {
 			t.Fatalf("why %q; want it to contain %q", why, w)
 		}
+	}
+	// The metrics say the blobs apart from the nodes: every node's own pods start.
+	if short, dependent := setGauge(t, s, "imagepin_aggregator_set_blobs_short", "app"), setGauge(t, s, "imagepin_aggregator_set_registry_dependent_nodes", "app"); short != 2 || dependent != 0 {
+		t.Fatalf("metrics: blobs short %v, registry dependent nodes %v; want 2, 0", short, dependent)
 	}
 	// Each node's report gets the same count for its set back.
 	answers, want2 := s.Answer("w2")
@@ -221,4 +232,29 @@ func TestBlobTablesAreSentOnceAndChecked(t *testing.T) {
 	if len(s.tables) != 0 {
 		t.Fatalf("tables kept: %d", len(s.tables))
 	}
+}
+
+// setGauge is the value of the aggregator's gauge name for set, as a scrape reads it.
+func setGauge(t *testing.T, s *Store, name, set string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(&collector{store: s})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "set" && l.GetValue() == set {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{set=%q}", name, set)
+	return 0
 }

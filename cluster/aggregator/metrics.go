@@ -13,17 +13,22 @@ var (
 	descSetReady       = prometheus.NewDesc("imagepin_aggregator_set_ready", "1 when every targeted node is Ready and none is Unknown.", []string{"set"}, nil)
 	descSetImagesReady = prometheus.NewDesc("imagepin_aggregator_set_images_ready", "Images ready, summed over targeted nodes.", []string{"set"}, nil)
 	descSetBytesReady  = prometheus.NewDesc("imagepin_aggregator_set_bytes_ready", "Compressed bytes ready, summed over targeted nodes.", []string{"set"}, nil)
-	// RegistryIndependent per set: the nodes where pods start from its images with the
-	// registry gone, and the Ready nodes where they would not (or cannot tell).
+	// RegistryIndependent per set, its parts apart: the nodes where it is True, the Ready
+	// nodes where pods would need the registry when they start (or cannot tell), and the
+	// blobs too few nodes hold for a node to join or be replaced without it.
 	descSetRegistryIndependent = prometheus.NewDesc("imagepin_aggregator_set_registry_independent_nodes",
-		"Nodes where pods start from the set's images with the registry gone (RegistryIndependent True).", []string{"set"}, nil)
+		"Nodes where pods start from the set's images with the registry gone and every blob had 2 holders (RegistryIndependent True).", []string{"set"}, nil)
 	descSetRegistryDependent = prometheus.NewDesc("imagepin_aggregator_set_registry_dependent_nodes",
-		"Ready nodes of the set where pods would still need the registry, or that cannot tell (RegistryIndependent not True).", []string{"set"}, nil)
+		"Ready nodes of the set where pods would need the registry when they start, or that cannot tell (PodsStartWithoutRegistry not True).", []string{"set"}, nil)
+	descSetBlobsShort = prometheus.NewDesc("imagepin_aggregator_set_blobs_short",
+		"Blobs of the set's images held by fewer than 2 nodes: a node joining or replacing one would need the registry for them.", []string{"set"}, nil)
+	descSetImagesUnheld = prometheus.NewDesc("imagepin_aggregator_set_images_unheld",
+		"Images of the set that no node sharing blobs pins: a node joining would find none of their blobs.", []string{"set"}, nil)
 	descNodeAge = prometheus.NewDesc("imagepin_aggregator_node_report_age_seconds", "Seconds since the node's last report.", []string{"node"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descSetNodes, descSetReady, descSetImagesReady, descSetBytesReady, descSetRegistryIndependent, descSetRegistryDependent, descNodeAge} {
+	for _, d := range []*prometheus.Desc{descSetNodes, descSetReady, descSetImagesReady, descSetBytesReady, descSetRegistryIndependent, descSetRegistryDependent, descSetBlobsShort, descSetImagesUnheld, descNodeAge} {
 		ch <- d
 	}
 }
@@ -42,6 +47,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSetBytesReady, prometheus.GaugeValue, float64(s.BytesReady), s.Name)
 		ch <- prometheus.MustNewConstMetric(descSetRegistryIndependent, prometheus.GaugeValue, float64(s.RegistryIndependentNodes), s.Name)
 		ch <- prometheus.MustNewConstMetric(descSetRegistryDependent, prometheus.GaugeValue, float64(s.RegistryDependentNodes), s.Name)
+		ch <- prometheus.MustNewConstMetric(descSetBlobsShort, prometheus.GaugeValue, float64(s.BlobHolders.ShortCount), s.Name)
+		ch <- prometheus.MustNewConstMetric(descSetImagesUnheld, prometheus.GaugeValue, float64(s.BlobHolders.NoHolderCount), s.Name)
 	}
 	for _, n := range c.store.Nodes() {
 		if n.NeverReported {

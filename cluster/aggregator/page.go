@@ -31,7 +31,8 @@ type pageSet struct {
 	Cells        []SetNode
 	Hidden       int
 	Failures     []SetNode
-	// Blobs says whether every blob of the set's images has enough holders.
+	// Blobs says whether every blob of the set's images has enough holders for a node
+	// joining or replacing one, or which have not and who would fail.
 	Blobs string
 }
 
@@ -87,7 +88,7 @@ func pageFor(store *Store, refresh time.Duration) pageData {
 		}
 		ps.Blobs = s.BlobHolders.Why()
 		if s.BlobHolders.Status == status.True {
-			ps.Blobs = fmt.Sprintf("each of the %d blobs of its images held by %d nodes or more: a node joining gets them from its peers", s.BlobHolders.Blobs, status.MinBlobHolders)
+			ps.Blobs = fmt.Sprintf("each of the %d blobs of its images held by %d nodes or more: it gets them from its peers", s.BlobHolders.Blobs, status.MinBlobHolders)
 		}
 		if s.ETASeconds != nil {
 			ps.ETA = (time.Duration(*s.ETASeconds) * time.Second).Round(time.Second).String()

@@ -63,7 +63,7 @@ func (s *Store) rollup(only string, allNodes bool) []SetView {
 			v.BytesReady += set.BytesReady
 			v.BytesFromRegistry += set.BytesFromRegistry
 			if !unknown {
-				v.AddRegistry(e.name, set.Phase, set.Condition(status.ConditionRegistryIndependent))
+				v.AddRegistry(e.name, set.Phase, set.Condition(status.ConditionRegistryIndependent), set.Condition(status.ConditionPodsStartWithoutRegistry))
 			}
 			if !unknown && set.Phase == status.Ready {
 				v.ReadyNodes++

@@ -77,7 +77,7 @@ func (s *Store) targetView(name string, t Target, allNodes bool, now time.Time) 
 			n.Reason, n.Message = c.Reason, c.Message
 		}
 		if t.SpecHash == "" || set.SpecHash == t.SpecHash {
-			v.AddRegistry(node, set.Phase, set.Condition(status.ConditionRegistryIndependent))
+			v.AddRegistry(node, set.Phase, set.Condition(status.ConditionRegistryIndependent), set.Condition(status.ConditionPodsStartWithoutRegistry))
 		}
 		fileErr, hasFileErr := "", false
 		if t.SpecHash != "" && set.SpecHash != t.SpecHash {

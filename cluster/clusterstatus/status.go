@@ -26,9 +26,9 @@ const (
 	ReasonIdle             = "Idle"
 	ReasonNotDegraded      = "AsExpected"
 
-	// RegistryIndependent's reasons (with the nodes' own: CredentialVerification, …,
-	// and the count of the blobs' holders: status.ReasonBlobsNotHeld,
-	// status.ReasonBlobHoldersUnknown).
+	// RegistryIndependent's reasons (with the nodes' own for their pods' start:
+	// CredentialVerification, …, and the count of the blobs' holders for a node joining:
+	// status.ReasonBlobsNotHeld, status.ReasonBlobHoldersUnknown).
 	ReasonPodsStartWithoutRegistry = "PodsStartWithoutRegistry"
 	ReasonNotAllNodesReady         = "NotAllNodesReady"
 )
@@ -194,40 +194,53 @@ func failing(v aggregator.SetView) []v1alpha1.NodeState {
 	return out
 }
 
-// registryIndependent sets the RegistryIndependent condition: True when every targeted
-// node says pods start from the set's images with the registry gone and every blob of
-// the images is held by status.MinBlobHolders nodes; False while nodes are not Ready,
-// when Ready nodes would still go to the registry (named, with the reason their
-// imagepind gives, CredentialVerification for the kubelet's policy), or when blobs are
-// held by too few nodes for a node to join or be replaced (BlobsNotHeld, naming them and
-// their holders; BlobHoldersUnknown when they cannot be counted).
+// registryIndependent sets the RegistryIndependent condition: True when pods start from
+// the set's images with the registry gone on every targeted node and every blob of the
+// images is held by status.MinBlobHolders nodes. Else False, saying apart each of what
+// stands in the way: the Ready nodes where pods would need the registry when they start
+// (named, with their imagepind's reason: CredentialVerification, TagsNotHeld, …), the
+// nodes not Ready (NotAllNodesReady), and the blobs held by too few nodes for a node to
+// join or be replaced (BlobsNotHeld, naming them, their holders and who would fail;
+// BlobHoldersUnknown when they cannot be counted). The reason is the first of those.
 func registryIndependent(v aggregator.SetView, set func(t string, ok bool, reason, msg string)) {
-	blobs := ""
-	if v.BlobHolders.Status != status.True {
-		blobs = "; " + v.BlobHolders.Why()
-	}
-	switch {
-	case v.RegistryGone():
+	if v.RegistryGone() {
 		set(v1alpha1.ConditionRegistryIndependent, true, ReasonPodsStartWithoutRegistry,
 			fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone; each of the %d blobs of the images is held by %d nodes or more, so a node joining or replacing one gets them from its peers",
 				v.Targeted, v.BlobHolders.Blobs, status.MinBlobHolders))
-	case v.RegistryDependentNodes > 0:
-		var parts []string
-		reason := v.RegistryDependent[0].Reason
-		for _, n := range v.RegistryDependent {
-			parts = append(parts, fmt.Sprintf("%s: %s: %s", n.Node, n.Reason, n.Message))
-		}
-		set(v1alpha1.ConditionRegistryIndependent, false, reason,
-			fmt.Sprintf("%d of %d Ready nodes would need the registry when a pod starts; %s%s", v.RegistryDependentNodes, v.ReadyNodes, strings.Join(parts, "; "), blobs))
-	case v.Targeted == 0 || v.RegistryIndependentNodes < v.Targeted:
-		set(v1alpha1.ConditionRegistryIndependent, false, ReasonNotAllNodesReady,
-			fmt.Sprintf("%d/%d nodes ready: a node without every image present and pinned needs the registry%s", v.ReadyNodes, v.Targeted, blobs))
-	default:
-		reason := status.ReasonBlobHoldersUnknown
-		if v.BlobHolders.Status == status.False {
-			reason = status.ReasonBlobsNotHeld
-		}
-		set(v1alpha1.ConditionRegistryIndependent, false, reason,
-			fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone, but %s", v.Targeted, v.BlobHolders.Why()))
+		return
 	}
+	var reason string
+	var parts []string
+	add := func(r, part string) {
+		if reason == "" {
+			reason = r
+		}
+		parts = append(parts, part)
+	}
+	if v.RegistryDependentNodes > 0 {
+		var nodes []string
+		for _, n := range v.RegistryDependent {
+			nodes = append(nodes, fmt.Sprintf("%s: %s: %s", n.Node, n.Reason, n.Message))
+		}
+		if more := v.RegistryDependentNodes - len(v.RegistryDependent); more > 0 {
+			nodes = append(nodes, fmt.Sprintf("and %d more", more))
+		}
+		add(v.RegistryDependent[0].Reason, fmt.Sprintf("%d of %d Ready nodes would need the registry when a pod starts: %s",
+			v.RegistryDependentNodes, v.ReadyNodes, strings.Join(nodes, "; ")))
+	}
+	if v.ReadyNodes < v.Targeted {
+		add(ReasonNotAllNodesReady, fmt.Sprintf("%d/%d nodes ready: a node without every image present and pinned needs the registry", v.ReadyNodes, v.Targeted))
+	}
+	switch v.BlobHolders.Status {
+	case status.True:
+	case status.False:
+		add(status.ReasonBlobsNotHeld, "a node joining or replacing one would need the registry: "+v.BlobHolders.Why())
+	default:
+		add(status.ReasonBlobHoldersUnknown, "whether a node joining or replacing one would need the registry cannot be told: "+v.BlobHolders.Why())
+	}
+	msg := strings.Join(parts, "; ")
+	if v.PodsStartNodes == v.Targeted {
+		msg = fmt.Sprintf("on all %d nodes, pods start from these images with the registry gone, but %s", v.Targeted, msg)
+	}
+	set(v1alpha1.ConditionRegistryIndependent, false, reason, msg)
 }

@@ -121,33 +121,95 @@ func TestBuildStatusNameClashIsDegraded(t *testing.T) {
 	}
 }
 
-// The set's RegistryIndependent: every node's, and the aggregator's count of the
-// holders of every blob of the set's images.
+// The set's RegistryIndependent, from what its nodes report (their RegistryIndependent
+// and its node-local part, PodsStartWithoutRegistry) and the aggregator's count of the
+// holders of every blob of the set's images: the nodes where pods would pull when they
+// start, the nodes not Ready, and the blobs held by too few nodes for a node to join
+// are said apart, and a node whose own pods start is never said to need the registry
+// when a pod starts.
 func TestBuildStatusRegistryIndependent(t *testing.T) {
 	held := status.BlobHolders{Status: status.True, Images: 2, Blobs: 9}
 	short := status.BlobHolders{Status: status.False, Images: 2, Blobs: 9, ShortCount: 1, Short: []status.ShortBlob{
 		{Digest: "sha256:" + strings.Repeat("3", 64), Image: "reg.example/a@sha256:" + strings.Repeat("a", 64), Size: 1 << 20, Holders: []string{"w1"}, Pinners: 2}}}
+	shortWhy := "1 of the 9 blobs of the images are held by fewer than 2 nodes (with the registry gone, a node joining or replacing one gets every blob from its peers): sha256:" +
+		strings.Repeat("3", 64) + " (1.0 MiB, of reg.example/a@sha256:" + strings.Repeat("a", 64) + ") is held by w1 only: a node replacing w1 would fail, and any node joining once w1 is gone"
+	cond := func(typ, st, reason, msg string) *status.Condition {
+		return &status.Condition{Type: typ, Status: st, Reason: reason, Message: msg}
+	}
+	independent := cond(status.ConditionRegistryIndependent, status.True, status.ReasonPodsStartWithoutRegistry, "")
+	ownStart := cond(status.ConditionPodsStartWithoutRegistry, status.True, status.ReasonImagesHeld, "")
+	stranded := cond(status.ConditionRegistryIndependent, status.False, status.ReasonBlobsNotHeld, shortWhy+"; this node's own pods start")
+	uncounted := cond(status.ConditionRegistryIndependent, status.Unknown, status.ReasonBlobHoldersUnknown, "cannot be told")
+	verifies := cond(status.ConditionPodsStartWithoutRegistry, status.False, status.ReasonCredentialVerification, "imagePullCredentialsVerificationPolicy AlwaysVerify: 3 of 3 images need the registry")
+	unsure := cond(status.ConditionPodsStartWithoutRegistry, status.Unknown, status.ReasonCredentialVerification, "whether KubeletEnsureSecretPulledImages is on cannot be told")
+	type node struct {
+		name     string
+		phase    status.Phase
+		ri, own  *status.Condition
+		reported bool // false: Unknown, never AddRegistry'd
+	}
+	ready := func(name string, ri, own *status.Condition) node { return node{name, status.Ready, ri, own, true} }
+	view := func(holders status.BlobHolders, nodes ...node) aggregator.SetView {
+		v := aggregator.SetView{Targeted: len(nodes), BlobHolders: holders}
+		for _, n := range nodes {
+			switch {
+			case !n.reported:
+				v.UnknownNodes++
+				continue
+			case n.phase == status.Ready:
+				v.ReadyNodes++
+			default:
+				v.ProgressingNodes++
+			}
+			v.AddRegistry(n.name, n.phase, n.ri, n.own)
+		}
+		v.Ready = v.ReadyNodes == v.Targeted
+		v.FinishRegistry()
+		return v
+	}
 	cases := []struct {
 		name   string
 		v      aggregator.SetView
 		status metav1.ConditionStatus
 		reason string
 		msg    string
+		not    string // never in the message
 	}{
-		{"every node says so, every blob held twice", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2, BlobHolders: held},
-			metav1.ConditionTrue, ReasonPodsStartWithoutRegistry, "on all 2 nodes, pods start from these images with the registry gone; each of the 9 blobs of the images is held by 2 nodes or more"},
-		{"every node says so, a blob held by one node", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2, BlobHolders: short},
-			metav1.ConditionFalse, status.ReasonBlobsNotHeld, "on all 2 nodes, pods start from these images with the registry gone, but 1 of the 9 blobs of the images are held by fewer than 2 nodes " +
-				"(with the registry gone, a node joining or replacing one gets every blob from its peers): sha256:" + strings.Repeat("3", 64) + " (1.0 MiB, of reg.example/a@sha256:" +
-				strings.Repeat("a", 64) + ") is held by w1 only: a node replacing w1 would fail, and any node joining once w1 is gone"},
-		{"every node says so, the holders not counted", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 2,
-			BlobHolders: status.HoldersUnknown("the aggregator started less than 1m0s ago")},
-			metav1.ConditionFalse, status.ReasonBlobHoldersUnknown, "but whether every blob of the images is held by 2 nodes cannot be told: the aggregator started less than 1m0s ago"},
-		{"a node's kubelet verifies", aggregator.SetView{Targeted: 2, ReadyNodes: 2, Ready: true, RegistryIndependentNodes: 1, RegistryDependentNodes: 1,
-			RegistryDependent: []readv1.NodeCondition{{Node: "w2", Status: "False", Reason: "CredentialVerification", Message: "imagePullCredentialsVerificationPolicy AlwaysVerify: 3 of 3 images need the registry"}}},
-			metav1.ConditionFalse, "CredentialVerification", "1 of 2 Ready nodes would need the registry when a pod starts; w2: CredentialVerification: imagePullCredentialsVerificationPolicy AlwaysVerify"},
-		{"nodes still pulling", aggregator.SetView{Targeted: 2, ReadyNodes: 1, ProgressingNodes: 1, RegistryIndependentNodes: 1},
-			metav1.ConditionFalse, ReasonNotAllNodesReady, "1/2 nodes ready"},
+		{"every node says so, every blob held twice", view(held, ready("w1", independent, ownStart), ready("w2", independent, ownStart)),
+			metav1.ConditionTrue, ReasonPodsStartWithoutRegistry, "on all 2 nodes, pods start from these images with the registry gone; each of the 9 blobs of the images is held by 2 nodes or more", ""},
+		// The aggregator's count is the one that counts: a node that has not had it yet
+		// does not hold the set back.
+		{"every node's own pods start, the aggregator counts every blob twice", view(held, ready("w1", uncounted, ownStart), ready("w2", independent, ownStart)),
+			metav1.ConditionTrue, ReasonPodsStartWithoutRegistry, "on all 2 nodes", ""},
+		{"every node's own pods start, a blob held by one node", view(short, ready("w1", stranded, ownStart), ready("w2", stranded, ownStart)),
+			metav1.ConditionFalse, status.ReasonBlobsNotHeld,
+			"on all 2 nodes, pods start from these images with the registry gone, but a node joining or replacing one would need the registry: " + shortWhy, "when a pod starts"},
+		{"every node's own pods start, the holders not counted", view(status.HoldersUnknown("the aggregator started less than 1m0s ago"), ready("w1", uncounted, ownStart), ready("w2", uncounted, ownStart)),
+			metav1.ConditionFalse, status.ReasonBlobHoldersUnknown,
+			"on all 2 nodes, pods start from these images with the registry gone, but whether a node joining or replacing one would need the registry cannot be told: whether every blob of the images is held by 2 nodes cannot be told: the aggregator started less than 1m0s ago",
+			"when a pod starts"},
+		{"a node's kubelet verifies", view(held, ready("w1", independent, ownStart),
+			ready("w2", cond(status.ConditionRegistryIndependent, status.False, status.ReasonCredentialVerification, verifies.Message), verifies)),
+			metav1.ConditionFalse, status.ReasonCredentialVerification,
+			"1 of 2 Ready nodes would need the registry when a pod starts: w2: CredentialVerification: imagePullCredentialsVerificationPolicy AlwaysVerify", "on all"},
+		// The node's whole says BlobsNotHeld (a sure False) before its unsure kubelet:
+		// its node-local part tells, and both are said.
+		{"a node's kubelet unsure behind blobs held by one node", view(short, ready("w1", stranded, ownStart), ready("w2", stranded, unsure)),
+			metav1.ConditionFalse, status.ReasonCredentialVerification,
+			"1 of 2 Ready nodes would need the registry when a pod starts: w2: CredentialVerification: whether KubeletEnsureSecretPulledImages is on cannot be told; " +
+				"a node joining or replacing one would need the registry: " + shortWhy, "w1:"},
+		// A node that has never reported (a ghost): not Ready, and the Ready node's own
+		// pods start; its blobs too few nodes hold.
+		{"a node not Ready, the Ready one's blobs held by one node", view(short, ready("w1", stranded, ownStart), node{name: "ghost"}),
+			metav1.ConditionFalse, ReasonNotAllNodesReady,
+			"1/2 nodes ready: a node without every image present and pinned needs the registry; a node joining or replacing one would need the registry: " + shortWhy, "when a pod starts"},
+		// An imagepind that does not say whether its own pods start: not assumed.
+		{"a node that does not report its own pods' start", view(short, ready("w1", stranded, nil), ready("w2", stranded, ownStart)),
+			metav1.ConditionFalse, readv1.ReasonNotReported,
+			"1 of 2 Ready nodes would need the registry when a pod starts: w1: NotReported: the node does not report whether its own pods start without the registry (imagepind older than this aggregator); its RegistryIndependent: BlobsNotHeld: ",
+			""},
+		{"nodes still pulling", view(held, ready("w1", independent, ownStart), node{"w2", status.Pulling, nil, nil, true}),
+			metav1.ConditionFalse, ReasonNotAllNodesReady, "1/2 nodes ready", "when a pod starts"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -158,8 +220,8 @@ func TestBuildStatusRegistryIndependent(t *testing.T) {
 					got = &st.Conditions[i]
 				}
 			}
-			if got == nil || got.Status != c.status || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) {
-				t.Fatalf("RegistryIndependent %+v, want %s/%s containing %q", got, c.status, c.reason, c.msg)
+			if got == nil || got.Status != c.status || got.Reason != c.reason || !strings.Contains(got.Message, c.msg) || (c.not != "" && strings.Contains(got.Message, c.not)) {
+				t.Fatalf("RegistryIndependent %+v, want %s/%s containing %q (and not %q)", got, c.status, c.reason, c.msg, c.not)
 			}
 		})
 	}

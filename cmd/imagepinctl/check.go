@@ -63,7 +63,8 @@ verification (its config, drop-ins and its own pull records) letting pods start 
 without the registry, and every blob of the images held by at least 2 nodes (asked of
 the aggregator in [report], with the node's certificate), so that a node joining or
 replacing one gets them from its peers. It names the blobs held by fewer, their holders,
-and which nodes would fail to join.
+and which nodes would fail to join, and then says apart whether pods on this node would
+need the registry when they start, and whether a node joining would.
 
 Exit 0 when every set is admitted and every missing image reachable, 1 if not. With
 --registry-gone, exit 0 only when the node is ready to lose its registry for every set.`,
@@ -264,9 +265,21 @@ type registryGone struct {
 	// Unsure those for which it cannot be told.
 	NeedRegistry []kubelet.Need `json:"needRegistry,omitempty"`
 	Unsure       []kubelet.Need `json:"unsure,omitempty"`
+	// Node is the node-local part alone (imagepind's PodsStartWithoutRegistry): whether
+	// pods start from the set's images on this node with the registry gone, whatever
+	// the count of holders.
+	Node nodePart `json:"node"`
 	// BlobHolders is the aggregator's count of the nodes holding every blob of the
 	// set's images: a node joining or replacing one gets them from those.
 	BlobHolders status.BlobHolders `json:"blobHolders"`
+}
+
+// nodePart is registrygone.Part as JSON.
+type nodePart struct {
+	Status  string   `json:"status"`
+	Reason  string   `json:"reason"`
+	Message string   `json:"message"`
+	Why     []string `json:"why,omitempty"`
 }
 
 // nodeFacts are what the set's verdicts share, read once: whether the runtime answers,
@@ -330,11 +343,44 @@ func (n nodeFacts) registryGone(s pinset.Set, missing, unpinned []string, notRea
 		KubeletRead: true, KubeletErr: n.verr, Verification: n.v, IDs: n.ids,
 		Holders: holders,
 	})
-	rg := registryGone{Ready: v.Ready(), Status: v.Status, Reason: v.Reason, Message: v.Message, Why: v.Why, Policy: v.Policy, BlobHolders: holders}
+	rg := registryGone{Ready: v.Ready(), Status: v.Status, Reason: v.Reason, Message: v.Message, Why: v.Why, Policy: v.Policy, BlobHolders: holders,
+		Node: nodePart{Status: v.Node.Status, Reason: v.Node.Reason, Message: v.Node.Message, Why: v.Node.Why}}
 	if v.KubeletDecided {
 		rg.Kubelet, rg.NeedRegistry, rg.Unsure = v.Kubelet.Answer.String(), v.Kubelet.Needs, v.Kubelet.Unsure
 	}
 	return rg
+}
+
+// says is the node-local part in a few words: whether pods on this node would pull
+// when they start (the obstacles are the lines above).
+func (p nodePart) says() string {
+	switch p.Status {
+	case status.True:
+		return "pods start without the registry"
+	case status.False:
+		return fmt.Sprintf("pods would need the registry when they start (%s)", p.Reason)
+	}
+	return fmt.Sprintf("whether pods start without the registry cannot be told (%s)", p.Reason)
+}
+
+// joining is the cluster's part in a few words: whether a node joining or replacing one
+// gets every blob from its peers (which blobs are short, and who would fail to join,
+// are the lines above).
+func joining(h status.BlobHolders) string {
+	switch h.Status {
+	case status.True:
+		return fmt.Sprintf("every blob held by %d nodes or more", status.MinBlobHolders)
+	case status.False:
+		var parts []string
+		if h.ShortCount > 0 {
+			parts = append(parts, fmt.Sprintf("%d blobs held by fewer than %d nodes", h.ShortCount, status.MinBlobHolders))
+		}
+		if h.NoHolderCount > 0 {
+			parts = append(parts, fmt.Sprintf("%d images pinned by no node that shares blobs", h.NoHolderCount))
+		}
+		return fmt.Sprintf("would need the registry (%s): %s", status.ReasonBlobsNotHeld, strings.Join(parts, ", "))
+	}
+	return fmt.Sprintf("cannot be told (%s)", status.ReasonBlobHoldersUnknown)
 }
 
 type checkReport struct {
@@ -414,6 +460,8 @@ func printPlan(w io.Writer, r checkReport) {
 			for _, why := range s.RegistryGone.Why {
 				fmt.Fprintf(w, "      %s\n", oneLine(why, 600))
 			}
+			fmt.Fprintf(w, "    on this node: %s\n", s.RegistryGone.Node.says())
+			fmt.Fprintf(w, "    for a node joining or replacing one: %s\n", joining(s.RegistryGone.BlobHolders))
 		}
 		for _, ip := range s.ImagesPlan {
 			switch {

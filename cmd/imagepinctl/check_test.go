@@ -205,7 +205,8 @@ func TestRegistryGoneWhenAPinnedTagIsNotHeld(t *testing.T) {
 			}
 			var out strings.Builder
 			printPlan(&out, checkReport{Sets: []setPlan{{Set: "apps", Admitted: true, RegistryGone: rg}}})
-			if !strings.Contains(out.String(), "registry gone: NOT READY (TagsNotHeld)\n      "+tagNotHeld+"\n") {
+			if !strings.Contains(out.String(), "registry gone: NOT READY (TagsNotHeld)\n      "+tagNotHeld+"\n"+
+				"    on this node: pods would need the registry when they start (TagsNotHeld)\n    for a node joining or replacing one: every blob held by 2 nodes or more\n") {
 				t.Fatalf("printed:\n%s", out.String())
 			}
 		})

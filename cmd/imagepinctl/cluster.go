@@ -190,14 +190,14 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 				bytesize.Human(uint64(s.BytesFromRegistry)), bytesize.Human(perNode(s)))
 		}
 		for _, n := range s.RegistryDependent {
-			fmt.Fprintf(w, "  %s on %s: Ready, would need the registry: %s: %s\n", s.Name, n.Node, n.Reason, oneLine(n.Message, 160))
+			fmt.Fprintf(w, "  %s on %s: Ready, would need the registry when a pod starts: %s: %s\n", s.Name, n.Node, n.Reason, oneLine(n.Message, 160))
+		}
+		if more := s.RegistryDependentNodes - len(s.RegistryDependent); more > 0 {
+			fmt.Fprintf(w, "  %s: %d more Ready nodes would need the registry when a pod starts\n", s.Name, more)
 		}
 		if s.Targeted > 0 && s.BlobHolders.Status != status.True {
 			// Which blobs a node joining or replacing one would not find, and why.
-			fmt.Fprintf(w, "  %s: blobs: %s\n", s.Name, s.BlobHolders.Why())
-		}
-		if more := s.RegistryDependentNodes - len(s.RegistryDependent); more > 0 {
-			fmt.Fprintf(w, "  %s: %d more Ready nodes would need the registry\n", s.Name, more)
+			fmt.Fprintf(w, "  %s: blobs, for a node joining or replacing one: %s\n", s.Name, s.BlobHolders.Why())
 		}
 		for _, n := range s.Nodes {
 			if wide {
@@ -211,8 +211,8 @@ func printCluster(w io.Writer, url string, view clusterView, now time.Time, wide
 }
 
 // withoutRegistry says whether the set's pods start with the registry gone and a node
-// joining gets every blob from its peers: "yes", else on how many nodes pods start, or
-// how many blobs (or images) have too few holders.
+// joining gets every blob from its peers: "yes", else, apart, on how many nodes pods
+// start without it and how many blobs (or images) have too few holders.
 func withoutRegistry(s readv1.SetView) string {
 	h := s.BlobHolders
 	switch {
@@ -220,14 +220,22 @@ func withoutRegistry(s readv1.SetView) string {
 		return "-"
 	case s.RegistryGone():
 		return "yes"
-	case s.RegistryIndependentNodes < s.Targeted:
-		return fmt.Sprintf("no: %d/%d nodes", s.RegistryIndependentNodes, s.Targeted)
-	case h.Status == status.False && h.NoHolderCount > 0:
-		return fmt.Sprintf("no: %d images held by no node", h.NoHolderCount)
-	case h.Status == status.False:
-		return fmt.Sprintf("no: %d blobs held by < %d nodes", h.ShortCount, status.MinBlobHolders)
 	}
-	return "unknown: blob holders"
+	var parts []string
+	if s.PodsStartNodes < s.Targeted {
+		parts = append(parts, fmt.Sprintf("pods start on %d/%d nodes", s.PodsStartNodes, s.Targeted))
+	}
+	switch {
+	case h.Status == status.False && h.NoHolderCount > 0:
+		parts = append(parts, fmt.Sprintf("%d images held by no node", h.NoHolderCount))
+	case h.Status == status.False:
+		parts = append(parts, fmt.Sprintf("%d blobs held by < %d nodes", h.ShortCount, status.MinBlobHolders))
+	case h.Status != status.True && len(parts) == 0:
+		return "unknown: blob holders"
+	case h.Status != status.True:
+		parts = append(parts, "blob holders unknown")
+	}
+	return "no: " + strings.Join(parts, ", ")
 }
 
 // bar is a 20-cell progress bar of bytes (images when sizes are unknown).

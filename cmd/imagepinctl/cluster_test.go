@@ -142,27 +142,36 @@ func TestClusterStatusShowsNodeProblems(t *testing.T) {
 }
 
 // Per set: whether its pods start with the registry gone on every node and every blob of
-// its images has two holders, the Ready nodes that would still need it and why, the blobs
-// held by too few nodes, and the bytes fetched from registries.
+// its images has two holders, and apart: on how many nodes pods start, the Ready nodes
+// where they would need the registry and why (never a node whose own pods start), the
+// blobs held by too few nodes, and the bytes fetched from registries.
 func TestClusterStatusShowsRegistryGone(t *testing.T) {
 	t0 := time.Now()
 	now := t0
 	store := aggregator.NewStore(aggregator.DefaultLimits(), func() time.Time { return now })
-	independent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.True, Reason: "PreloadedImagesStart"}
-	dependent := status.Condition{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: "CredentialVerification",
-		Message: "imagePullCredentialsVerificationPolicy AlwaysVerify: the kubelet asks the registry"}
+	own := func(st, reason string) status.Condition {
+		return status.Condition{Type: status.ConditionPodsStartWithoutRegistry, Status: st, Reason: reason, Message: "the kubelet asks the registry"}
+	}
+	independent := []status.Condition{{Type: status.ConditionRegistryIndependent, Status: status.True, Reason: status.ReasonPodsStartWithoutRegistry}, own(status.True, status.ReasonImagesHeld)}
+	dependent := []status.Condition{{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: "CredentialVerification",
+		Message: "imagePullCredentialsVerificationPolicy AlwaysVerify: the kubelet asks the registry"}, own(status.False, "CredentialVerification")}
+	// The node's own pods start; its blobs too few nodes hold.
+	stranded := []status.Condition{{Type: status.ConditionRegistryIndependent, Status: status.False, Reason: status.ReasonBlobsNotHeld, Message: "held by w1 only"},
+		own(status.True, status.ReasonImagesHeld)}
 	for node, sets := range map[string][]status.Set{
-		"w1": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, BytesFromRegistry: 3 << 20, Conditions: []status.Condition{independent}},
-			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}},
-			{Name: "ops", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
-		"w2": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{dependent}},
-			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}},
-			{Name: "ops", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: []status.Condition{independent}}},
+		"w1": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, BytesFromRegistry: 3 << 20, Conditions: independent},
+			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: independent},
+			{Name: "ops", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: stranded},
+			{Name: "both", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: stranded}},
+		"w2": {{Name: "apps", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: dependent},
+			{Name: "tools", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: independent},
+			{Name: "ops", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: stranded},
+			{Name: "both", Phase: status.Ready, ImagesTotal: 1, ImagesReady: 1, Conditions: dependent}},
 	} {
-		// Both share the blob of apps' and tools' images; only w1 holds ops'.
+		// Both share the blob of apps' and tools' images; only w1 holds that of ops' and both's.
 		n := status.Node{Node: status.NodeInfo{Name: node, Peers: &status.PeerBytes{Address: node + ":7444"}}, Sets: sets, Blobs: []status.ImageBlobs{
 			{Image: "reg.example/a@sha256:" + strings.Repeat("a", 64), Sets: []string{"apps", "tools"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("1", 64), Size: 1, Held: true}}},
-			{Image: "reg.example/o@sha256:" + strings.Repeat("b", 64), Sets: []string{"ops"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("2", 64), Size: 1, Held: node == "w1"}}},
+			{Image: "reg.example/o@sha256:" + strings.Repeat("b", 64), Sets: []string{"both", "ops"}, Blobs: []status.Blob{{Digest: "sha256:" + strings.Repeat("2", 64), Size: 1, Held: node == "w1"}}},
 		}}
 		r := v1.FromStatus(n, "b", 1, time.Minute)
 		if _, err := store.Ingest(node, r); err != nil {
@@ -181,25 +190,29 @@ func TestClusterStatusShowsRegistryGone(t *testing.T) {
 	}
 	for _, c := range []struct{ line, want string }{
 		{lines["SET"], "REGISTRY GONE"},
-		{lines["apps"], "no: 1/2 nodes"},
+		{lines["apps"], "no: pods start on 1/2 nodes"},
 		{lines["tools"], "yes"},
 		{lines["ops"], "no: 1 blobs held by < 2 nodes"},
+		{lines["both"], "no: pods start on 1/2 nodes, 1 blobs held by < 2 nodes"},
 	} {
 		if !strings.HasSuffix(strings.TrimSpace(c.line), c.want) {
 			t.Errorf("want %q at the end of %q:\n%s", c.want, c.line, out)
 		}
 	}
 	for _, want := range []string{
-		"apps on w2: Ready, would need the registry: CredentialVerification: imagePullCredentialsVerificationPolicy AlwaysVerify",
+		"apps on w2: Ready, would need the registry when a pod starts: CredentialVerification: the kubelet asks the registry",
+		"both on w2: Ready, would need the registry when a pod starts: CredentialVerification",
 		"apps: 3.0 MiB fetched from registries",
-		"ops: blobs: 1 of the 1 blobs of the images are held by fewer than 2 nodes (with the registry gone, a node joining or replacing one gets every blob from its peers): sha256:" +
+		"ops: blobs, for a node joining or replacing one: 1 of the 1 blobs of the images are held by fewer than 2 nodes (with the registry gone, a node joining or replacing one gets every blob from its peers): sha256:" +
 			strings.Repeat("2", 64) + " (1 B, of reg.example/o@sha256:" + strings.Repeat("b", 64) + ") is held by w1 only: a node replacing w1 would fail",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "tools on") {
-		t.Errorf("a set that survives the registry lists nodes:\n%s", out)
+	for _, not := range []string{"tools on", "on w1: Ready, would need", "ops on"} {
+		if strings.Contains(out, not) {
+			t.Errorf("%q in:\n%s", not, out)
+		}
 	}
 }

@@ -335,9 +335,11 @@ func TestClusterLoop(t *testing.T) {
 	// A Node with no imagepind behind it: the set is not Ready, that node Unknown.
 	c.createNode("ghost-node", map[string]string{"node-role.kubernetes.io/worker": ""})
 	st = c.waitStatus("workers", "1/2 with the ghost Unknown", 30*time.Second, readyN(1, 2))
-	// The Ready node's own reason (its blobs shared by no node) goes before
-	// NotAllNodesReady.
-	if r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent); r == nil || r.Status != metav1.ConditionFalse || r.Reason != "BlobsNotHeld" {
+	// The ghost not Ready comes first; the Ready node's own pods start (it is not said
+	// to need the registry), and its blobs, shared by no node, are said apart.
+	if r := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRegistryIndependent); r == nil || r.Status != metav1.ConditionFalse || r.Reason != "NotAllNodesReady" ||
+		!strings.HasPrefix(r.Message, "1/2 nodes ready: ") || !strings.Contains(r.Message, "; a node joining or replacing one would need the registry: ") ||
+		!strings.Contains(r.Message, "pinned by no node that shares its blobs") || strings.Contains(r.Message, "when a pod starts") {
 		t.Fatalf("RegistryIndependent with a node not Ready: %+v", r)
 	}
 	if st.UnknownNodes != 1 || len(st.FailingNodes) != 1 || st.FailingNodes[0].Node != "ghost-node" || st.FailingNodes[0].Reason != "NeverReported" {
