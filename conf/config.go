@@ -571,3 +571,35 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Overrides are what a DaemonSet gives each node's imagepind on its command line (from
+// the downward API), where one config file serves every node.
+type Overrides struct {
+	// NodeName replaces [node] name (the Node's name, spec.nodeName).
+	NodeName string
+	// PeerHost replaces the host of [peers] address (the node's IP, status.hostIP); the
+	// port stays.
+	PeerHost string
+}
+
+// Override returns c with o's non-empty values in place, validated; an error names the
+// key and the flag.
+func (c Config) Override(o Overrides) (Config, error) {
+	if o.NodeName != "" {
+		c.Node.Name = o.NodeName
+	}
+	if o.PeerHost != "" {
+		_, port, err := net.SplitHostPort(c.Peers.Address)
+		if err != nil {
+			return c, fmt.Errorf("--peer-host %s: peers.address must be set to host:port (its port is kept), got %q", o.PeerHost, c.Peers.Address)
+		}
+		if net.ParseIP(o.PeerHost) == nil {
+			return c, fmt.Errorf("--peer-host %q: must be the node's IP address", o.PeerHost)
+		}
+		c.Peers.Address = net.JoinHostPort(o.PeerHost, port)
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("with the command line's values: %w", err)
+	}
+	return c, nil
+}

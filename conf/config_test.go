@@ -77,3 +77,32 @@ func TestConfigErrorsNameTheKey(t *testing.T) {
 		}
 	}
 }
+
+// One config file serves every node of a DaemonSet: each node's name and IP come on
+// the command line, and the peer address keeps the file's port.
+func TestOverrideFromTheCommandLine(t *testing.T) {
+	cfg, err := ParseConfig("[peers]\nenabled = true\naddress = \"0.0.0.0:7444\"\ncert = \"/c\"\nca = \"/a\"\nclient_ca = \"/b\"")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cfg.Override(Overrides{NodeName: "worker-3", PeerHost: "fd00::3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Node.Name != "worker-3" || got.Peers.Address != "[fd00::3]:7444" {
+		t.Fatalf("name %q, peers.address %q", got.Node.Name, got.Peers.Address)
+	}
+	if got, err := cfg.Override(Overrides{}); err != nil || got.Node.Name != cfg.Node.Name || got.Peers.Address != "0.0.0.0:7444" {
+		t.Fatalf("no overrides changed the config: %+v, %v", got.Peers, err)
+	}
+	for o, want := range map[Overrides]string{
+		{PeerHost: "worker-3.example"}: `--peer-host "worker-3.example": must be the node's IP address`,
+	} {
+		if _, err := cfg.Override(o); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v, want %q", o, err, want)
+		}
+	}
+	if _, err := Default().Override(Overrides{PeerHost: "10.0.0.3"}); err == nil || !strings.Contains(err.Error(), "peers.address must be set") {
+		t.Errorf("a peer host without peers.address: %v", err)
+	}
+}
