@@ -351,10 +351,10 @@ func TestUninstallHook(t *testing.T) {
 	if err := json.Unmarshal([]byte(args["--ready"]), &ready); err != nil {
 		t.Fatalf("--ready %q: %v", args["--ready"], err)
 	}
-	if str(c, "command", 0) != "/imagepinctl" || args["uninstall-nodes"] != "" || args["--daemonset"] != "imagepind" || args["--namespace"] != "imagepin" ||
+	if str(c, "command", 0) != "/usr/bin/imagepinctl" || args["uninstall-nodes"] != "" || args["--daemonset"] != "imagepind" || args["--namespace"] != "imagepin" ||
 		args["--container"] != "imagepind" || args["--timeout"] != "9m" ||
-		!slices.Equal(command, []string{"/imagepind", "uninstall", "--wait", "--config=/etc/imagepin/imagepind.toml"}) ||
-		!slices.Equal(ready, []string{"/imagepind", "uninstall", "--status", "--config=/etc/imagepin/imagepind.toml"}) {
+		!slices.Equal(command, []string{"/usr/bin/imagepind", "uninstall", "--wait", "--config=/etc/imagepin/imagepind.toml"}) ||
+		!slices.Equal(ready, []string{"/usr/bin/imagepind", "uninstall", "--status", "--config=/etc/imagepin/imagepind.toml"}) {
 		t.Errorf("the hook's command %v %v", get(c, "command"), args)
 	}
 	if r := render(t, map[string]any{"uninstall": map[string]any{"enabled": false}}); slices.ContainsFunc(sortedKeys(r), func(k string) bool {

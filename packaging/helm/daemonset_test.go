@@ -193,7 +193,7 @@ func TestDaemonSetNeverUnpins(t *testing.T) {
 			}
 			c := containers[0]
 			cmd, _ := json.Marshal([]any{get(c, "command"), get(c, "args")})
-			if strings.Contains(string(cmd), "uninstall") || str(c, "command", 0) != "/imagepind" {
+			if strings.Contains(string(cmd), "uninstall") || str(c, "command", 0) != "/usr/bin/imagepind" {
 				t.Errorf("command %s: want imagepind in its normal mode", cmd)
 			}
 			if get(c, "lifecycle") != nil || get(c, "readinessProbe") != nil {

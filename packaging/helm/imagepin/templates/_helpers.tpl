@@ -180,10 +180,10 @@ that toToml writes 16 and not 16.0 (imagepind's integer keys refuse a float).
 
 {{/* The commands the uninstall hook gives imagepind: the mode and its readiness. */}}
 {{- define "imagepin.uninstallCommand" -}}
-{{ list "/imagepind" "uninstall" "--wait" (printf "--config=%s" (include "imagepin.configFile" .)) | toJson }}
+{{ list "/usr/bin/imagepind" "uninstall" "--wait" (printf "--config=%s" (include "imagepin.configFile" .)) | toJson }}
 {{- end }}
 {{- define "imagepin.uninstallReady" -}}
-{{ list "/imagepind" "uninstall" "--status" (printf "--config=%s" (include "imagepin.configFile" .)) | toJson }}
+{{ list "/usr/bin/imagepind" "uninstall" "--status" (printf "--config=%s" (include "imagepin.configFile" .)) | toJson }}
 {{- end }}
 
 {{/*
