@@ -401,3 +401,33 @@ func TestBadValuesAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// imagepind verifies the aggregator with the CA of the aggregator.tls mode, whichever
+// issues it; the chart makes a certificate only in generate mode.
+func TestAggregatorCAPerTLSMode(t *testing.T) {
+	for mode, want := range map[string]string{
+		"generate":  `{"configMap":{"name":"imagepin-aggregator-ca"},"name":"aggregator-ca"}`,
+		"openshift": `{"configMap":{"items":[{"key":"service-ca.crt","path":"ca.crt"}],"name":"openshift-service-ca.crt"},"name":"aggregator-ca"}`,
+		"secret":    `{"name":"aggregator-ca","secret":{"items":[{"key":"ca.crt","path":"ca.crt"}],"secretName":"imagepin-aggregator-tls"}}`,
+	} {
+		r := render(t, map[string]any{"aggregator": map[string]any{"tls": mode}}, monitoringAPIs...)
+		var got string
+		for _, v := range get(r.get(t, "DaemonSet imagepin/imagepind"), "spec", "template", "spec", "volumes").([]any) {
+			if str(v, "name") == "aggregator-ca" {
+				b, _ := json.Marshal(v)
+				got = string(b)
+			}
+		}
+		if got != want {
+			t.Errorf("%s: the aggregator's CA %s, want %s", mode, got, want)
+		}
+		_, made := r.objects["Secret imagepin/imagepin-aggregator-tls"]
+		if made != (mode == "generate") {
+			t.Errorf("%s: the chart made the Secret: %v", mode, made)
+		}
+		sm, _ := json.Marshal(get(r.get(t, "ServiceMonitor imagepin/imagepin-aggregator"), "spec", "endpoints", 0, "tlsConfig", "ca"))
+		if !strings.Contains(string(sm), map[string]string{"generate": "imagepin-aggregator-ca", "openshift": "openshift-service-ca.crt", "secret": "imagepin-aggregator-tls"}[mode]) {
+			t.Errorf("%s: the ServiceMonitor's CA %s", mode, sm)
+		}
+	}
+}
