@@ -32,7 +32,8 @@ its pins and removes its blob store; it waits until the pod of every node the Da
 on is in that mode and ready; then it removes imagepin's condition (` + v1alpha1.NodeConditionPinnedImagesReady + `)
 and the startup taint from the Nodes.
 
-Its access: get and patch the DaemonSet, list its pods, list and patch Nodes and their status.
+Its access: get and patch the DaemonSet, list its pods, get, list and patch Nodes, patch their
+status.
 Exit 0 when every node was given back, 1 when nodes were not within --timeout (each named
 with why; no Node is changed), 2 on a usage error or when the API cannot be used.`,
 		Example: `  imagepinctl uninstall-nodes -n imagepin --timeout 10m \

@@ -331,7 +331,7 @@ func TestUninstallHook(t *testing.T) {
 	if got := rules("Role imagepin/imagepin-uninstall"); got != `[{"apiGroups":["apps"],"resourceNames":["imagepind"],"resources":["daemonsets"],"verbs":["get","patch"]},{"apiGroups":[""],"resources":["pods"],"verbs":["list"]}]` {
 		t.Errorf("Role: %s", got)
 	}
-	if got := rules("ClusterRole /imagepin-uninstall"); got != `[{"apiGroups":[""],"resources":["nodes"],"verbs":["list","patch"]},{"apiGroups":[""],"resources":["nodes/status"],"verbs":["patch"]}]` {
+	if got := rules("ClusterRole /imagepin-uninstall"); got != `[{"apiGroups":[""],"resources":["nodes"],"verbs":["get","list","patch"]},{"apiGroups":[""],"resources":["nodes/status"],"verbs":["patch"]}]` {
 		t.Errorf("ClusterRole: %s", got)
 	}
 	job := r.get(t, "Job imagepin/imagepin-uninstall")
