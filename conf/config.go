@@ -78,14 +78,18 @@ type PeersConfig struct {
 	Address string `toml:"address"`
 	// Nodes are the peers' addresses (this node's among them or not).
 	Nodes []string `toml:"nodes"`
-	// Cert is the serving certificate and key, one PEM (the kubelet's serving
-	// certificate); CA verifies the peers' serving certificates.
+	// Cert is the serving certificate (the kubelet's serving certificate), Key its key
+	// ("": in Cert, one PEM, as kubelet-server-current.pem); CA verifies the peers'
+	// serving certificates.
 	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
 	CA   string `toml:"ca"`
-	// ClientCert is the certificate and key this node presents to peers ("": the
-	// report's, the kubelet's client certificate); ClientCA verifies the certificates
-	// peers present (the cluster's kubelet client CA): only nodes are served.
+	// ClientCert is the certificate this node presents to peers and ClientKey its key
+	// ("", "": the report's cert and key, the kubelet's client certificate); ClientCA
+	// verifies the certificates peers present (the cluster's kubelet client CA): only
+	// nodes are served.
 	ClientCert string `toml:"client_cert"`
+	ClientKey  string `toml:"client_key"`
 	ClientCA   string `toml:"client_ca"`
 	// MaxServing bounds the requests served to peers at once; ServeMiBPerSecond their
 	// bandwidth in all (0: no limit).
@@ -126,6 +130,11 @@ func (c PeersConfig) validate() error {
 	}
 	if c.ClientCert != "" && !filepath.IsAbs(c.ClientCert) {
 		p.add("peers.client_cert", "must be an absolute path or empty (the report's certificate), got %q", c.ClientCert)
+	}
+	p.absoluteOrEmpty("peers.key", c.Key)
+	p.absoluteOrEmpty("peers.client_key", c.ClientKey)
+	if c.ClientKey != "" && c.ClientCert == "" {
+		p.add("peers.client_key", "must be empty when peers.client_cert is (the report's certificate and key are used), got %q", c.ClientKey)
 	}
 	if c.MaxServing < 1 || c.MaxServing > 256 {
 		p.add("peers.max_serving", "must be 1 to 256, got %d", c.MaxServing)
@@ -336,8 +345,11 @@ func (c DiskConfig) validate() error {
 type ReportConfig struct {
 	Aggregator string   `toml:"aggregator"`
 	Heartbeat  Duration `toml:"heartbeat"`
-	Cert       string   `toml:"cert"`
-	CA         string   `toml:"ca"`
+	// Cert is the node's client certificate, Key its key ("": in Cert, one PEM, as
+	// kubelet-client-current.pem); CA verifies the aggregator's serving certificate.
+	Cert string `toml:"cert"`
+	Key  string `toml:"key"`
+	CA   string `toml:"ca"`
 	// ServerName is the name to verify in the aggregator's certificate when it differs
 	// from the host in Aggregator (reached by a NodePort or an IP).
 	ServerName string `toml:"server_name"`
@@ -345,6 +357,7 @@ type ReportConfig struct {
 
 func (c ReportConfig) validate() error {
 	var p problems
+	p.absoluteOrEmpty("report.key", c.Key)
 	if c.Heartbeat < Duration(time.Second) {
 		p.add("report.heartbeat", "must be at least 1s")
 	}
@@ -558,3 +571,35 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d)
 
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// Overrides are what a DaemonSet gives each node's imagepind on its command line (from
+// the downward API), where one config file serves every node.
+type Overrides struct {
+	// NodeName replaces [node] name (the Node's name, spec.nodeName).
+	NodeName string
+	// PeerHost replaces the host of [peers] address (the node's IP, status.hostIP); the
+	// port stays.
+	PeerHost string
+}
+
+// Override returns c with o's non-empty values in place, validated; an error names the
+// key and the flag.
+func (c Config) Override(o Overrides) (Config, error) {
+	if o.NodeName != "" {
+		c.Node.Name = o.NodeName
+	}
+	if o.PeerHost != "" {
+		_, port, err := net.SplitHostPort(c.Peers.Address)
+		if err != nil {
+			return c, fmt.Errorf("--peer-host %s: peers.address must be set to host:port (its port is kept), got %q", o.PeerHost, c.Peers.Address)
+		}
+		if net.ParseIP(o.PeerHost) == nil {
+			return c, fmt.Errorf("--peer-host %q: must be the node's IP address", o.PeerHost)
+		}
+		c.Peers.Address = net.JoinHostPort(o.PeerHost, port)
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("with the command line's values: %w", err)
+	}
+	return c, nil
+}

@@ -30,12 +30,12 @@ type Config struct {
 	Address string
 	// Nodes are the peers given in the config (the aggregator hands out more).
 	Nodes []string
-	// Cert is the serving certificate and key (one PEM), ClientCA what signs the peers'
-	// client certificates.
-	Cert, ClientCA string
-	// ClientCert is the certificate and key presented to peers (one PEM), CA what signs
-	// their serving certificates.
-	ClientCert, CA string
+	// Cert is the serving certificate and CertKey its key ("": in Cert, one PEM),
+	// ClientCA what signs the peers' client certificates.
+	Cert, CertKey, ClientCA string
+	// ClientCert is the certificate presented to peers and ClientKey its key ("": in
+	// ClientCert), CA what signs their serving certificates.
+	ClientCert, ClientKey, CA string
 	// MaxServing bounds the requests served to peers at once; ServeBytesPerSecond the
 	// bandwidth to them, all together (0: no limit).
 	MaxServing          int
@@ -195,11 +195,11 @@ func (n *Node) Bind(rt Runtime) {
 // share sets up the peers: the mirror fills from them before the registry, and serves
 // them (filling a blob from the nodes above this one in its tree, then the registry).
 func (n *Node) share(reg mirror.Source) error {
-	client, err := Client(n.cfg.ClientCert, n.cfg.CA)
+	client, err := Client(n.cfg.ClientCert, n.cfg.ClientKey, n.cfg.CA)
 	if err != nil {
 		return err
 	}
-	serverTLS, err := ServerTLS(n.cfg.Cert, n.cfg.ClientCA)
+	serverTLS, err := ServerTLS(n.cfg.Cert, n.cfg.CertKey, n.cfg.ClientCA)
 	if err != nil {
 		return err
 	}

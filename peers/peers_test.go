@@ -206,11 +206,11 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 		if err != nil {
 			t.Fatal(err)
 		}
-		client, err := Client(clientCert, ca.File)
+		client, err := Client(clientCert, "", ca.File)
 		if err != nil {
 			t.Fatal(err)
 		}
-		srvTLS, err := ServerTLS(serving, ca.File)
+		srvTLS, err := ServerTLS(serving, "", ca.File)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,11 +41,11 @@ func TestRotatedCAsAreTakenWithoutARestart(t *testing.T) {
 	for _, f := range []string{roots, clients} {
 		os.WriteFile(f, oldPEM, 0o644)
 	}
-	srvTLS, err := ServerTLS(serving, clients)
+	srvTLS, err := ServerTLS(serving, "", clients)
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := Client(clientCert, roots)
+	client, err := Client(clientCert, "", roots)
 	if err != nil {
 		t.Fatal(err)
 	}

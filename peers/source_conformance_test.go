@@ -55,7 +55,7 @@ func conformanceCluster(t *testing.T, o *sourcetest.Origin, n int, among bool) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		client, err := Client(cert, ca.File)
+		client, err := Client(cert, "", ca.File)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func conformanceCluster(t *testing.T, o *sourcetest.Origin, n int, among bool) *
 		if err != nil {
 			t.Fatal(err)
 		}
-		srvTLS, err := ServerTLS(serving, ca.File)
+		srvTLS, err := ServerTLS(serving, "", ca.File)
 		if err != nil {
 			t.Fatal(err)
 		}

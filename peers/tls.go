@@ -10,6 +10,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/imagepin/imagepin/internal/nodecert"
 )
 
 func pool(file, what string) (*x509.CertPool, error) {
@@ -65,25 +67,16 @@ func (c *caFile) get() (*x509.CertPool, error) {
 	return c.pool, nil
 }
 
-// keyPair loads a certificate and its key from one PEM file (as the kubelet keeps
-// kubelet-server-current.pem and kubelet-client-current.pem), again at each use: a
-// rotated certificate is picked up.
-func keyPair(file string) func() (*tls.Certificate, error) {
-	return func() (*tls.Certificate, error) {
-		c, err := tls.LoadX509KeyPair(file, file)
-		return &c, err
-	}
-}
-
-// ServerTLS is the peers' listener: certFile (certificate and key, one PEM) and the
-// CA of the nodes' client certificates (the cluster's kubelet client CA). Both files are
-// read again when they change: each handshake uses the CA bundle the file holds then.
-func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
+// ServerTLS is the peers' listener: its certificate (certFile, its key in keyFile, or
+// in certFile when keyFile is "": nodecert.KeyPair) and the CA of the nodes' client
+// certificates (the cluster's kubelet client CA). The files are read again when they
+// change: each handshake uses the certificate and the CA bundle they hold then.
+func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	clients, err := newCAFile(clientCAFile, "peers.client_ca")
 	if err != nil {
 		return nil, err
 	}
-	load := keyPair(certFile)
+	load := nodecert.KeyPair(certFile, keyFile)
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("peers.cert %s: %w", certFile, err)
 	}
@@ -109,9 +102,10 @@ func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
 }
 
 // Client is the HTTPS client to peers: it presents clientCertFile (the node's client
-// certificate and key, one PEM) and trusts peers whose serving certificates caFile
-// signed. Both files are read again when they change: each connection verifies the peer
-// against the CA bundle the file holds then.
+// certificate; its key in clientKeyFile, or in clientCertFile when that is "") and
+// trusts peers whose serving certificates caFile signed. The files are read again when
+// they change: each connection verifies the peer against the CA bundle the file holds
+// then.
 //
 // It speaks HTTP/2 (HTTP/1.1 to a peer that does not): every request to a peer shares
 // one connection, however many blobs a node asks it for at once. Over HTTP/1.1 each
@@ -121,12 +115,12 @@ func ServerTLS(certFile, clientCAFile string) (*tls.Config, error) {
 //
 // The Transport's DialContext makes the TCP connection under TLS (a test or bench may
 // wrap it to bound a node's link).
-func Client(clientCertFile, caFile string) (*http.Client, error) {
+func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) {
 	roots, err := newCAFile(caFile, "peers.ca")
 	if err != nil {
 		return nil, err
 	}
-	load := keyPair(clientCertFile)
+	load := nodecert.KeyPair(clientCertFile, clientKeyFile)
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("peers.client_cert %s: %w", clientCertFile, err)
 	}

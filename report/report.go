@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	v1 "github.com/imagepin/imagepin/api/imagepinv1"
+	"github.com/imagepin/imagepin/internal/nodecert"
 	"github.com/imagepin/imagepin/status"
 )
 
@@ -25,9 +26,10 @@ type Config struct {
 	// Aggregator is host:port of its gRPC listener.
 	Aggregator string
 	Heartbeat  time.Duration
-	// CertFile holds the client certificate and key (one PEM, as the kubelet's
-	// kubelet-client-current.pem); re-read at every handshake, so rotation is followed.
-	CertFile string
+	// CertFile holds the client certificate, KeyFile its key ("": in CertFile, one PEM,
+	// as the kubelet's kubelet-client-current.pem); re-read at every handshake, so
+	// rotation is followed.
+	CertFile, KeyFile string
 	// CAFile is the CA of the aggregator's serving certificate ("" = system roots).
 	CAFile string
 	// ServerName is the name verified in the aggregator's certificate ("" = the host of
@@ -195,16 +197,11 @@ func (r *Reporter) tlsConfig() (*tls.Config, error) {
 		}
 		cfg.RootCAs = pool
 	}
-	if _, err := tls.LoadX509KeyPair(r.cfg.CertFile, r.cfg.CertFile); err != nil {
+	load := nodecert.KeyPair(r.cfg.CertFile, r.cfg.KeyFile)
+	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("report client certificate %s: %w", r.cfg.CertFile, err)
 	}
-	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-		c, err := tls.LoadX509KeyPair(r.cfg.CertFile, r.cfg.CertFile)
-		if err != nil {
-			return nil, err
-		}
-		return &c, nil
-	}
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }
 	return cfg, nil
 }
 

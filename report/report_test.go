@@ -199,3 +199,34 @@ func TestAnswersCarryPeers(t *testing.T) {
 		t.Fatal("no peers reached OnPeers")
 	}
 }
+
+// k3s and RKE2 keep the kubelet's client key apart from its certificate
+// (client-kubelet.crt and .key): the reporter presents the two as one.
+func TestClientKeyApart(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := testcerts.NewCA(dir, "kubelet-client-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	combined, err := ca.Node(dir, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, err := testcerts.SplitKey(combined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(Config{Aggregator: "127.0.0.1:1", CertFile: crt, KeyFile: key, CAFile: ca.File, Heartbeat: time.Second}, logrus.New())
+	cfg, err := r.tlsConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
+	if err != nil || c.Leaf == nil || c.Leaf.Subject.CommonName != "system:node:w1" {
+		t.Fatalf("client certificate: %+v, %v", c, err)
+	}
+	r = New(Config{Aggregator: "127.0.0.1:1", CertFile: crt, CAFile: ca.File, Heartbeat: time.Second}, logrus.New())
+	if _, err := r.tlsConfig(); err == nil || !strings.Contains(err.Error(), crt) {
+		t.Fatalf("a certificate without its key: %v, want an error naming %s", err, crt)
+	}
+}

@@ -304,7 +304,7 @@ func askAggregator(ctx context.Context, cfg conf.Config) func([]string) status.B
 			return status.HoldersUnknown("no aggregator to count them ([report] aggregator is not set in the config)")
 		}
 	}
-	rc := report.Config{Aggregator: cfg.Report.Aggregator, CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName}
+	rc := report.Config{Aggregator: cfg.Report.Aggregator, CertFile: cfg.Report.Cert, KeyFile: cfg.Report.Key, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName}
 	return func(images []string) status.BlobHolders {
 		h, err := report.AskHolders(ctx, rc, images)
 		if err != nil {

@@ -1,8 +1,8 @@
 // Command imagepinctl is imagepin's command line: validate set files, resolve tags to
 // digests, show a node's or the cluster's status, check disk and reachability, run the
 // pin-and-pull flow once against a CRI socket, expand an OpenShift release into sets,
-// make a set from what the cluster's pods run, and seed the node's blob store from
-// offline media.
+// make a set from what the cluster's pods run, seed the node's blob store from offline
+// media, and give every node back before imagepin is removed from a cluster.
 package main
 
 import (
@@ -123,11 +123,12 @@ not ready, an image that cannot be reached), 2 a usage or operational error.`,
 	_ = root.MarkPersistentFlagFilename("config", "toml")
 
 	root.AddGroup(&cobra.Group{ID: "sets", Title: "Set files:"},
-		&cobra.Group{ID: "node", Title: "This node (and the cluster, with status --aggregator):"})
+		&cobra.Group{ID: "node", Title: "This node (and the cluster, with status --aggregator):"},
+		&cobra.Group{ID: "cluster", Title: "The cluster:"})
 	for _, c := range []*cobra.Command{
 		newValidate(g), newResolve(g), newRelease(g), newGenerate(g),
 		newStatus(g), newCheck(g), newApply(g), newSeed(g),
-		newVersion(),
+		newUninstallNodes(), newVersion(),
 	} {
 		root.AddCommand(c)
 	}

@@ -30,6 +30,9 @@ func main() {
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := flag.String("log-format", "text", "log format: text or json")
 	showVersion := flag.Bool("version", false, "print the version and exit")
+	var o conf.Overrides
+	flag.StringVar(&o.NodeName, "node-name", "", "replaces [node] name (a DaemonSet: the pod's spec.nodeName)")
+	flag.StringVar(&o.PeerHost, "peer-host", "", "replaces the host of [peers] address, keeping its port (a DaemonSet: the pod's status.hostIP)")
 	flag.Parse()
 	if *showVersion {
 		fmt.Println(version)
@@ -48,6 +51,9 @@ func main() {
 	explicit := false
 	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "config" })
 	cfg, err := conf.LoadConfig(*configPath, explicit)
+	if err == nil {
+		cfg, err = cfg.Override(o)
+	}
 	if err != nil {
 		log.WithError(err).Error("config")
 		os.Exit(2)

@@ -1,9 +1,11 @@
 // Package nodecert reads a node's identity from a verified client certificate, as the
 // API server does for kubelets: CN system:node:<name>, O system:nodes. The aggregator
-// checks it on reports, and a node on its peers' requests.
+// checks it on reports, and a node on its peers' requests. It also loads a node's own
+// certificate and key from where the kubelet keeps them (KeyPair).
 package nodecert
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"slices"
@@ -32,4 +34,22 @@ func Name(verified [][]*x509.Certificate) (string, error) {
 		return "", errors.New("client certificate of " + cn + " is not in group system:nodes")
 	}
 	return strings.TrimPrefix(cn, cnPrefix), nil
+}
+
+// KeyPair loads a certificate and its key, again at each call, so a certificate the
+// kubelet rotated is taken at the next handshake. keyFile "" means the key is in
+// certFile: one PEM, as the kubelet keeps kubelet-client-current.pem and
+// kubelet-server-current.pem; k3s and RKE2 keep the key apart (client-kubelet.crt and
+// client-kubelet.key).
+func KeyPair(certFile, keyFile string) func() (*tls.Certificate, error) {
+	if keyFile == "" {
+		keyFile = certFile
+	}
+	return func() (*tls.Certificate, error) {
+		c, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		return &c, nil
+	}
 }

@@ -106,12 +106,12 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	reg := peers.CountRegistry(pacedSource{mirror.FromRegistry(rc), down}, n.stats)
 
 	// As peers.Node.share.
-	client, err := peers.Client(c.Client, o.ca)
+	client, err := peers.Client(c.Client, "", o.ca)
 	if err != nil {
 		return nil, err
 	}
 	paceClient(client, down)
-	serverTLS, err := peers.ServerTLS(c.Serving, o.ca)
+	serverTLS, err := peers.ServerTLS(c.Serving, "", o.ca)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -123,4 +124,32 @@ func (ca *CA) NodeServing(dir, node string, ips ...net.IP) (string, error) {
 	p := filepath.Join(dir, node+"-serving.pem")
 	return p, ca.issue(&x509.Certificate{Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
 		IPAddresses: ips, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, p, p)
+}
+
+// SplitKey writes a combined PEM (certificate and key, as Node, Client and NodeServing
+// write them) as two files, as k3s and RKE2 keep the kubelet's: <base>.crt and
+// <base>.key beside it.
+func SplitKey(combined string) (certFile, keyFile string, err error) {
+	data, err := os.ReadFile(combined)
+	if err != nil {
+		return "", "", err
+	}
+	var certPEM, keyPEM []byte
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		if b.Type == "CERTIFICATE" {
+			certPEM = append(certPEM, pem.EncodeToMemory(b)...)
+		} else {
+			keyPEM = append(keyPEM, pem.EncodeToMemory(b)...)
+		}
+	}
+	base := strings.TrimSuffix(combined, filepath.Ext(combined))
+	certFile, keyFile = base+".crt", base+".key"
+	if err := os.WriteFile(certFile, certPEM, 0o644); err != nil {
+		return "", "", err
+	}
+	return certFile, keyFile, os.WriteFile(keyFile, keyPEM, 0o600)
 }

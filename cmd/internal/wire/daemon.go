@@ -59,7 +59,7 @@ func Reporter(cfg conf.Config, node *peers.Node, onHolders func(), log logrus.Fi
 		return nil
 	}
 	return report.New(report.Config{Aggregator: cfg.Report.Aggregator, Heartbeat: cfg.Report.Heartbeat.D(),
-		CertFile: cfg.Report.Cert, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: node.FromAggregator, OnHolders: onHolders}, log)
+		CertFile: cfg.Report.Cert, KeyFile: cfg.Report.Key, CAFile: cfg.Report.CA, ServerName: cfg.Report.ServerName, OnPeers: node.FromAggregator, OnHolders: onHolders}, log)
 }
 
 // DaemonPublish is where each new status of imagepind goes, in this order: the status

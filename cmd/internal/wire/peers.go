@@ -45,19 +45,20 @@ func StoreDir(cfg conf.Config, stateDir string) string {
 }
 
 // PeersConfig is [peers] as peers.Node takes it: sharing only with an address
-// (Sharing), the client certificate defaulting to [report]'s.
+// (Sharing), the client certificate and its key defaulting to [report]'s.
 func PeersConfig(cfg conf.Config) peers.Config {
 	p := cfg.Peers
 	out := peers.Config{MirrorAddress: p.MirrorAddress}
 	if !p.Sharing() {
 		return out
 	}
-	clientCert := p.ClientCert
+	clientCert, clientKey := p.ClientCert, p.ClientKey
 	if clientCert == "" {
-		clientCert = cfg.Report.Cert
+		clientCert, clientKey = cfg.Report.Cert, cfg.Report.Key
 	}
 	out.Address, out.Nodes = p.Address, p.Nodes
-	out.Cert, out.ClientCA, out.ClientCert, out.CA = p.Cert, p.ClientCA, clientCert, p.CA
+	out.Cert, out.CertKey, out.ClientCA = p.Cert, p.Key, p.ClientCA
+	out.ClientCert, out.ClientKey, out.CA = clientCert, clientKey, p.CA
 	out.MaxServing, out.ServeBytesPerSecond = p.MaxServing, int64(p.ServeMiBPerSecond)<<20
 	out.Fanout = p.Fanout
 	return out

@@ -90,7 +90,19 @@ func TestPeersConfig(t *testing.T) {
 		t.Fatalf("sharing: %+v", got)
 	}
 	cfg.Peers.ClientCert = "own.pem"
-	if got := PeersConfig(cfg); got.ClientCert != "own.pem" {
+	if got := PeersConfig(cfg); got.ClientCert != "own.pem" || got.ClientKey != "" {
 		t.Fatalf("client_cert given: %+v", got)
+	}
+	// k3s and RKE2: each key apart from its certificate; the client's defaults to
+	// [report]'s with its certificate.
+	cfg.Peers.ClientCert, cfg.Peers.Key = "", "/agent/serving-kubelet.key"
+	cfg.Report.Cert, cfg.Report.Key = "/agent/client-kubelet.crt", "/agent/client-kubelet.key"
+	if got := PeersConfig(cfg); got.CertKey != "/agent/serving-kubelet.key" ||
+		got.ClientCert != "/agent/client-kubelet.crt" || got.ClientKey != "/agent/client-kubelet.key" {
+		t.Fatalf("keys apart: %+v", got)
+	}
+	cfg.Peers.ClientCert, cfg.Peers.ClientKey = "/own.crt", "/own.key"
+	if got := PeersConfig(cfg); got.ClientCert != "/own.crt" || got.ClientKey != "/own.key" {
+		t.Fatalf("client_cert and client_key given: %+v", got)
 	}
 }
