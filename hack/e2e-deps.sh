@@ -93,9 +93,9 @@ install_packages() {
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
-CRIO_VERSION=v1.34.0
+CRIO_VERSION=${CRIO_VERSION:-v1.36.3}
 CRICTL_VERSION=v1.34.0
-CONTAINERD_VERSION=v2.2.9
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
 

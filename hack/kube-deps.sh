@@ -13,7 +13,7 @@
 set -euo pipefail
 
 CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
-KUBE_VERSION=v1.35.4
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 ETCD_VERSION=v3.6.6
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
