@@ -17,10 +17,15 @@ type Support struct {
 	// PinnedField: CRI Image.pinned is filled (1.31).
 	PinnedField bool
 	// PullReturnsImageID: CRI PullImage returns the image ID, as ImageStatus reports it
-	// (1.36); before, a repository digest (repo@sha256:…). The kubelet keys the record of
-	// its own pull by what PullImage returns and looks it up by the image ID, so before
-	// 1.36 it never finds its own pulls' records (docs/registry-gone.md).
+	// (1.35.2, 1.36.0); before, a repository digest (repo@sha256:…). The kubelet keys the
+	// record of its own pull by what PullImage returns and looks it up by the image ID, so
+	// before that it never finds its own pulls' records (docs/registry-gone.md).
 	PullReturnsImageID bool
+	// TLSPerEndpoint: CRI-O verifies TLS on each endpoint of a pull as registries.conf
+	// says of that endpoint (1.35.0: insecure_registries no longer has any effect, and
+	// 127.0.0.0/8 is no longer insecure by itself); before, it verified no endpoint of a
+	// pull, mirrors included, whose image's registry it held insecure (VerifiesTLS).
+	TLSPerEndpoint bool
 }
 
 // SupportOf returns what the CRI-O version (as CRI Version reports it, e.g. "1.34.0")
@@ -29,7 +34,7 @@ type Support struct {
 func SupportOf(version string) (Support, error) {
 	v, err := parseVersion(version)
 	if err != nil {
-		return Support{true, true, true, true, true}, err
+		return Support{true, true, true, true, true, true}, err
 	}
 	at := func(min ...[3]int) bool {
 		for _, m := range min {
@@ -45,7 +50,8 @@ func SupportOf(version string) (Support, error) {
 		PinOnReload:        at([3]int{1, 29, 4}, [3]int{1, 30, 0}),
 		UnpinOnReload:      at([3]int{1, 29, 7}, [3]int{1, 30, 3}, [3]int{1, 31, 0}),
 		PinnedField:        at([3]int{1, 31, 0}),
-		PullReturnsImageID: at([3]int{1, 36, 0}),
+		PullReturnsImageID: at([3]int{1, 35, 2}, [3]int{1, 36, 0}),
+		TLSPerEndpoint:     at([3]int{1, 35, 0}),
 	}, nil
 }
 

@@ -21,16 +21,8 @@ func TestCRIOConformance(t *testing.T) {
 		w := newWorld(t)
 		refs := w.push("conf", 2)
 		missing := w.reg.Host + "/conf-0@sha256:" + strings.Repeat("0", 64)
-		v, err := w.cri.Version(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		sup, err := crio.SupportOf(v.Version)
-		if err != nil {
-			t.Fatal(err)
-		}
 		return pintest.Subject{
-			Name: "cri-o", Runtime: w.cri, PullReturnsRepoDigest: !sup.PullReturnsImageID,
+			Name: "cri-o", Runtime: w.cri, PullReturnsRepoDigest: !crioSupport(t).PullReturnsImageID,
 			Pinner: &crio.Pinner{
 				DropIn: crio.DropIn{MainConfig: w.crio.Config, ConfigDir: w.crio.ConfigDir},
 				Live:   crio.NewLiveConfig(w.crio.Socket), Reloader: crio.SignalReloader{Socket: w.crio.Socket},
