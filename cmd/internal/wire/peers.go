@@ -8,6 +8,7 @@ import (
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/containerd"
+	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/mirror"
 	"github.com/imagepin/imagepin/peers"
@@ -101,7 +102,7 @@ func adminRegistriesDir(stateDir string) string {
 // CRI-O the administrator's registries files without its drop-in (copied into a
 // scratch directory, kept up to date at every pin write); on containerd the hosts.toml
 // files read without the mirror's host, and containerd's own content store.
-func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, secret *pullcreds.SecretFile, pinner pin.Pinner, log logrus.FieldLogger) (pin.Pinner, error) {
+func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, secret *pullcreds.SecretFile, pinner pin.Pinner, client *cri.Client, log logrus.FieldLogger) (pin.Pinner, error) {
 	rc, _ := RegistryAccess(cfg, runtimeName, stateDir)
 	var rt peers.Runtime
 	var files peers.Files
@@ -121,7 +122,8 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 			log.WithError(err).Warn("[peers] reading the administrator's registries files")
 		}
 		rc.RegistriesConfDir = admin.Scratch
-		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress, Insecure: crio.NewLiveConfig(cfg.CRISocket()).InsecureRegistries,
+		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress,
+			Version: client.RuntimeVersion, Insecure: crio.NewLiveConfig(cfg.CRISocket()).InsecureRegistries,
 			Admin: admin, Path: mirror.PathFor}
 	}
 	rt.Registry = mirror.FromRegistry(registry.New(rc, secret.Lookup))

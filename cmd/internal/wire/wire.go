@@ -115,7 +115,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 		return Built{}, err
 	}
 	if opts.Peers != nil {
-		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), secret, pinner, opts.Log); err != nil {
+		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), secret, pinner, client, opts.Log); err != nil {
 			client.Close()
 			return Built{}, err
 		}
