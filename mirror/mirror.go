@@ -197,6 +197,11 @@ const HopHeader = "Imagepin-Hop"
 // nearest first, comma-separated: the last is a pinned manifest.
 const ChainHeader = "Imagepin-Chain"
 
+// StoredHeader is set on a blob's answer sent from this node's own copy (its store,
+// the runtime's content store), not relayed from a fill: a copy that stops within its
+// last HoldBack bytes was found, by this node, not to match its digest.
+const StoredHeader = "Imagepin-Stored"
+
 // NotPinnedHeader is set on a peer's 404 when this node does not pin (or not yet) the
 // image asked for.
 const NotPinnedHeader = "Imagepin-Not-Pinned"
@@ -697,6 +702,7 @@ func (h *handler) blob(w http.ResponseWriter, r *http.Request, repo string, d di
 	switch {
 	case err == nil:
 		counter = &h.stats.FromStore
+		w.Header().Set(StoredHeader, "1")
 	case r.Method == http.MethodHead || (h.chained && r.Header.Get(StoredOnlyHeader) != ""):
 		// Pulls GET their blobs; a HEAD for one not stored yet is not worth a fetch. A
 		// peer asking for what is stored only may be waited on by this node's fill.

@@ -55,7 +55,11 @@ func serveBlob(w http.ResponseWriter, r *http.Request, d digest.Digest, body *bl
 }
 
 // holdBack is how many of an answer's last bytes wait for the blob to match its digest.
-const holdBack = 64 << 10
+const holdBack = HoldBack
+
+// HoldBack is how many of a blob's last bytes the mirror sends only once the blob
+// matches its digest: an answer stopping within them was found wrong by its sender.
+const HoldBack = 64 << 10
 
 // seeker is a blob's reader as http.ServeContent reads it: its size known at once, a
 // seek only noted, and the first read after it moving the reader forward to there

@@ -34,6 +34,9 @@ type health struct {
 	// when its last busy set-aside ends.
 	busyTimes map[string]int
 	busyUntil map[string]time.Time
+	// sending are the blob transfers under way from each peer, each with what ends its
+	// request (wrongBytes ends them all).
+	sending map[string]map[*resumer]context.CancelCauseFunc
 }
 
 // A peer refusing connections has nothing listening at its address: it is starting (nodes
@@ -160,6 +163,55 @@ func (s *Source) asideUntilLocked(node string, until time.Time) time.Time {
 
 func (s *Source) logAside(node string, until time.Time, why error) {
 	s.Log.WithError(why).WithField("peer", node).WithField("for", time.Until(until).Round(time.Second)).Warn("peers: setting a peer aside")
+}
+
+// errWrongBytes ends the transfers under way from a peer found sending wrong bytes:
+// each goes on with the next node.
+var errWrongBytes = errors.New("set aside meanwhile: found sending wrong bytes")
+
+// wrongBytes sets node aside for corruptFor, found sending wrong bytes (a blob or a
+// manifest that does not match, another size than the manifest gives), and ends every
+// blob transfer from it under way: the node's other blobs leave it at once, not each
+// at its own last byte.
+func (s *Source) wrongBytes(node string, why error) {
+	if node == self {
+		return
+	}
+	s.setAside(node, corruptFor, why)
+	s.mu.Lock()
+	var cancels []context.CancelCauseFunc
+	for _, c := range s.sending[node] {
+		cancels = append(cancels, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cancels {
+		c(errWrongBytes)
+	}
+}
+
+// track notes r's request to node, ended by cancel (untrack: done).
+func (s *Source) track(node string, r *resumer, cancel context.CancelCauseFunc) {
+	if node == self {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sending == nil {
+		s.sending = map[string]map[*resumer]context.CancelCauseFunc{}
+	}
+	if s.sending[node] == nil {
+		s.sending[node] = map[*resumer]context.CancelCauseFunc{}
+	}
+	s.sending[node][r] = cancel
+}
+
+func (s *Source) untrack(node string, r *resumer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sending[node], r)
+	if len(s.sending[node]) == 0 {
+		delete(s.sending, node)
+	}
 }
 
 // isAside tells whether node is set aside now.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -40,11 +41,18 @@ type resumer struct {
 	chain []digest.Digest
 	d     digest.Digest
 
-	plan     *plan  // who is left to ask
-	node     string // who is sending now
-	cur      io.ReadCloser
-	cancel   context.CancelFunc
-	stall    *time.Timer
+	plan   *plan  // who is left to ask
+	node   string // who is sending now
+	cur    io.ReadCloser
+	reqCtx context.Context // cur's request's
+	cancel context.CancelFunc
+	stall  *time.Timer
+	// fromStore: cur is the peer's own copy (mirror.StoredHeader), not a relay.
+	fromStore bool
+	// culprit is how many senders there were up to the first one known to send wrong
+	// bytes when it stopped (wrongBytes): it stopped within the bytes it holds back
+	// until its own copy matches, or was found so for another blob (0: none).
+	culprit  int
 	size     int64 // the descriptor's: no sender goes past it
 	off      int64
 	senders  []string
@@ -61,9 +69,12 @@ func (r *resumer) next() error {
 			break
 		}
 		node := t.node
-		ctx, cancel := context.WithCancel(r.ctx)
+		ctx, cancelCause := context.WithCancelCause(r.ctx)
+		cancel := func() { cancelCause(nil) }
+		r.s.track(node, r, cancelCause)
 		body, err := r.open(ctx, t)
 		if err != nil {
+			r.s.untrack(node, r)
 			cancel()
 			switch {
 			case r.ctx.Err() != nil:
@@ -71,15 +82,17 @@ func (r *resumer) next() error {
 			case errors.Is(err, errBusy) && t.how == climbing:
 				r.plan.busyNow(node)
 			case node == self || errors.Is(err, errNotThere):
+			case errors.Is(context.Cause(ctx), errWrongBytes):
+				// Set aside meanwhile, found sending wrong bytes for another blob.
 			case errors.Is(err, mirror.ErrSize):
-				r.s.setAside(node, corruptFor, err)
+				r.s.wrongBytes(node, err)
 			default:
 				r.s.setAside(node, failedFor, err)
 			}
 			r.errs = append(r.errs, fmt.Errorf("%s: %w", name(node), err))
 			continue
 		}
-		r.node, r.cur, r.cancel = node, body, cancel
+		r.node, r.cur, r.cancel, r.reqCtx = node, body, cancel, ctx
 		r.stall = time.AfterFunc(stallAfter, cancel)
 		r.senders = append(r.senders, node)
 		return nil
@@ -94,6 +107,7 @@ func (r *resumer) next() error {
 // than the descriptor's.
 func (r *resumer) open(ctx context.Context, t turn) (io.ReadCloser, error) {
 	node := t.node
+	r.fromStore = false
 	if node == self {
 		body, announced, err := r.s.Registry.Blob(ctx, r.repo, r.chain, r.d, r.size)
 		if err != nil {
@@ -122,6 +136,7 @@ func (r *resumer) open(ctx context.Context, t turn) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.fromStore = resp.Header.Get(mirror.StoredHeader) != ""
 	whole := resp.StatusCode == http.StatusOK
 	want := r.size
 	if !whole {
@@ -140,6 +155,18 @@ func (r *resumer) open(ctx context.Context, t turn) (io.ReadCloser, error) {
 	return resp.Body, nil
 }
 
+// heldBack is how close to a blob's end a peer's own copy stops when the peer found it
+// not to match: the bytes it holds back (mirror.HoldBack), and what its connection
+// had not sent yet when it cut the answer.
+const heldBack = mirror.HoldBack + 32<<10
+
+// resetBySender tells whether err is an HTTP/2 stream reset sent by the peer (its
+// handler ended the answer), not a connection lost. net/http does not export the
+// error's type: its text, fixed since HTTP/2 came to net/http, tells.
+func resetBySender(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "; received from peer")
+}
+
 func name(node string) string {
 	if node == self {
 		return "registry"
@@ -152,6 +179,7 @@ func (r *resumer) closeCur() {
 		r.stall.Stop()
 		r.cur.Close()
 		r.cancel()
+		r.s.untrack(r.node, r)
 		r.cur = nil
 	}
 }
@@ -167,9 +195,7 @@ func (r *resumer) Read(p []byte) (int, error) {
 		n, err := r.read(p)
 		if errors.Is(err, mirror.ErrSize) {
 			err = fmt.Errorf("%s: %w", r.d, err)
-			if r.node != self {
-				r.s.setAside(r.node, corruptFor, err)
-			}
+			r.s.wrongBytes(r.node, err)
 			return 0, err
 		}
 		if n > 0 {
@@ -183,6 +209,13 @@ func (r *resumer) Read(p []byte) (int, error) {
 		if err == io.EOF && r.size >= 0 && r.off < r.size {
 			err = io.ErrUnexpectedEOF
 		}
+		if err != nil && err != io.EOF && r.off == r.size && r.ctx.Err() == nil {
+			// Every byte came and the end did not: the sender cut its stream after its
+			// last byte, as a peer does when the copy it sends turns out, at its end, not
+			// to match (its store corrupted on disk). The bytes are all here: they tell,
+			// and asking another node for the end would only take it for the culprit.
+			err = io.EOF
+		}
 		switch {
 		case err == io.EOF:
 			if !r.verifier.Verified() {
@@ -191,13 +224,22 @@ func (r *resumer) Read(p []byte) (int, error) {
 				// more, one may be innocent: a node relaying a blob that turns out
 				// wrong cuts it (it never sends a whole wrong blob), and this node
 				// resumed elsewhere after the cut. Those are set aside for failedFor.
+				//
+				// A sender known to send wrong bytes when it stopped (culprit) was set
+				// aside then: those after it sent only what came after, and are not
+				// suspect.
 				err = fmt.Errorf("%d bytes that do not match %s", r.off, r.d)
-				aside := corruptFor
-				if len(r.senders) > 1 {
-					aside = failedFor
-				}
-				for _, s := range r.senders {
-					r.s.setAside(s, aside, err)
+				switch {
+				case r.culprit > 0:
+					for _, s := range r.senders[:r.culprit-1] {
+						r.s.setAside(s, failedFor, err)
+					}
+				case len(r.senders) == 1:
+					r.s.wrongBytes(r.senders[0], err)
+				default:
+					for _, s := range r.senders {
+						r.s.setAside(s, failedFor, err)
+					}
 				}
 				return n, err
 			}
@@ -207,7 +249,29 @@ func (r *resumer) Read(p []byte) (int, error) {
 				return n, r.ctx.Err()
 			}
 			r.errs = append(r.errs, fmt.Errorf("%s: %w", name(r.node), err))
-			if r.node != self {
+			switch left := r.size - r.off; {
+			case r.node == self:
+			case errors.Is(context.Cause(r.reqCtx), errWrongBytes):
+				// Set aside meanwhile, found sending wrong bytes for another blob: this
+				// transfer goes on with the next node at once, and the peer is the
+				// suspect if the blob turns out wrong.
+				if r.culprit == 0 {
+					r.culprit = len(r.senders)
+				}
+			case r.fromStore && left > 0 && (left <= heldBack || resetBySender(err)):
+				// The peer stopped sending its own copy within the last bytes it holds
+				// back until the copy matches, or reset the answer itself (it does so
+				// when its copy does not match: what it had sent and this node had not
+				// read yet is dropped, so the stop may come earlier): it found its copy
+				// wrong (or unreadable). It is set aside as a peer
+				// sending wrong bytes (every transfer from it moves on); this one goes on
+				// with the next node, and the whole blob's digest tells whether what
+				// came before was right.
+				if r.culprit == 0 {
+					r.culprit = len(r.senders)
+				}
+				r.s.wrongBytes(r.node, fmt.Errorf("stopped %d bytes before the end of %s, sent from its own copy: the copy does not match its digest: %w", left, r.d, err))
+			default:
 				r.s.setAside(r.node, failedFor, err)
 			}
 			if nerr := r.next(); nerr != nil {

@@ -418,11 +418,11 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 	switch {
 	case size >= 0 && resp.ContentLength >= 0 && resp.ContentLength != size:
 		err := fmt.Errorf("announced a manifest of %d bytes, the index gives %d: %w", resp.ContentLength, size, mirror.ErrSize)
-		s.setAside(node, corruptFor, err)
+		s.wrongBytes(node, err)
 		return nil, "", err
 	case resp.ContentLength > limit:
 		err := fmt.Errorf("announced a manifest of %d bytes, more than %d: %w", resp.ContentLength, limit, mirror.ErrSize)
-		s.setAside(node, corruptFor, err)
+		s.wrongBytes(node, err)
 		return nil, "", err
 	}
 	stall := time.AfterFunc(stallAfter, cancel)
@@ -437,10 +437,10 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 		s.setAside(node, failedFor, err)
 	case int64(len(data)) > limit:
 		err = fmt.Errorf("sent a manifest of more than %d bytes: %w", limit, mirror.ErrSize)
-		s.setAside(node, corruptFor, err)
+		s.wrongBytes(node, err)
 	case !mirror.Matches(data, d):
 		err = errors.New("sent a manifest that does not match its digest")
-		s.setAside(node, corruptFor, err)
+		s.wrongBytes(node, err)
 	case size >= 0 && int64(len(data)) != size:
 		// The right bytes (the digest matches), fewer than the index naming them gives:
 		// the index is wrong, not the peer.
