@@ -55,6 +55,7 @@ registries_conf = %q
 registries_conf_dir = %q
 certs_dir = %q
 kubelet_config = ""
+gc_high_threshold_percent = 100
 `, filepath.Join(dir, "no.sock"), regConf, filepath.Join(dir, "none.d"), filepath.Join(dir, "certs.d")))
 	good := "upstream.example.invalid/team/app@" + d.String()
 	gone := "upstream.example.invalid/team/gone@sha256:" + strings.Repeat("0", 64)
@@ -101,7 +102,7 @@ func TestCheckExpandsReleaseSets(t *testing.T) {
 	}
 	dir := t.TempDir()
 	regConf := write(t, dir, "registries.conf", fmt.Sprintf("[[registry]]\nprefix = \"upstream.example.invalid/ocp\"\nlocation = \"upstream.example.invalid/ocp\"\n[[registry.mirror]]\nlocation = \"%s/ocp\"\ninsecure = true\npull-from-mirror = \"digest-only\"\n", host))
-	cfg := write(t, dir, "c.toml", fmt.Sprintf("[node]\nname = \"w1\"\nlabels_file = \"\"\n[cri]\nendpoint = \"unix://%s\"\npull_secret = \"\"\n[disk]\nregistries_conf = %q\nregistries_conf_dir = %q\ncerts_dir = %q\nkubelet_config = \"\"\n",
+	cfg := write(t, dir, "c.toml", fmt.Sprintf("[node]\nname = \"w1\"\nlabels_file = \"\"\n[cri]\nendpoint = \"unix://%s\"\npull_secret = \"\"\n[disk]\nregistries_conf = %q\nregistries_conf_dir = %q\ncerts_dir = %q\nkubelet_config = \"\"\ngc_high_threshold_percent = 100\n",
 		filepath.Join(dir, "no.sock"), regConf, filepath.Join(dir, "none"), filepath.Join(dir, "certs")))
 	set := write(t, dir, "up.yaml", "apiVersion: imagepin.io/v1alpha1\nkind: PinnedImageSet\nmetadata: {name: upgrade}\nspec:\n  nodeSelector: {}\n  releaseImage: "+p.Release+"\n")
 	code, out, errOut := ctl(t, "check", "--config", cfg, "--storage", dir, "--labels", "node-role.kubernetes.io/worker=", set)
