@@ -427,9 +427,8 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 		}
 	}
 	sys := r.SystemContext(image)
-	start := time.Now()
-	if s, blob, mime, requests, err := r.openShared(ctx, image, sys); err == nil {
-		r.recordTrip(time.Since(start), requests)
+	if s, blob, mime, took, requests, err := r.openShared(ctx, image, sys); err == nil {
+		r.recordTrip(took, requests)
 		img, infos, err := r.imageOf(ctx, image, blob, mime, s.GetManifest)
 		switch {
 		case errors.Is(err, errShared): // a list's instance: containers/image reads it below
@@ -449,7 +448,7 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 	if err != nil {
 		return Image{}, err
 	}
-	start = time.Now()
+	start := time.Now()
 	// NewImageSource tries the mirrors in registries.conf order, then the source, as
 	// CRI-O does; its error names every endpoint tried.
 	src, err := ref.NewImageSource(ctx, sys)

@@ -60,13 +60,18 @@ type endpoint struct {
 	key    endpointKey
 	client *http.Client
 
-	mu         sync.Mutex
-	pinged     bool
-	pingErr    error
-	pingedAt   time.Time
+	mu       sync.Mutex
+	pinged   bool
+	pingErr  error
+	pingedAt time.Time
+	last     pingResult
+	tokens   map[tokenKey]*bearer
+}
+
+// pingResult is what a ping found: the scheme that answered and the auth challenges.
+type pingResult struct {
 	scheme     string
 	challenges []challenge
-	tokens     map[tokenKey]*bearer
 }
 
 type challenge struct {
@@ -102,14 +107,14 @@ const (
 
 // get returns the endpoint of key, its transport made once (as containers/image makes
 // each: tlsclientconfig.NewTransport, the certs.d directory's certificates), pinged.
-func (s *sharedEndpoints) get(ctx context.Context, key endpointKey, userAgent string, width int) (e *endpoint, pinged bool, err error) {
+func (s *sharedEndpoints) get(ctx context.Context, key endpointKey, userAgent string, width int) (e *endpoint, p pingResult, pinged bool, err error) {
 	s.mu.Lock()
 	e, ok := s.byKey[key]
 	if !ok {
 		tlsc := &tls.Config{CipherSuites: tlsconfig.ClientDefault().CipherSuites}
 		if err := tlsclientconfig.SetupCertificates(key.certDir, tlsc); err != nil {
 			s.mu.Unlock()
-			return nil, false, errShared
+			return nil, pingResult{}, false, errShared
 		}
 		tlsc.InsecureSkipVerify = key.insecure
 		tr := tlsclientconfig.NewTransport()
@@ -129,12 +134,12 @@ func (s *sharedEndpoints) get(ctx context.Context, key endpointKey, userAgent st
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if age := time.Since(e.pingedAt); e.pinged && ((e.pingErr == nil && age < pingAgain) || age < pingRetry) {
-		return e, false, e.pingErr
+		return e, e.last, false, e.pingErr
 	}
 	s.pings.Add(1)
 	e.pingErr = e.ping(ctx, userAgent)
 	e.pinged, e.pingedAt = true, time.Now()
-	return e, true, e.pingErr
+	return e, e.last, true, e.pingErr
 }
 
 // ping is containers/image's detectProperties: https, then http when the endpoint is
@@ -160,7 +165,7 @@ func (e *endpoint) ping(ctx context.Context, userAgent string) error {
 		if !ok {
 			return errShared
 		}
-		e.scheme, e.challenges = scheme, chs
+		e.last = pingResult{scheme: scheme, challenges: chs}
 		return nil
 	}
 	err := try("https")
@@ -213,7 +218,8 @@ func parseChallenges(headers []string) ([]challenge, bool) {
 // endpoint's shared transport.
 type sharedSource struct {
 	e         *endpoint
-	repo      string // the repository's path at the endpoint
+	ping      pingResult // the endpoint's ping, as it was when the source was opened
+	repo      string     // the repository's path at the endpoint
 	auth      types.DockerAuthConfig
 	userAgent string
 	tokens    int // token requests made
@@ -222,28 +228,30 @@ type sharedSource struct {
 // openShared reads image's manifest as containers/image would (see above), over the
 // shared transport of the endpoint that has it: the source, and the manifest and its
 // type. errShared (or an error wrapping it) when containers/image must read it.
-func (r *Client) openShared(ctx context.Context, image string, sys *types.SystemContext) (src *sharedSource, blob []byte, mime string, requests int, err error) {
+// took and requests are how long its requests took and how many (the ping when this
+// call made it, a token, the manifest), for Client.recordTrip.
+func (r *Client) openShared(ctx context.Context, image string, sys *types.SystemContext) (src *sharedSource, blob []byte, mime string, took time.Duration, requests int, err error) {
 	if r.cfg.ConnectionPerImage || sys.DockerPerHostCertDirPath == "" || sys.DockerCertPath != "" {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	if h, err := sysregistriesv2.AdditionalLayerStoreAuthHelper(sys); err != nil || h != "" {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	named = reference.TagNameOnly(named)
 	reg, err := sysregistriesv2.FindRegistry(sys, named.Name())
 	if err != nil {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	if reg == nil {
 		reg = &sysregistriesv2.Registry{Endpoint: sysregistriesv2.Endpoint{Location: named.String()}, Prefix: named.String()}
 	}
 	sources, err := reg.PullSourcesFromReference(named)
 	if err != nil {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	for _, ps := range sources {
 		if sys.DockerLogMirrorChoice {
@@ -251,30 +259,31 @@ func (r *Client) openShared(ctx context.Context, image string, sys *types.System
 		} else {
 			logrus.Debugf("Trying to access %q", ps.Reference)
 		}
+		var t time.Duration
 		var n int
-		src, blob, mime, n, err = r.attemptShared(ctx, sys, named, ps)
-		requests += n
+		src, blob, mime, t, n, err = r.attemptShared(ctx, sys, named, ps)
+		took, requests = took+t, requests+n
 		if errors.Is(err, errNotHere) {
 			continue // containers/image moves on to the next endpoint too
 		}
 		if err != nil {
-			return nil, nil, "", requests, err
+			return nil, nil, "", took, requests, err
 		}
-		return src, blob, mime, requests, nil
+		return src, blob, mime, took, requests, nil
 	}
-	return nil, nil, "", 0, errShared // none has it: containers/image says so, naming each
+	return nil, nil, "", 0, 0, errShared // none has it: containers/image says so, naming each
 }
 
 // errNotHere: the endpoint answered that it has no such manifest.
 var errNotHere = fmt.Errorf("manifest unknown at this endpoint: %w", errShared)
 
-func (r *Client) attemptShared(ctx context.Context, sys *types.SystemContext, logical reference.Named, ps sysregistriesv2.PullSource) (*sharedSource, []byte, string, int, error) {
+func (r *Client) attemptShared(ctx context.Context, sys *types.SystemContext, logical reference.Named, ps sysregistriesv2.PullSource) (*sharedSource, []byte, string, time.Duration, int, error) {
 	phys := reference.TagNameOnly(ps.Reference)
 	if ps.Endpoint.NamespaceProxy != "" {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	if preg, err := sysregistriesv2.FindRegistry(sys, phys.Name()); err != nil || (preg != nil && preg.Blocked) {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	endpointSys := sys
 	if sys.DockerAuthConfig != nil && reference.Domain(phys) != reference.Domain(logical) {
@@ -283,11 +292,11 @@ func (r *Client) attemptShared(ctx context.Context, sys *types.SystemContext, lo
 		endpointSys = &c
 	}
 	if endpointSys.DockerBearerRegistryToken != "" {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	auth, err := config.GetCredentialsForRef(endpointSys, phys)
 	if err != nil || auth.IdentityToken != "" {
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
 	hostPort := reference.Domain(phys)
 	host := hostPort
@@ -296,9 +305,13 @@ func (r *Client) attemptShared(ctx context.Context, sys *types.SystemContext, lo
 	}
 	key := endpointKey{host: host, certDir: filepath.Join(sys.DockerPerHostCertDirPath, hostPort), insecure: ps.Endpoint.Insecure}
 	ua := sys.DockerRegistryUserAgent
-	e, pinged, err := r.shared.get(ctx, key, ua, r.cfg.Concurrency)
+	start := time.Now()
+	e, ping, pinged, err := r.shared.get(ctx, key, ua, r.cfg.Concurrency)
 	if err != nil {
-		return nil, nil, "", 0, fmt.Errorf("%w: %w", errShared, err)
+		return nil, nil, "", 0, 0, fmt.Errorf("%w: %w", errShared, err)
+	}
+	if !pinged {
+		start = time.Now() // not the wait for another sizing's ping
 	}
 	var tagOrDigest string
 	switch ref := phys.(type) {
@@ -307,18 +320,18 @@ func (r *Client) attemptShared(ctx context.Context, sys *types.SystemContext, lo
 	case reference.NamedTagged:
 		tagOrDigest = ref.Tag()
 	default:
-		return nil, nil, "", 0, errShared
+		return nil, nil, "", 0, 0, errShared
 	}
-	src := &sharedSource{e: e, repo: reference.Path(phys), auth: auth, userAgent: ua}
+	src := &sharedSource{e: e, ping: ping, repo: reference.Path(phys), auth: auth, userAgent: ua}
 	blob, mime, err := src.manifest(ctx, tagOrDigest)
-	requests := 1 + src.tokens
+	took, requests := time.Since(start), 1+src.tokens
 	if pinged {
 		requests++
 	}
 	if err != nil {
-		return nil, nil, "", requests, err
+		return nil, nil, "", took, requests, err
 	}
-	return src, blob, mime, requests, nil
+	return src, blob, mime, took, requests, nil
 }
 
 // GetManifest reads the manifest instance (nil: none; the source's own was read by
@@ -401,7 +414,7 @@ func (s *sharedSource) readRange(ctx context.Context, l types.BlobInfo, off, n u
 // do sends a request to the endpoint with the auth its ping asked for (containers/image's
 // setupRequestAuth: the first challenge it knows, Basic or Bearer).
 func (s *sharedSource) do(ctx context.Context, method, path string, headers map[string][]string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, method, s.e.scheme+"://"+s.e.key.host+path, nil)
+	req, err := http.NewRequestWithContext(ctx, method, s.ping.scheme+"://"+s.e.key.host+path, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -412,9 +425,9 @@ func (s *sharedSource) do(ctx context.Context, method, path string, headers map[
 		}
 	}
 	req.Header.Add("User-Agent", s.userAgent)
-	if len(s.e.challenges) > 0 {
+	if len(s.ping.challenges) > 0 {
 		done := false
-		for _, c := range s.e.challenges {
+		for _, c := range s.ping.challenges {
 			switch c.scheme {
 			case "basic":
 				req.SetBasicAuth(s.auth.Username, s.auth.Password)
