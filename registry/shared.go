@@ -241,6 +241,11 @@ func (r *Client) openShared(ctx context.Context, image string, sys *types.System
 	if err != nil {
 		return nil, nil, "", 0, 0, errShared
 	}
+	if _, tagged := named.(reference.NamedTagged); tagged {
+		if _, digested := named.(reference.Canonical); digested {
+			return nil, nil, "", 0, 0, errShared // containers/image refuses both: its error
+		}
+	}
 	named = reference.TagNameOnly(named)
 	reg, err := sysregistriesv2.FindRegistry(sys, named.Name())
 	if err != nil {
