@@ -138,6 +138,10 @@ type Config struct {
 	// connections and never answers leaves that image unsized (retried later), not the
 	// whole check waiting.
 	Timeout time.Duration
+	// ConnectionPerImage reads every image through an image source of containers/image
+	// of its own (its own connection and ping), not over the Client's one transport per
+	// registry endpoint: what the Client did before; for benchmarks.
+	ConnectionPerImage bool
 }
 
 // Client sizes images through containers/image, caching by digest reference
@@ -145,8 +149,11 @@ type Config struct {
 type Client struct {
 	cfg   Config
 	creds Credentials
-	sem   chan struct{}
-	near  chan struct{} // the narrower bound while the registry is near or not measured
+	// shared are the registry endpoints manifests are read on, a transport each (see
+	// shared.go).
+	shared sharedEndpoints
+	sem    chan struct{}
+	near   chan struct{} // the narrower bound while the registry is near or not measured
 
 	mu    sync.Mutex
 	cache map[string]Image
@@ -196,7 +203,7 @@ func New(cfg Config, creds Credentials) *Client {
 
 // uncompressed is a layer's uncompressed size, asked once per digest (layers are
 // immutable) unless Config.NoUncompressedSizes.
-func (r *Client) uncompressed(ctx context.Context, src types.ImageSource, l types.BlobInfo) (int64, string) {
+func (r *Client) uncompressed(ctx context.Context, read rangeOf, l types.BlobInfo) (int64, string) {
 	if r.cfg.NoUncompressedSizes {
 		return 0, ""
 	}
@@ -208,9 +215,7 @@ func (r *Client) uncompressed(ctx context.Context, src types.ImageSource, l type
 		return u.size, u.from
 	}
 	v, _, _ := r.inflight.Do(key, func() (any, error) {
-		size, from, requests := uncompressedSize(ctx, func(ctx context.Context, l types.BlobInfo, off, n uint64) ([]byte, error) {
-			return readRange(ctx, src, l, off, n)
-		}, l)
+		size, from, requests := uncompressedSize(ctx, read, l)
 		r.ranges.Add(int64(requests))
 		if from != "" || ctx.Err() == nil { // a cancelled read may work next time
 			r.mu.Lock()
@@ -415,18 +420,37 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 		delete(r.kept, image)
 		r.mu.Unlock()
 		if ok {
-			defer k.src.Close()
-			return r.sizeLayers(ctx, r.usizeFrom(k.src), k.img, k.infos), nil
+			if k.src != nil {
+				defer k.src.Close()
+			}
+			return r.sizeLayers(ctx, r.usizeFrom(k.read), k.img, k.infos), nil
 		}
 	}
+	sys := r.SystemContext(image)
+	if s, blob, mime, took, requests, err := r.openShared(ctx, image, sys); err == nil {
+		r.recordTrip(took, requests)
+		img, infos, err := r.imageOf(ctx, image, blob, mime, s.GetManifest)
+		switch {
+		case errors.Is(err, errShared): // a list's instance: containers/image reads it below
+		case err != nil:
+			return Image{}, err
+		case !ranges:
+			r.tarSizes(img, infos)
+			r.keep(image, kept{read: s.readRange, img: img, infos: infos})
+			return img, nil
+		default:
+			return r.sizeLayers(ctx, r.usizeFrom(s.readRange), img, infos), nil
+		}
+	}
+	// Not for the shared connection: containers/image's own image source (a connection
+	// and a ping of its own), which gives its own error.
 	ref, err := docker.ParseReference("//" + image)
 	if err != nil {
 		return Image{}, err
 	}
-	sys := r.SystemContext(image)
+	start := time.Now()
 	// NewImageSource tries the mirrors in registries.conf order, then the source, as
 	// CRI-O does; its error names every endpoint tried.
-	start := time.Now()
 	src, err := ref.NewImageSource(ctx, sys)
 	if err != nil {
 		return Image{}, err
@@ -446,21 +470,29 @@ func (r *Client) resolve(ctx context.Context, image string, ranges bool) (Image,
 	if err != nil {
 		return Image{}, err
 	}
+	read := func(ctx context.Context, l types.BlobInfo, off, n uint64) ([]byte, error) {
+		return readRange(ctx, src, l, off, n)
+	}
 	if !ranges {
-		for i := range img.Layers {
-			if img.Layers[i].MaxUncompressed > 0 && isTar(infos[i]) { // its own size: nothing to ask
-				img.Layers[i].Uncompressed, img.Layers[i].From, img.Layers[i].MaxUncompressed = infos[i].Size, FromTar, 0
-			}
-		}
-		keptOpen = r.keep(image, src, img, infos)
+		r.tarSizes(img, infos)
+		keptOpen = r.keep(image, kept{src: src, read: read, img: img, infos: infos})
 		return img, nil
 	}
-	return r.sizeLayers(ctx, r.usizeFrom(src), img, infos), nil
+	return r.sizeLayers(ctx, r.usizeFrom(read), img, infos), nil
 }
 
-// usizeFrom sizes layers on src (Client.uncompressed).
-func (r *Client) usizeFrom(src types.ImageSource) func(context.Context, types.BlobInfo) (int64, string) {
-	return func(ctx context.Context, l types.BlobInfo) (int64, string) { return r.uncompressed(ctx, src, l) }
+// tarSizes settles the layers of img that are plain tars: their own size, nothing to ask.
+func (r *Client) tarSizes(img Image, infos []types.BlobInfo) {
+	for i := range img.Layers {
+		if img.Layers[i].MaxUncompressed > 0 && isTar(infos[i]) {
+			img.Layers[i].Uncompressed, img.Layers[i].From, img.Layers[i].MaxUncompressed = infos[i].Size, FromTar, 0
+		}
+	}
+}
+
+// usizeFrom sizes layers by read (Client.uncompressed).
+func (r *Client) usizeFrom(read rangeOf) func(context.Context, types.BlobInfo) (int64, string) {
+	return func(ctx context.Context, l types.BlobInfo) (int64, string) { return r.uncompressed(ctx, read, l) }
 }
 
 // imageOf is what the manifest blob (of type mime) of image says of it for the node's
@@ -509,24 +541,38 @@ func (r *Client) imageOf(ctx context.Context, image string, blob []byte, mime st
 	return img, infos, nil
 }
 
-// kept is an image source Layers left open, its manifest read, for Resolve to size
-// the image's layers on (no second connection, ping and manifest).
+// kept is an image whose manifest Layers read, kept for Resolve to size the image's
+// layers on the same endpoint (no second ping and manifest): over the shared
+// connection, or on containers/image's image source left open (src).
 type kept struct {
-	src   types.ImageSource
+	src   types.ImageSource // nil: the shared connection's
+	read  rangeOf
 	img   Image
 	infos []types.BlobInfo
 }
 
-// maxKept bounds the image sources Layers keeps open (an idle connection each).
+// maxKept bounds the image sources of containers/image Layers keeps open (an idle
+// connection each); images read over the shared connection hold none.
 const maxKept = 256
 
-// keep keeps src open for Resolve when a layer of img is not sized yet and fewer than
-// maxKept are kept.
-func (r *Client) keep(image string, src types.ImageSource, img Image, infos []types.BlobInfo) bool {
+// keep keeps k for Resolve when a layer of its image is not sized yet and, for an open
+// image source, fewer than maxKept are kept.
+func (r *Client) keep(image string, k kept) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, settled := r.known(img); settled || len(r.kept) >= maxKept {
+	if _, settled := r.known(k.img); settled {
 		return false
+	}
+	if k.src != nil {
+		open := 0
+		for _, o := range r.kept {
+			if o.src != nil {
+				open++
+			}
+		}
+		if open >= maxKept {
+			return false
+		}
 	}
 	if _, ok := r.kept[image]; ok {
 		return false
@@ -534,7 +580,7 @@ func (r *Client) keep(image string, src types.ImageSource, img Image, infos []ty
 	if r.kept == nil {
 		r.kept = map[string]kept{}
 	}
-	r.kept[image] = kept{src: src, img: img, infos: infos}
+	r.kept[image] = k
 	return true
 }
 
@@ -546,7 +592,9 @@ func (r *Client) Release() error {
 	r.kept = nil
 	r.mu.Unlock()
 	for _, s := range k {
-		s.src.Close()
+		if s.src != nil {
+			s.src.Close()
+		}
 	}
 	return r.saveSizes()
 }

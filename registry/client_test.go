@@ -267,8 +267,9 @@ func TestFarRegistryWidensWithinTheCheck(t *testing.T) {
 func TestUnmeasuredRegistryIsTakenForFar(t *testing.T) {
 	reg, check := farRegistry(t, 16, 400*time.Millisecond)
 	early := make(chan int64, 1)
-	// Before the first ping and manifest are back (800 ms), every image is asked.
-	time.AfterFunc(600*time.Millisecond, func() { early <- reg.MaxInFlight() })
+	// The registry's one ping is back at 400 ms; before the first manifest is (800 ms),
+	// every image is asked.
+	time.AfterFunc(700*time.Millisecond, func() { early <- reg.MaxInFlight() })
 	check()
 	if got := <-early; got <= nearWidth {
 		t.Fatalf("%d requests at once before the registry was measured: the others waited for the first %d", got, nearWidth)

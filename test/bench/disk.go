@@ -117,6 +117,21 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	if err := measure("naive: ping + manifest + HEAD of every layer, per image (8 at once)", func() (int, uint64, error) { return naiveCheck(ctx, host, viaProxy) }); err != nil {
 		return err
 	}
+	// Before: containers/image's own image source per image (a connection and a ping each).
+	perImage := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85},
+		registry.New(registry.Config{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
+			CertsDir: filepath.Join(dir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"},
+			ConnectionPerImage: true}, nil),
+		func(context.Context) (string, error) { return dir, nil })
+	if err := measure("imagepin check, cold, a connection and a ping per image (containers/image's image source each: the old way)", func() (int, uint64, error) {
+		res, err := perImage.Check(ctx, sets)
+		if err != nil {
+			return 0, 0, err
+		}
+		return len(res.Verdicts["release"].Bytes), 0, nil
+	}); err != nil {
+		return err
+	}
 	manifestsOnly := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85},
 		registry.New(registry.Config{RegistriesConf: regConf, RegistriesConfDir: filepath.Join(dir, "registries.conf.d"),
 			CertsDir: filepath.Join(dir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"},
@@ -131,7 +146,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	}); err != nil {
 		return err
 	}
-	if err := measure(fmt.Sprintf("imagepin check, cold (ping + manifest per image; 8 images at once until the registry is measured far, then %d; a Range request per distinct layer only when the verdict depends on it: with this disk's room it does not)", registry.DefaultConcurrency), check); err != nil {
+	if err := measure(fmt.Sprintf("imagepin check, cold (one ping and connection per registry, a manifest per image; 8 images at once until the registry is measured far, then %d; a Range request per distinct layer only when the verdict depends on it: with this disk's room it does not)", registry.DefaultConcurrency), check); err != nil {
 		return err
 	}
 	if err := measure("imagepin check again (manifests cached by digest)", check); err != nil {
@@ -182,24 +197,35 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 		os.MkdirAll(filepath.Join(ldir, "registries.conf.d"), 0o755)
 		conf := filepath.Join(ldir, "registries.conf")
 		os.WriteFile(conf, []byte(fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", l.host)), 0o644)
-		r := registry.New(registry.Config{RegistriesConf: conf, RegistriesConfDir: filepath.Join(ldir, "registries.conf.d"),
-			CertsDir: filepath.Join(ldir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"}}, nil)
-		chk := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, r,
-			func(context.Context) (string, error) { return ldir, nil })
-		start := time.Now()
-		res, err := chk.Check(ctx, []diskcheck.SetRequest{{Name: "release", Missing: strings.Split(via, "\n")}})
-		took := time.Since(start)
-		if err != nil || len(res.Verdicts["release"].Bytes) != n {
-			return fmt.Errorf("disk check behind %s: %v (%d sized)", l.name, err, len(res.Verdicts["release"].Bytes))
+		cold := func(perImage bool) (*registry.Client, time.Duration, error) {
+			r := registry.New(registry.Config{RegistriesConf: conf, RegistriesConfDir: filepath.Join(ldir, "registries.conf.d"),
+				CertsDir: filepath.Join(ldir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"}, ConnectionPerImage: perImage}, nil)
+			chk := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, r,
+				func(context.Context) (string, error) { return ldir, nil })
+			start := time.Now()
+			res, err := chk.Check(ctx, []diskcheck.SetRequest{{Name: "release", Missing: strings.Split(via, "\n")}})
+			took := time.Since(start)
+			if err != nil || len(res.Verdicts["release"].Bytes) != n {
+				return nil, 0, fmt.Errorf("disk check behind %s: %v (%d sized)", l.name, err, len(res.Verdicts["release"].Bytes))
+			}
+			return r, took, nil
+		}
+		_, before, err := cold(true)
+		if err != nil {
+			return err
+		}
+		r, took, err := cold(false)
+		if err != nil {
+			return err
 		}
 		rtt := 2 * time.Duration(l.latencyMs) * time.Millisecond
 		waves := (n + registry.DefaultConcurrency - 1) / registry.DefaultConcurrency
-		// Per image, one after another: connect, ping, manifest, then its 2 unique
-		// layers' Range requests (each needs the manifest): 5 round trips, in waves of
-		// DefaultConcurrency images.
+		// Per image, one after another, with a connection and a ping each (the old way):
+		// connect, ping, manifest, then its 2 unique layers' Range requests (each needs
+		// the manifest): 5 round trips, in waves of DefaultConcurrency images.
 		floor := time.Duration(waves*5) * rtt
-		fmt.Printf("Behind the %s link (%s round trip, taken for %s): the cold check took %d ms, %.1f round trips; its floor at %d images at once (%d waves × 5 round trips each: connect, ping, manifest, 2 Range requests) is %d ms: %.2f× the floor. %d Range requests.\n\n",
-			l.name, rtt, nearOrFar(r.Far()), took.Milliseconds(), float64(took)/float64(rtt), registry.DefaultConcurrency, waves, floor.Milliseconds(), float64(took)/float64(floor), r.RangeRequests())
+		fmt.Printf("Behind the %s link (%s round trip, taken for %s): the cold check took %d ms, %.1f round trips (a connection and a ping per image, the old way: %d ms, %.2f× as long); the old way's floor at %d images at once (%d waves × 5 round trips each: connect, ping, manifest, 2 Range requests) is %d ms: %.2f× that floor. %d Range requests.\n\n",
+			l.name, rtt, nearOrFar(r.Far()), took.Milliseconds(), float64(took)/float64(rtt), before.Milliseconds(), float64(before)/float64(took), registry.DefaultConcurrency, waves, floor.Milliseconds(), float64(took)/float64(floor), r.RangeRequests())
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,6 +32,8 @@ type Registry struct {
 	// Host is host:port.
 	Host     string
 	requests atomic.Int64
+	// pings and conns count the pings (GET /v2/) and the connections accepted.
+	pings, conns atomic.Int64
 	// delay is how long each request waits before it is served (a far registry).
 	delay                 atomic.Int64
 	inFlight, maxInFlight atomic.Int64
@@ -44,8 +47,11 @@ func New(t *testing.T, users map[string]string) *Registry {
 	t.Helper()
 	r := &Registry{t: t, users: users}
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	r.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
+		if req.URL.Path == "/v2/" {
+			r.pings.Add(1)
+		}
 		n := r.inFlight.Add(1)
 		defer r.inFlight.Add(-1)
 		for m := r.maxInFlight.Load(); n > m && !r.maxInFlight.CompareAndSwap(m, n); m = r.maxInFlight.Load() {
@@ -58,6 +64,14 @@ func New(t *testing.T, users map[string]string) *Registry {
 		}
 		reg.ServeHTTP(w, req)
 	}))
+	r.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			r.conns.Add(1)
+		}
+	}
+	// HTTP/2 for the clients that ask for it, as a registry serving TLS offers.
+	r.srv.EnableHTTP2 = true
+	r.srv.StartTLS()
 	t.Cleanup(r.srv.Close)
 	r.Host = strings.TrimPrefix(r.srv.URL, "https://")
 	return r
@@ -65,6 +79,12 @@ func New(t *testing.T, users map[string]string) *Registry {
 
 // Requests is how many requests reached the registry.
 func (r *Registry) Requests() int64 { return r.requests.Load() }
+
+// Pings is how many pings (GET /v2/) reached the registry.
+func (r *Registry) Pings() int64 { return r.pings.Load() }
+
+// Connections is how many connections the registry accepted.
+func (r *Registry) Connections() int64 { return r.conns.Load() }
 
 // SetDelay makes every request from now on wait d before it is served.
 func (r *Registry) SetDelay(d time.Duration) { r.delay.Store(int64(d)) }
