@@ -34,6 +34,11 @@ type health struct {
 	// when its last busy set-aside ends.
 	busyTimes map[string]int
 	busyUntil map[string]time.Time
+	// leftAlone are the peers set aside for sending wrong bytes (corruptFor) or for
+	// being busy a whole busyWait (setAsideBusy), until then: of the peers set aside,
+	// they are not asked for a blob before the registry (plan); those set aside for
+	// failing are, once.
+	leftAlone map[string]time.Time
 }
 
 // A peer refusing connections has nothing listening at its address: it is starting (nodes
@@ -143,8 +148,23 @@ func (s *Source) setAside(node string, d time.Duration, why error) {
 	} else {
 		s.bad[node] = until
 	}
+	if d >= corruptFor || errors.Is(why, errBusy) {
+		if s.leftAlone == nil {
+			s.leftAlone = map[string]time.Time{}
+		}
+		s.leftAlone[node] = until
+	}
 	s.mu.Unlock()
 	s.Log.WithError(why).WithField("peer", node).WithField("for", time.Until(until).Round(time.Second)).Warn("peers: setting a peer aside")
+}
+
+// failedAside tells whether node is set aside now for failing: not for sending wrong
+// bytes, nor for being busy a whole busyWait.
+func (s *Source) failedAside(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	return now.Before(s.bad[node]) && !now.Before(s.leftAlone[node])
 }
 
 // isAside tells whether node is set aside now.

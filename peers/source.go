@@ -99,6 +99,7 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 		return nil, errNotPinned
 	}
 	start := time.Now()
+	var slowSince time.Time
 	for {
 		if wait := s.probed(node); wait > 0 && how < once {
 			if !s.listed(node) {
@@ -130,10 +131,22 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 			continue
 		}
 		if errors.Is(err, errBusy) {
-			if how == climbing {
+			since := start
+			switch {
+			case errors.Is(err, errSlow):
+				// A slow peer is asked again, an ancestor too rather than climbed past
+				// (the node above it would send one more copy, and the one below it
+				// would head the blob were it the head): up to busyWait from its first
+				// slow answer (an answer may take answerWithin).
+				if slowSince.IsZero() {
+					slowSince = time.Now()
+				}
+				since = slowSince
+			case how == climbing:
+				// A busy ancestor (503) is left for the next at once (plan).
 				return nil, err
 			}
-			if time.Since(start) >= busyWait {
+			if time.Since(since) >= busyWait {
 				// Busy for a whole window: every digest it heads would cost each asker
 				// as much. Set aside, as a peer that fails.
 				s.setAsideBusy(node)
@@ -227,7 +240,19 @@ var (
 	errNotThere  = errors.New("not there")
 	errNotPinned = fmt.Errorf("does not pin it (yet): %w", errNotThere)
 	errBusy      = fmt.Errorf("serving as many peers as it allows: %w", errNotThere)
+	// errSlow is a peer whose connection, handshake or answer took longer than its
+	// bound (dialWithin, handshakeWithin, answerWithin): a node whose own CPU is
+	// starved, or a peer working hard, looks the same from here, and neither is bad.
+	// It is busy: asked again (ask), set aside only when slow for a whole busyWait.
+	errSlow = fmt.Errorf("slow to connect or answer: %w", errBusy)
 )
+
+// timedOut tells whether err, a request's failure while ctx goes on, is a bound timing
+// out (the dial's, the handshake's, the answer's), not the peer refusing or failing.
+func timedOut(ctx context.Context, err error) bool {
+	var t interface{ Timeout() bool }
+	return ctx.Err() == nil && !errors.Is(err, errSilent) && errors.As(err, &t) && t.Timeout()
+}
 
 // Peers pin the same sets but not at the same instant: a peer that does not pin an
 // image yet is asked again every pinPoll for up to pinWait, then taken for one that
@@ -286,8 +311,12 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		resp.Body.Close()
 	}
 	if err != nil {
-		if errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil {
+		switch {
+		case errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil:
 			err = fmt.Errorf("%s: nothing for %s: %w", url, stallAfter, errSilent)
+		case timedOut(ctx, err):
+			s.Stats.Slow.Add(1)
+			err = fmt.Errorf("%w: %w", errSlow, err)
 		}
 		cancel(nil)
 		return nil, err

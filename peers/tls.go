@@ -101,6 +101,13 @@ func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// A peer's connection is made within dialWithin and its handshake done within
+// handshakeWithin; one that takes longer is slow (errSlow), not bad: asked again.
+var (
+	dialWithin      = 3 * time.Second
+	handshakeWithin = 5 * time.Second
+)
+
 // Client is the HTTPS client to peers: it presents clientCertFile (the node's client
 // certificate; its key in clientKeyFile, or in clientCertFile when that is "") and
 // trusts peers whose serving certificates caFile signed. The files are read again when
@@ -124,7 +131,7 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("peers.client_cert %s: %w", clientCertFile, err)
 	}
-	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
+	dialer := &net.Dialer{Timeout: dialWithin, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		DialContext:       dialer.DialContext,
 		ForceAttemptHTTP2: true,
@@ -134,7 +141,13 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 		// answerWithin.
 		ResponseHeaderTimeout: answerWithin,
 		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       90 * time.Second,
+		// One connection to a peer is made at a time: every request waiting for it
+		// shares it once it is up (HTTP/2). Without the bound each request in flight to
+		// a peer with no connection yet dialed and shook hands on its own: at N = 200,
+		// every node asking the head of a manifest's order for its images at once made
+		// thousands of handshakes at once on that one node, which timed out.
+		MaxConnsPerHost: 1,
+		IdleConnTimeout: 90 * time.Second,
 		HTTP2: &http.HTTP2Config{
 			// A peer that stops answering on a connection every request to it shares:
 			// pinged after 15 s of silence, dropped 15 s later.
@@ -159,7 +172,7 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 		conn := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host,
 			NextProtos:           []string{"h2", "http/1.1"},
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }})
-		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		hctx, cancel := context.WithTimeout(ctx, handshakeWithin)
 		defer cancel()
 		if err := conn.HandshakeContext(hctx); err != nil {
 			raw.Close()
