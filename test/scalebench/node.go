@@ -110,7 +110,7 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	paceClient(client, down)
+	paceClient(client, down, &o.warnings.dials)
 	serverTLS, err := peers.ServerTLS(c.Serving, "", o.ca)
 	if err != nil {
 		return nil, err
@@ -299,16 +299,15 @@ func (p pacedReader) Read(b []byte) (int, error) {
 
 // paceClient makes every connection the peers' client opens read through down: the
 // TCP connections under the TLS peers.Client dials (HTTP/2, one a peer).
-func paceClient(c *http.Client, down *rate.Limiter) {
-	if down == nil {
-		return
-	}
+// Each connection dialled is counted in dials.
+func paceClient(c *http.Client, down *rate.Limiter, dials *atomic.Int64) {
 	tr := c.Transport.(*http.Transport)
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
 		conn, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
+		if err != nil || down == nil {
+			return conn, err
 		}
 		return &pacedConn{Conn: conn, lim: down}, nil
 	}
@@ -330,6 +329,7 @@ func (p *pacedConn) Read(b []byte) (int, error) {
 // warnCounter counts what the nodes log at warning level and above, by kind.
 type warnCounter struct {
 	setAside, cut, other atomic.Int64
+	dials                atomic.Int64 // connections the nodes' peer clients dialled
 	mu                   sync.Mutex
 	samples              []string
 	asideWhy             map[string]int64 // the peers set aside by what was asked and why
