@@ -47,17 +47,31 @@ func (c *lateConn) Read(p []byte) (int, error) {
 // A peer whose handshakes time out (it, or the node asking it, is starved of CPU) is
 // slow, not bad: it is asked again, not set aside, and the blobs it heads come from
 // it, not from the registry a second time.
+//
+// The same when the connection takes longer than stallAfter (the request waits for
+// the one connection to the peer, and is never sent meanwhile).
 func TestASlowHandshakeIsNotSetAside(t *testing.T) {
-	old := handshakeWithin
-	handshakeWithin = 200 * time.Millisecond
-	t.Cleanup(func() { handshakeWithin = old })
+	for _, tc := range []struct {
+		name             string
+		handshake, stall time.Duration
+	}{{"handshake", 200 * time.Millisecond, stallAfter}, {"no connection before the stall bound", 2 * time.Second, 200 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			oldH, oldS := handshakeWithin, stallAfter
+			handshakeWithin, stallAfter = tc.handshake, tc.stall
+			t.Cleanup(func() { handshakeWithin, stallAfter = oldH, oldS })
+			slowHandshakes(t)
+		})
+	}
+}
+
+func slowHandshakes(t *testing.T) {
 	reg := newRegistry(t, 6, 64<<10)
 	var slowL *slowListener
 	c := newClusterOpts(t, reg, 2, clusterOpts{noHolders: true, wrapListener: func(i int, l net.Listener) net.Listener {
 		if i != 0 {
 			return l
 		}
-		slowL = &slowListener{Listener: l, delay: 3 * handshakeWithin}
+		slowL = &slowListener{Listener: l, delay: 3 * min(handshakeWithin, stallAfter)}
 		return slowL
 	}})
 	slowNode, reader := c.nodes[0], c.nodes[1]

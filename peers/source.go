@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -297,12 +298,14 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	// every progressEvery), is left.
 	rctx, cancel := context.WithCancelCause(ctx)
 	silent := time.AfterFunc(stallAfter, func() { cancel(errSilent) })
+	var connected atomic.Bool
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		connected.Store(true)
 		if rctx.Err() == nil {
 			silent.Reset(stallAfter)
 		}
 		return nil
-	}}
+	}, GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
 	resp, err := s.Client.Do(req.WithContext(httptrace.WithClientTrace(rctx, trace)))
 	silent.Stop()
 	if err == nil && rctx.Err() != nil {
@@ -312,6 +315,11 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	}
 	if err != nil {
 		switch {
+		case errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil && !connected.Load():
+			// No connection yet (one to a peer is made at a time, and it is slow): the
+			// request was never sent.
+			s.Stats.Slow.Add(1)
+			err = fmt.Errorf("%s: no connection within %s: %w", url, stallAfter, errSlow)
 		case errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil:
 			err = fmt.Errorf("%s: nothing for %s: %w", url, stallAfter, errSilent)
 		case timedOut(ctx, err):
