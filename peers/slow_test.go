@@ -183,3 +183,42 @@ func TestASetAsideAncestorIsAskedBeforeTheRegistry(t *testing.T) {
 		})
 	}
 }
+
+// A peer whose every handshake takes three times handshakeWithin gets a longer bound
+// at each try (twice as long each time in a row): its blobs come from it in a few
+// tries, not from the registry once it has been slow a whole busyWait.
+func TestASlowPeerGetsLongerToShakeHands(t *testing.T) {
+	busyPeers(t)
+	busyWait = 3 * time.Second
+	old := handshakeWithin
+	handshakeWithin = 200 * time.Millisecond
+	t.Cleanup(func() { handshakeWithin = old })
+	reg := newRegistry(t, 6, 64<<10)
+	var slowL *slowListener
+	c := newClusterOpts(t, reg, 2, clusterOpts{noHolders: true, wrapListener: func(i int, l net.Listener) net.Listener {
+		if i != 0 {
+			return l
+		}
+		slowL = &slowListener{Listener: l, delay: 3 * handshakeWithin}
+		return slowL
+	}})
+	slowNode, reader := c.nodes[0], c.nodes[1]
+	if err := c.pull(slowNode); err != nil {
+		t.Fatal(err)
+	}
+	reader.src.Client.CloseIdleConnections()
+	slowL.left.Store(1 << 20) // every handshake from now on comes late
+	if err := c.pull(reader); err != nil {
+		t.Fatal(err)
+	}
+	if reader.src.isAside(slowNode.addr) {
+		t.Error("the peer whose handshakes are all slow was set aside")
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	for d := range reg.blobs {
+		if n := reg.calls[d]; n != 1 {
+			t.Errorf("the registry was asked %d times for %s", n, d)
+		}
+	}
+}

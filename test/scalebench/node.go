@@ -346,7 +346,15 @@ func asideKind(e *logrus.Entry) string {
 	case strings.Contains(why, "/blobs/"):
 		what = "blob"
 	}
+	// The reason, not the URL it came from.
+	if i := strings.Index(why, "https://"); i >= 0 {
+		if j := strings.Index(why[i:], ": "); j >= 0 {
+			why = why[:i] + why[i+j+2:]
+		}
+	}
 	switch {
+	case strings.Contains(why, "sends nothing"):
+		why = "took the request, sent nothing (15 s)"
 	case strings.Contains(why, "context deadline exceeded"):
 		why = "no answer in time (TLS handshake, 5 s)"
 	case strings.Contains(why, "i/o timeout"):
