@@ -40,6 +40,9 @@ type MirrorRegistries struct {
 	Admin *AdminFiles
 	// Path is how the mirror names a source repository in its paths.
 	Path func(repo string) string
+	// Originals, when set, records what the drop-in's path held before imagepind first
+	// writes it, for uninstall.
+	Originals Originals
 
 	// lastRepos and last are the inputs and the drop-in of the last render: with the
 	// same repositories and unchanged administrator's files, nothing is rendered again.
@@ -91,6 +94,9 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	}
 	if bytes.Equal(old, data) {
 		return false, nil
+	}
+	if err := keep(m.Originals, path); err != nil {
+		return false, err
 	}
 	if err := os.MkdirAll(m.Admin.Dir, 0o755); err != nil {
 		return false, err

@@ -11,6 +11,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/original"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pullcreds"
@@ -115,7 +116,7 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 		}
 		rt.Content = content
 		files = &containerd.MirrorHosts{Local: cfg.Peers.MirrorAddress, ConfigPath: cfg.Containerd.ConfigPath,
-			Record: hostsRecord(stateDir), Path: mirror.PathFor}
+			Record: hostsRecord(stateDir), Path: mirror.PathFor, Originals: original.New(stateDir)}
 	} else {
 		admin := &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: adminRegistriesDir(stateDir)}
 		if _, _, err := admin.Read(); err != nil {
@@ -124,7 +125,7 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 		rc.RegistriesConfDir = admin.Scratch
 		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress,
 			Version: client.RuntimeVersion, Insecure: crio.NewLiveConfig(cfg.CRISocket()).InsecureRegistries,
-			Admin: admin, Path: mirror.PathFor}
+			Admin: admin, Path: mirror.PathFor, Originals: original.New(stateDir)}
 	}
 	rt.Registry = mirror.FromRegistry(registry.New(rc, secret.Lookup))
 	node.Bind(rt)
