@@ -156,6 +156,9 @@ type result struct {
 	tcp   map[string]int64
 	slow  int64
 	dials int64 // connections the nodes dialled to peers
+	// purposes are the requests to peers, the connections and handshakes they made, by
+	// what they were for (held summaries, manifests, blobs).
+	purposes map[string]purposeCount
 	// done are the nodes holding the set when the run ended (-timeout: all of them, or
 	// the run was cut there).
 	done int
@@ -283,6 +286,7 @@ func run() error {
 					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
 					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.slow, res.cpu*100, res.busy*100, notCounting(res.busy), *slow, res.rssKiB>>10, res.load)
 				fmt.Fprintf(os.Stderr, "    %d connections dialled to peers; TCP over the run (whole machine): %s\n", res.dials, tcpString(res.tcp))
+				fmt.Fprintf(os.Stderr, "    requests to peers by purpose: %s\n", purposeString(res.purposes))
 				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
 				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s; the registry link had carried 99%% of its bytes after %s\n",
 					uploads(res.ups, s.bytes), res.registryDone.Round(250*time.Millisecond))
@@ -437,6 +441,19 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 		res.setAside += f.SetAside
 		res.slow += f.Slow
 		res.dials += f.Dials
+		for k, v := range f.Purposes {
+			if res.purposes == nil {
+				res.purposes = map[string]purposeCount{}
+			}
+			c := res.purposes[k]
+			c.Requests += v.Requests
+			c.Failed += v.Failed
+			c.Dials += v.Dials
+			c.Handshakes += v.Handshakes
+			c.HandFailed += v.HandFailed
+			c.HandNanos += v.HandNanos
+			res.purposes[k] = c
+		}
 		for k, v := range f.AsideWhy {
 			if res.asideWhy == nil {
 				res.asideWhy = map[string]int64{}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,7 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 		return nil, err
 	}
 	paceClient(client, down, &o.warnings.dials)
+	countPurposes(client, &o.warnings.purposes)
 	serverTLS, err := peers.ServerTLS(c.Serving, "", o.ca)
 	if err != nil {
 		return nil, err
@@ -330,10 +332,15 @@ func (p *pacedConn) Read(b []byte) (int, error) {
 type warnCounter struct {
 	setAside, cut, other atomic.Int64
 	dials                atomic.Int64 // connections the nodes' peer clients dialled
+	purposes             purposes     // their requests, dials and handshakes by purpose
 	mu                   sync.Mutex
 	samples              []string
 	asideWhy             map[string]int64 // the peers set aside by what was asked and why
 }
+
+// urlOrAddrs are the parts of an error naming a request's URL or a connection's
+// addresses (Get "https://…": , https://…: , write tcp a->b: ).
+var urlOrAddrs = regexp.MustCompile(`(Get "https://[^"]*": |https://\S*: |(read|write|dial) tcp \S*->\S*: |(read|write|dial) tcp \S*: )`)
 
 // asideKind is what a peer set aside was asked (a manifest or a blob) and why it was
 // set aside, in a few words.
@@ -346,12 +353,8 @@ func asideKind(e *logrus.Entry) string {
 	case strings.Contains(why, "/blobs/"):
 		what = "blob"
 	}
-	// The reason, not the URL it came from.
-	if i := strings.Index(why, "https://"); i >= 0 {
-		if j := strings.Index(why[i:], ": "); j >= 0 {
-			why = why[:i] + why[i+j+2:]
-		}
-	}
+	// The reason, not the URL or the addresses it came from.
+	why = urlOrAddrs.ReplaceAllString(why, "")
 	switch {
 	case strings.Contains(why, "sends nothing"):
 		why = "took the request, sent nothing (15 s)"
