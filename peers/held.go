@@ -222,14 +222,23 @@ wait:
 			return nil
 		}
 	}
+	return h.known(nodes, d)
+}
+
+// known are the nodes whose summary names d, in d's rendezvous order, of the summaries
+// this node has: none is fetched.
+func (h *holdings) known(nodes []string, d digest.Digest) []string {
+	if h == nil {
+		return nil
+	}
 	var out []string
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, n := range Order(d, nodes) {
 		if s := h.by[n]; s != nil && s.has.contains(d) {
 			out = append(out, n)
 		}
 	}
-	h.mu.Unlock()
 	return out
 }
 

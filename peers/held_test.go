@@ -341,3 +341,45 @@ func TestHeldSummaryNamesWhatTheStoreHolds(t *testing.T) {
 		t.Fatalf("after a fill: %d %v (etag %s, was %s)", code, sum.Digests, etag2, etag)
 	}
 }
+
+// A node asks its peers for their summaries only at a turn of its at the registry (the
+// head of a digest's order or tree): every node pulling at once, the nodes heading no
+// digest get the manifest and every blob from their peers and ask no peer for its
+// summary. Asked at every node's first manifest, the summaries were N(N-1) requests,
+// each a TLS connection to a peer the node asks for nothing else (39,800 at N = 200).
+func TestOnlyAHeadAsksForTheSummaries(t *testing.T) {
+	const n = 8
+	img, err := random.Image(4<<10, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registryOf(img)
+	c := newCluster(t, reg, n)
+	heads := map[string]bool{}
+	heads[Order(digest.FromBytes(reg.manifest), c.addrs())[0]] = true
+	for d := range reg.blobs {
+		heads[Order(d, c.addrs())[0]] = true
+	}
+	c.pullAll()
+	var others, headsAsked int
+	for _, nd := range c.nodes {
+		nd.src.held.mu.Lock()
+		asked := nd.src.held.fetches
+		nd.src.held.mu.Unlock()
+		if heads[nd.addr] {
+			headsAsked += asked
+			continue
+		}
+		others++
+		if asked != 0 {
+			t.Errorf("%s heads no digest and asked %d peers for their summaries, want none", nd.addr, asked)
+		}
+	}
+	if others == 0 {
+		t.Fatal("every node heads a digest: the test counts nothing")
+	}
+	if max := len(heads) * (n - 1); headsAsked > max {
+		t.Errorf("the %d heads asked %d summaries, want at most one a peer (%d)", len(heads), headsAsked, max)
+	}
+	t.Logf("%d heads asked %d summaries; %d other nodes none", len(heads), headsAsked, others)
+}

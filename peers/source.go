@@ -350,28 +350,53 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	return nil, fmt.Errorf("%s: %s", url, resp.Status)
 }
 
-// Manifest asks the nodes whose seeds hold d (HeldPath) and are not set aside, then
-// the nodes in d's order, checking what each sends against d, and reading none past
-// size (the index's, when chain[0] gives one; -1: maxManifest). A node set aside comes
-// after the registry and is asked once (a holder for what it holds only): it is not
-// waited on, busy or not pinning yet, until its time is up.
+// Manifest asks the nodes in d's order, checking what each sends against d, and reading
+// none past size (the index's, when chain[0] gives one; -1: maxManifest). At this
+// node's turn (the registry's) it asks the nodes whose seeds hold d (HeldPath) and are
+// not set aside first, then the registry. A node set aside comes after the registry
+// and is asked once (a holder for what it holds only): it is not waited on, busy or
+// not pinning yet, until its time is up. The holders this node knows of already
+// (summaries it has) are asked before the order.
+//
+// The peers' summaries are fetched at the registry's turn only: a node getting the
+// manifest from a node before it in the order (the head, which asks the holders
+// itself) asks no peer for its summary. Fetched before the order, every node asked
+// every peer at its first manifest, N(N-1) requests, each a TLS connection to a peer
+// it never asks for anything else.
 func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	var errs []error
-	holders, asideHolders := s.holders(ctx, d)
-	for _, node := range holders {
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
-			continue
+	asked := map[string]bool{}
+	fromHolders := func(holders []string) ([]byte, string, bool) {
+		for _, node := range holders {
+			if asked[node] {
+				continue
+			}
+			asked[node] = true
+			data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
+				continue
+			}
+			s.Stats.FromPeers.Add(int64(len(data)))
+			return data, mt, true
 		}
-		s.Stats.FromPeers.Add(int64(len(data)))
+		return nil, "", false
+	}
+	known, _ := s.holders(ctx, d, false)
+	if data, mt, ok := fromHolders(known); ok {
 		return data, mt, nil
 	}
+	var asideHolders []string
 	for _, node := range s.order(d) {
-		if slices.Contains(holders, node) {
+		if asked[node] {
 			continue
 		}
 		if node == self {
+			var live []string
+			live, asideHolders = s.holders(ctx, d, true)
+			if data, mt, ok := fromHolders(live); ok {
+				return data, mt, nil
+			}
 			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d, size)
 			if err == nil {
 				return data, mt, nil
@@ -379,6 +404,7 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
+		asked[node] = true
 		how := waiting
 		if s.isAside(node) {
 			how = once
@@ -405,8 +431,10 @@ const maxManifest = 4 << 20
 // may well not have it, and asking the nodes one by one finds only them. Those set
 // aside are apart (aside): they are skipped until their time is up, so that a holder
 // busy for ever (it answers 503 to all) costs each node a busy window only when its
-// set-aside ends, not every fetch of a digest its summary lists.
-func (s *Source) holders(ctx context.Context, d digest.Digest) (live, aside []string) {
+// set-aside ends, not every fetch of a digest its summary lists. With fetch, the
+// peers' summaries are fetched as holdings.of says (at the registry's turn only);
+// without, only those this node has are read.
+func (s *Source) holders(ctx context.Context, d digest.Digest, fetch bool) (live, aside []string) {
 	if s.held == nil {
 		return nil, nil
 	}
@@ -419,7 +447,12 @@ func (s *Source) holders(ctx context.Context, d digest.Digest) (live, aside []st
 	if len(nodes) == 0 {
 		return nil, nil
 	}
-	held := s.held.of(ctx, nodes, d)
+	var held []string
+	if fetch {
+		held = s.held.of(ctx, nodes, d)
+	} else {
+		held = s.held.known(nodes, d)
+	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

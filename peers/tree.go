@@ -156,7 +156,7 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 			}
 		}
 		// The holders set aside are left to others (once, after the registry).
-		live, _ := p.s.holders(ctx, p.d)
+		live, _ := p.s.holders(ctx, p.d, true)
 		for _, n := range live {
 			if !p.asked[n] {
 				p.rest = append(p.rest, turn{n, holding})
