@@ -37,6 +37,11 @@ type health struct {
 	// sending are the blob transfers under way from each peer, each with what ends its
 	// request (wrongBytes ends them all).
 	sending map[string]map[*resumer]context.CancelCauseFunc
+	// leftAlone are the peers set aside for sending wrong bytes (corruptFor) or for
+	// being busy a whole busyWait (setAsideBusy), until then: of the peers set aside,
+	// they are not asked for a blob before the registry (plan); those set aside for
+	// failing are, once.
+	leftAlone map[string]time.Time
 }
 
 // A peer refusing connections has nothing listening at its address: it is starting (nodes
@@ -124,7 +129,7 @@ func (s *Source) setAsideBusy(node string) {
 	s.busyUntil[node] = now.Add(d)
 	// The set-aside is made under the same lock as the count: a fetch finding the peer
 	// busy between the two would otherwise count the same episode again.
-	until := s.asideUntilLocked(node, now.Add(d))
+	until := s.asideUntilLocked(node, now.Add(d), true)
 	s.mu.Unlock()
 	s.logAside(node, until, fmt.Errorf("busy for %s, %d times in a row: %w", busyWait, n+1, errBusy))
 }
@@ -146,18 +151,26 @@ func (s *Source) setAside(node string, d time.Duration, why error) {
 		return
 	}
 	s.mu.Lock()
-	until := s.asideUntilLocked(node, time.Now().Add(d))
+	until := s.asideUntilLocked(node, time.Now().Add(d), d >= corruptFor || errors.Is(why, errBusy))
 	s.mu.Unlock()
 	s.logAside(node, until, why)
 }
 
 // asideUntilLocked sets node aside until then, or keeps a later end already set, and
-// returns the end in force. s.mu is held.
-func (s *Source) asideUntilLocked(node string, until time.Time) time.Time {
+// returns the end in force; leave: node is left alone (not asked before the registry)
+// as long. s.mu is held.
+func (s *Source) asideUntilLocked(node string, until time.Time, leave bool) time.Time {
 	if s.bad[node].After(until) {
-		return s.bad[node]
+		until = s.bad[node]
+	} else {
+		s.bad[node] = until
 	}
-	s.bad[node] = until
+	if leave {
+		if s.leftAlone == nil {
+			s.leftAlone = map[string]time.Time{}
+		}
+		s.leftAlone[node] = until
+	}
 	return until
 }
 
@@ -212,6 +225,15 @@ func (s *Source) untrack(node string, r *resumer) {
 	if len(s.sending[node]) == 0 {
 		delete(s.sending, node)
 	}
+}
+
+// failedAside tells whether node is set aside now for failing: not for sending wrong
+// bytes, nor for being busy a whole busyWait.
+func (s *Source) failedAside(node string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	return now.Before(s.bad[node]) && !now.Before(s.leftAlone[node])
 }
 
 // isAside tells whether node is set aside now.

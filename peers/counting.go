@@ -19,6 +19,9 @@ type Stats struct {
 	FromPeers atomic.Int64
 	// ToPeers: served to other nodes.
 	ToPeers atomic.Int64
+	// Slow: requests to peers whose dial, handshake or answer took longer than its
+	// bound, asked again (a slow peer is busy, not bad).
+	Slow atomic.Int64
 
 	// byImage are FromRegistry by pinned image ("repo@digest" of the pinned manifest
 	// the bytes belong to).

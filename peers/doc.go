@@ -29,8 +29,9 @@
 //
 // Seeded content (package seed) may be on one node only, with no registry anywhere:
 // each node says at HeldPath what its seeds hold, and a node whose turn would be the
-// registry (a blob's head, or any node for a manifest) asks a node holding it first,
-// for what it holds only; the others get the blob down its tree as from a registry.
+// registry (the head of a blob's tree or of a manifest's order) asks a node holding it
+// first, for what it holds only; the others get the digest from the nodes before them
+// as from a registry, and ask no peer what it holds.
 //
 // Peers talk HTTPS with the nodes' certificates (Server: a client must present a node's
 // client certificate of the cluster, CN system:node:<name>, O system:nodes), and a node

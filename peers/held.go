@@ -120,7 +120,8 @@ func (h *heldServer) summary(ctx context.Context) ([]byte, string, error) {
 }
 
 // heldFor is how long a peer's summary is used before it is asked again (heldRetry
-// after a failure); heldWait bounds the wait for the summaries not fetched yet.
+// after a failure, twice as long after each failure in a row, up to heldFor); heldWait
+// bounds the wait for the summaries not fetched yet.
 var (
 	heldFor   = 30 * time.Second
 	heldRetry = 2 * time.Second
@@ -144,6 +145,9 @@ type summary struct {
 	has  digestSet
 	at   time.Time     // when fetched (or failed)
 	done chan struct{} // open while a fetch runs
+	// fails are the fetches failed in a row: the next one waits heldRetry<<(fails-1),
+	// up to heldFor.
+	fails int
 }
 
 // digestSet is a summary's digests kept small: the first 16 bytes of the SHA-256 of
@@ -222,19 +226,31 @@ wait:
 			return nil
 		}
 	}
+	return h.known(nodes, d)
+}
+
+// known are the nodes whose summary names d, in d's rendezvous order, of the summaries
+// this node has: none is fetched.
+func (h *holdings) known(nodes []string, d digest.Digest) []string {
+	if h == nil {
+		return nil
+	}
 	var out []string
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	for _, n := range Order(d, nodes) {
 		if s := h.by[n]; s != nil && s.has.contains(d) {
 			out = append(out, n)
 		}
 	}
-	h.mu.Unlock()
 	return out
 }
 
 // fetch asks node for its summary (etag: the one held) and keeps what it answers; a
-// failure keeps the last summary, and the peer is asked again after heldRetry.
+// failure keeps the last summary, and the peer is asked again after heldRetry, twice as
+// long after each failure in a row, up to heldFor: a peer too slow to shake hands (it,
+// or this node, starved of CPU) is not asked again every heldRetry, each time one more
+// TLS handshake for the starved nodes to make.
 func (h *holdings) fetch(node string, s *summary, etag string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*heldWait)
 	defer cancel()
@@ -244,13 +260,25 @@ func (h *holdings) fetch(node string, s *summary, etag string) {
 	s.at = time.Now()
 	if err != nil {
 		// Asked again sooner than a summary that came.
-		s.at = s.at.Add(heldRetry - heldFor)
+		s.fails++
+		s.at = s.at.Add(heldBackoff(s.fails) - heldFor)
 		h.log.WithError(err).WithField("peer", node).Debug("peers: no summary of what the peer's seeds hold")
-	} else if has != nil {
-		s.has, s.etag = has, newTag
+	} else {
+		s.fails = 0
+		if has != nil {
+			s.has, s.etag = has, newTag
+		}
 	}
 	close(s.done)
 	s.done = nil
+}
+
+// heldBackoff is how long a summary is not asked again after fails failures in a row.
+func heldBackoff(fails int) time.Duration {
+	if fails > 8 {
+		return heldFor
+	}
+	return min(heldRetry<<max(fails-1, 0), heldFor)
 }
 
 // get is node's summary: nil and etag when it did not change.

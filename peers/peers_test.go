@@ -171,6 +171,8 @@ type clusterOpts struct {
 	nodes func(i int, addrs []string) []string
 	// noHolders: the nodes ask no peer what its seeds hold (HeldPath).
 	noHolders bool
+	// wrapListener wraps node i's peer listener (nil: as is).
+	wrapListener func(i int, l net.Listener) net.Listener
 }
 
 func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *cluster {
@@ -192,8 +194,11 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 		if err != nil {
 			t.Fatal(err)
 		}
-		listeners[i] = l
 		addrs = append(addrs, l.Addr().String())
+		if o.wrapListener != nil {
+			l = o.wrapListener(i, l)
+		}
+		listeners[i] = l
 	}
 	md := digest.FromBytes(reg.manifest)
 	for i := range n {

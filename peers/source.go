@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -99,6 +100,7 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 		return nil, errNotPinned
 	}
 	start := time.Now()
+	var slowSince time.Time
 	for {
 		if wait := s.probed(node); wait > 0 && how < once {
 			if !s.listed(node) {
@@ -130,10 +132,22 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 			continue
 		}
 		if errors.Is(err, errBusy) {
-			if how == climbing {
+			since := start
+			switch {
+			case errors.Is(err, errSlow):
+				// A slow peer is asked again, an ancestor too rather than climbed past
+				// (the node above it would send one more copy, and the one below it
+				// would head the blob were it the head): up to busyWait from its first
+				// slow answer (an answer may take answerWithin).
+				if slowSince.IsZero() {
+					slowSince = time.Now()
+				}
+				since = slowSince
+			case how == climbing:
+				// A busy ancestor (503) is left for the next at once (plan).
 				return nil, err
 			}
-			if time.Since(start) >= busyWait {
+			if time.Since(since) >= busyWait {
 				// Busy for a whole window: every digest it heads would cost each asker
 				// as much. Set aside, as a peer that fails.
 				s.setAsideBusy(node)
@@ -227,7 +241,19 @@ var (
 	errNotThere  = errors.New("not there")
 	errNotPinned = fmt.Errorf("does not pin it (yet): %w", errNotThere)
 	errBusy      = fmt.Errorf("serving as many peers as it allows: %w", errNotThere)
+	// errSlow is a peer whose connection, handshake or answer took longer than its
+	// bound (dialWithin, handshakeWithin, answerWithin): a node whose own CPU is
+	// starved, or a peer working hard, looks the same from here, and neither is bad.
+	// It is busy: asked again (ask), set aside only when slow for a whole busyWait.
+	errSlow = fmt.Errorf("slow to connect or answer: %w", errBusy)
 )
+
+// timedOut tells whether err, a request's failure while ctx goes on, is a bound timing
+// out (the dial's, the handshake's, the answer's), not the peer refusing or failing.
+func timedOut(ctx context.Context, err error) bool {
+	var t interface{ Timeout() bool }
+	return ctx.Err() == nil && !errors.Is(err, errSilent) && errors.As(err, &t) && t.Timeout()
+}
 
 // Peers pin the same sets but not at the same instant: a peer that does not pin an
 // image yet is asked again every pinPoll for up to pinWait, then taken for one that
@@ -272,12 +298,14 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	// every progressEvery), is left.
 	rctx, cancel := context.WithCancelCause(ctx)
 	silent := time.AfterFunc(stallAfter, func() { cancel(errSilent) })
+	var connected atomic.Bool
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		connected.Store(true)
 		if rctx.Err() == nil {
 			silent.Reset(stallAfter)
 		}
 		return nil
-	}}
+	}, GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
 	resp, err := s.Client.Do(req.WithContext(httptrace.WithClientTrace(rctx, trace)))
 	silent.Stop()
 	if err == nil && rctx.Err() != nil {
@@ -286,8 +314,17 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		resp.Body.Close()
 	}
 	if err != nil {
-		if errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil {
+		switch {
+		case errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil && !connected.Load():
+			// No connection yet (one to a peer is made at a time, and it is slow): the
+			// request was never sent.
+			s.Stats.Slow.Add(1)
+			err = fmt.Errorf("%s: no connection within %s: %w", url, stallAfter, errSlow)
+		case errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil:
 			err = fmt.Errorf("%s: nothing for %s: %w", url, stallAfter, errSilent)
+		case timedOut(ctx, err):
+			s.Stats.Slow.Add(1)
+			err = fmt.Errorf("%w: %w", errSlow, err)
 		}
 		cancel(nil)
 		return nil, err
@@ -313,28 +350,53 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	return nil, fmt.Errorf("%s: %s", url, resp.Status)
 }
 
-// Manifest asks the nodes whose seeds hold d (HeldPath) and are not set aside, then
-// the nodes in d's order, checking what each sends against d, and reading none past
-// size (the index's, when chain[0] gives one; -1: maxManifest). A node set aside comes
-// after the registry and is asked once (a holder for what it holds only): it is not
-// waited on, busy or not pinning yet, until its time is up.
+// Manifest asks the nodes in d's order, checking what each sends against d, and reading
+// none past size (the index's, when chain[0] gives one; -1: maxManifest). At this
+// node's turn (the registry's) it asks the nodes whose seeds hold d (HeldPath) and are
+// not set aside first, then the registry. A node set aside comes after the registry
+// and is asked once (a holder for what it holds only): it is not waited on, busy or
+// not pinning yet, until its time is up. The holders this node knows of already
+// (summaries it has) are asked before the order.
+//
+// The peers' summaries are fetched at the registry's turn only: a node getting the
+// manifest from a node before it in the order (the head, which asks the holders
+// itself) asks no peer for its summary. Fetched before the order, every node asked
+// every peer at its first manifest, N(N-1) requests, each a TLS connection to a peer
+// it never asks for anything else.
 func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	var errs []error
-	holders, asideHolders := s.holders(ctx, d)
-	for _, node := range holders {
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
-			continue
+	asked := map[string]bool{}
+	fromHolders := func(holders []string) ([]byte, string, bool) {
+		for _, node := range holders {
+			if asked[node] {
+				continue
+			}
+			asked[node] = true
+			data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
+				continue
+			}
+			s.Stats.FromPeers.Add(int64(len(data)))
+			return data, mt, true
 		}
-		s.Stats.FromPeers.Add(int64(len(data)))
+		return nil, "", false
+	}
+	known, _ := s.holders(ctx, d, false)
+	if data, mt, ok := fromHolders(known); ok {
 		return data, mt, nil
 	}
+	var asideHolders []string
 	for _, node := range s.order(d) {
-		if slices.Contains(holders, node) {
+		if asked[node] {
 			continue
 		}
 		if node == self {
+			var live []string
+			live, asideHolders = s.holders(ctx, d, true)
+			if data, mt, ok := fromHolders(live); ok {
+				return data, mt, nil
+			}
 			data, mt, err := s.Registry.Manifest(ctx, repo, chain, d, size)
 			if err == nil {
 				return data, mt, nil
@@ -342,6 +404,7 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
+		asked[node] = true
 		how := waiting
 		if s.isAside(node) {
 			how = once
@@ -368,8 +431,10 @@ const maxManifest = 4 << 20
 // may well not have it, and asking the nodes one by one finds only them. Those set
 // aside are apart (aside): they are skipped until their time is up, so that a holder
 // busy for ever (it answers 503 to all) costs each node a busy window only when its
-// set-aside ends, not every fetch of a digest its summary lists.
-func (s *Source) holders(ctx context.Context, d digest.Digest) (live, aside []string) {
+// set-aside ends, not every fetch of a digest its summary lists. With fetch, the
+// peers' summaries are fetched as holdings.of says (at the registry's turn only);
+// without, only those this node has are read.
+func (s *Source) holders(ctx context.Context, d digest.Digest, fetch bool) (live, aside []string) {
 	if s.held == nil {
 		return nil, nil
 	}
@@ -382,7 +447,12 @@ func (s *Source) holders(ctx context.Context, d digest.Digest) (live, aside []st
 	if len(nodes) == 0 {
 		return nil, nil
 	}
-	held := s.held.of(ctx, nodes, d)
+	var held []string
+	if fetch {
+		held = s.held.of(ctx, nodes, d)
+	} else {
+		held = s.held.known(nodes, d)
+	}
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()

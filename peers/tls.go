@@ -101,6 +101,43 @@ func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	return cfg, nil
 }
 
+// A peer's connection is made within dialWithin and its handshake done within
+// handshakeWithin; one that takes longer is slow (errSlow), not bad: asked again.
+// Each time in a row a peer's connection is not made in time, the next one to it gets
+// twice as long, up to slowBoundsMax times (16: 48 s and 80 s): a connection that
+// comes late is still a connection, where giving up and shaking hands again costs the
+// starved node (or peer) the same work once more.
+var (
+	dialWithin      = 3 * time.Second
+	handshakeWithin = 5 * time.Second
+)
+
+const slowBoundsMax = 4 // doublings
+
+// connBounds are the bounds of the next connection to each peer.
+type connBounds struct {
+	mu   sync.Mutex
+	late map[string]int // connections in a row not made in time, by address
+}
+
+// scale is how many times its bases the next connection to addr gets.
+func (b *connBounds) scale(addr string) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Duration(1) << min(b.late[addr], slowBoundsMax)
+}
+
+// made notes a connection to addr made in time (ok), or not.
+func (b *connBounds) made(addr string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ok {
+		delete(b.late, addr)
+	} else {
+		b.late[addr]++
+	}
+}
+
 // Client is the HTTPS client to peers: it presents clientCertFile (the node's client
 // certificate; its key in clientKeyFile, or in clientCertFile when that is "") and
 // trusts peers whose serving certificates caFile signed. The files are read again when
@@ -124,7 +161,9 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 	if _, err := load(); err != nil {
 		return nil, fmt.Errorf("peers.client_cert %s: %w", clientCertFile, err)
 	}
-	dialer := &net.Dialer{Timeout: 3 * time.Second, KeepAlive: 30 * time.Second}
+	// The dial's bound is the context's (connBounds).
+	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
+	bounds := &connBounds{late: map[string]int{}}
 	tr := &http.Transport{
 		DialContext:       dialer.DialContext,
 		ForceAttemptHTTP2: true,
@@ -134,7 +173,13 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 		// answerWithin.
 		ResponseHeaderTimeout: answerWithin,
 		MaxIdleConnsPerHost:   4,
-		IdleConnTimeout:       90 * time.Second,
+		// One connection to a peer is made at a time: every request waiting for it
+		// shares it once it is up (HTTP/2). Without the bound each request in flight to
+		// a peer with no connection yet dialed and shook hands on its own: at N = 200,
+		// every node asking the head of a manifest's order for its images at once made
+		// thousands of handshakes at once on that one node, which timed out.
+		MaxConnsPerHost: 1,
+		IdleConnTimeout: 90 * time.Second,
 		HTTP2: &http.HTTP2Config{
 			// A peer that stops answering on a connection every request to it shares:
 			// pinged after 15 s of silence, dropped 15 s later.
@@ -152,19 +197,29 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 		if err != nil {
 			return nil, err
 		}
-		raw, err := tr.DialContext(ctx, network, addr)
+		k := bounds.scale(addr)
+		dctx, cancelDial := context.WithTimeout(ctx, k*dialWithin)
+		raw, err := tr.DialContext(dctx, network, addr)
+		cancelDial()
 		if err != nil {
+			if ctx.Err() == nil && dctx.Err() != nil {
+				bounds.made(addr, false)
+			}
 			return nil, err
 		}
 		conn := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host,
 			NextProtos:           []string{"h2", "http/1.1"},
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }})
-		hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		hctx, cancel := context.WithTimeout(ctx, k*handshakeWithin)
 		defer cancel()
 		if err := conn.HandshakeContext(hctx); err != nil {
 			raw.Close()
+			if ctx.Err() == nil && hctx.Err() != nil {
+				bounds.made(addr, false)
+			}
 			return nil, err
 		}
+		bounds.made(addr, true)
 		return conn, nil
 	}
 	return &http.Client{Transport: tr}, nil

@@ -62,6 +62,22 @@ func (s *Source) ancestors(key digest.Digest) []string {
 	return out
 }
 
+// fullAncestors are this node's ancestors in key's tree laid over every node, those
+// set aside among them, nearest first.
+func (s *Source) fullAncestors(key digest.Digest) []string {
+	order, p := s.tree(key, false)
+	if p >= len(order) {
+		return nil // it serves no peers: every node weighs more, none is its ancestor
+	}
+	k := s.fanout()
+	var out []string
+	for p > 0 {
+		p = (p - 1) / k
+		out = append(out, order[p])
+	}
+	return out
+}
+
 // turn is one node asked for a blob: a peer (self: the registry), asked how.
 type turn struct {
 	node string
@@ -129,8 +145,18 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 			continue
 		}
 		p.climbed = true
+		// Before the registry, the ancestors in the tree over every node that this
+		// node set aside for failing (not for wrong bytes, nor for being busy a whole
+		// busyWait), once each: one may well be fetching the blob for its own children
+		// (only this node found it failing: a connection lost, a stream cut), and this
+		// node heading the blob too would have the registry send it twice.
+		for _, n := range p.s.fullAncestors(p.d) {
+			if !p.asked[n] && p.s.failedAside(n) {
+				p.rest = append(p.rest, turn{n, once})
+			}
+		}
 		// The holders set aside are left to others (once, after the registry).
-		live, _ := p.s.holders(ctx, p.d)
+		live, _ := p.s.holders(ctx, p.d, true)
 		for _, n := range live {
 			if !p.asked[n] {
 				p.rest = append(p.rest, turn{n, holding})

@@ -64,6 +64,7 @@ var (
 	cpuProfile = flag.String("cpuprofile", "", "each worker writes a CPU profile of its nodes' pulls to this path + its first node's index")
 	workerMode = flag.Bool("worker", false, "run as a worker process (the bench starts them)")
 	release    = flag.Bool("release", false, "mimic docs/numbers.md's release-shaped set on real CRI-O nodes (test/bench -peer-set release -peer-images 40 -peer-links 100ms:1000:1, no per-node bounds): sets the flags not given")
+	slow       = flag.Float64("slow", 1, "slow every link by this factor: the registry link's and each node's rates divided by it, the registry link's latency multiplied (so that the machine's CPU is not what a run measures; a run whose machine is more than 80% busy does not count)")
 	p5         = flag.Bool("p5", false, "mimic docs/numbers.md P5 (test/bench -peer-links 100ms:1000:1, its 12-image set, no per-node bounds): sets the flags not given")
 )
 
@@ -106,6 +107,18 @@ func main() {
 		}
 	}
 	raiseFileLimit()
+	if !*workerMode && *slow != 1 {
+		if *slow <= 0 {
+			fmt.Fprintln(os.Stderr, "scalebench: -slow must be more than 0")
+			os.Exit(2)
+		}
+		for _, r := range []*int64{linkKBps, upKBps, downKBps} {
+			if *r > 0 { // 0: unbounded, and stays so
+				*r = max(1, int64(float64(*r) / *slow))
+			}
+		}
+		*linkLat = time.Duration(float64(*linkLat) * *slow)
+	}
 	if *workerMode {
 		if err := runWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "scalebench worker:", err)
@@ -137,6 +150,15 @@ type result struct {
 	asideWhy map[string]int64
 	// registryDone is when the link had carried 99% of its bytes of the run.
 	registryDone time.Duration
+	// tcp are the machine's TCP counters over the run (/proc/net/netstat: a listener's
+	// queue overflowing, SYNs sent again); slow are the requests to peers that timed
+	// out (dial, handshake, answer) and were asked again, not set aside.
+	tcp   map[string]int64
+	slow  int64
+	dials int64 // connections the nodes dialled to peers
+	// purposes are the requests to peers, the connections and handshakes they made, by
+	// what they were for (held summaries, manifests, blobs).
+	purposes map[string]purposeCount
 	// done are the nodes holding the set when the run ended (-timeout: all of them, or
 	// the run was cut there).
 	done int
@@ -217,8 +239,8 @@ func run() error {
 	}
 	var certs []creds
 
-	fmt.Fprintf(os.Stderr, "scalebench: set of %d images, %.2f MiB; link %s + %d KB/s; nodes up %d KB/s, down %d KB/s\n",
-		len(s.images), float64(s.bytes)/(1<<20), *linkLat, *linkKBps, *upKBps, *downKBps)
+	fmt.Fprintf(os.Stderr, "scalebench: set of %d images, %.2f MiB; link %s + %d KB/s; nodes up %d KB/s, down %d KB/s (links slowed %g×)\n",
+		len(s.images), float64(s.bytes)/(1<<20), *linkLat, *linkKBps, *upKBps, *downKBps, *slow)
 	results := map[string]map[int][]result{}
 	for _, m := range modes {
 		results[m] = map[int][]result{}
@@ -260,9 +282,11 @@ func run() error {
 				}
 				peakRSS = max(peakRSS, res.rssKiB)
 				results[m][n] = append(results[m][n], res)
-				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, CPU %.0f%% (machine busy %.0f%%), RSS %d MiB, load %s\n",
+				fmt.Fprintf(os.Stderr, "  %s N=%d rep %d: %d/%d nodes hold the set after %s, registry %.3f× a copy, max upload %.2f× a copy, median node %s, p90 %s, %d retries, %d set aside, %d asked again as slow, CPU %.0f%% (machine busy %.0f%%%s, links slowed %g×), RSS %d MiB, load %s\n",
 					m, n, rep, res.done, n, res.took.Round(time.Millisecond), float64(res.egress)/float64(s.bytes), float64(res.maxUp)/float64(s.bytes),
-					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.cpu*100, res.busy*100, res.rssKiB>>10, res.load)
+					pct(res.finishes, 50).Round(time.Millisecond), pct(res.finishes, 90).Round(time.Millisecond), res.retries, res.setAside, res.slow, res.cpu*100, res.busy*100, notCounting(res.busy), *slow, res.rssKiB>>10, res.load)
+				fmt.Fprintf(os.Stderr, "    %d connections dialled to peers; TCP over the run (whole machine): %s\n", res.dials, tcpString(res.tcp))
+				fmt.Fprintf(os.Stderr, "    requests to peers by purpose: %s\n", purposeString(res.purposes))
 				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
 				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s; the registry link had carried 99%% of its bytes after %s\n",
 					uploads(res.ups, s.bytes), res.registryDone.Round(250*time.Millisecond))
@@ -324,6 +348,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	egress0 := link.Down.Load()
 	cpu0 := cpuTime()
 	busy0, all0 := machineCPU()
+	tcp0 := tcpCounters()
 	for _, w := range workers {
 		if err := w.send(fmt.Sprintf("go %d", start.UnixNano())); err != nil {
 			return result{}, err
@@ -374,6 +399,10 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 			break
 		}
 	}
+	res.tcp = tcpCounters()
+	for k, v := range tcp0 {
+		res.tcp[k] -= v
+	}
 	if busy1, all1 := machineCPU(); all1 > all0 {
 		res.busy = float64(busy1-busy0) / float64(all1-all0)
 	}
@@ -410,6 +439,21 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 			res.ups = append(res.ups, up)
 		}
 		res.setAside += f.SetAside
+		res.slow += f.Slow
+		res.dials += f.Dials
+		for k, v := range f.Purposes {
+			if res.purposes == nil {
+				res.purposes = map[string]purposeCount{}
+			}
+			c := res.purposes[k]
+			c.Requests += v.Requests
+			c.Failed += v.Failed
+			c.Dials += v.Dials
+			c.Handshakes += v.Handshakes
+			c.HandFailed += v.HandFailed
+			c.HandNanos += v.HandNanos
+			res.purposes[k] = c
+		}
 		for k, v := range f.AsideWhy {
 			if res.asideWhy == nil {
 				res.asideWhy = map[string]int64{}
@@ -449,8 +493,9 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 	if treeNote != "" {
 		fmt.Printf("%s\n\n", treeNote)
 	}
-	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | bench CPU | machine CPU busy | bench RSS | machine load | processes | most open files in one |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Printf("Links slowed %g× (-slow). A row whose machine was more than %d%% busy (median of its runs) measures the machine, not the protocol: it is marked as not counting.\n\n", *slow, busyBound)
+	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | spread (min–max ÷ one node) | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | asked again as slow | connections dialled to peers | listen overflows, SYNs sent again | bench CPU | machine CPU busy | links slowed | bench RSS | machine load | processes | most open files in one |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
 		alone := median(tooks(results[m][1]))
 		for _, n := range counts {
@@ -461,7 +506,8 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			med := median(tooks(rs))
 			var runs []string
 			var egress, up, p50, p90 []float64
-			var retries, aside []float64
+			var retries, aside, slows []float64
+			var overflows, synRe, dials []float64
 			var cpu, busy []float64
 			var rss int64
 			var loads []string
@@ -475,6 +521,10 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 				p90 = append(p90, pct(r.finishes, 90).Seconds())
 				retries = append(retries, float64(r.retries))
 				aside = append(aside, float64(r.setAside))
+				slows = append(slows, float64(r.slow))
+				dials = append(dials, float64(r.dials))
+				overflows = append(overflows, float64(r.tcp["ListenOverflows"]))
+				synRe = append(synRe, float64(r.tcp["TCPSynRetrans"]))
 				cpu = append(cpu, r.cpu)
 				busy = append(busy, r.busy)
 				rss = max(rss, r.rssKiB)
@@ -487,9 +537,12 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			if done < n {
 				until = fmt.Sprintf("not within %s", *timeout)
 			}
-			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f%% | %.0f%% | %d MiB | %s | %d | %d |\n",
-				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), fmedian(egress), fmedian(up),
-				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(cpu)*100, fmedian(busy)*100, rss>>10, strings.Join(loads, ", "), procs, files)
+			ts := tooks(rs)
+			spread := fmt.Sprintf("%.2f–%.2f×", float64(slices.Min(ts))/float64(alone), float64(slices.Max(ts))/float64(alone))
+			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %s | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f | %.0f | %.0f, %.0f | %.0f%% | %.0f%%%s | %g× | %d MiB | %s | %d | %d |\n",
+				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), spread, fmedian(egress), fmedian(up),
+				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(slows), fmedian(dials), fmedian(overflows), fmedian(synRe),
+				fmedian(cpu)*100, fmedian(busy)*100, notCounting(fmedian(busy)), *slow, rss>>10, strings.Join(loads, ", "), procs, files)
 		}
 	}
 	fmt.Printf("\nBench resident memory (the bench and its workers together): at most %d MiB (measured when the nodes hold the set, before they stop). "+
@@ -579,6 +632,56 @@ func machineCPU() (busy, all int64) {
 		}
 	}
 	return busy, all
+}
+
+// busyBound is the machine's CPU busy share (%) above which a run measures the
+// machine, not the protocol.
+const busyBound = 80
+
+// notCounting marks a machine busy share above busyBound.
+func notCounting(busy float64) string {
+	if busy*100 > busyBound {
+		return " (not counting: machine over 80% busy)"
+	}
+	return ""
+}
+
+// tcpCounters are the machine's TCP counters that tell a listener overflowing
+// (/proc/net/netstat TcpExt: ListenOverflows, ListenDrops, TCPReqQFullDrop) and SYNs
+// sent again (TCPSynRetrans: a dial whose SYN was dropped waits 1 s, then 2 s more).
+func tcpCounters() map[string]int64 {
+	out := map[string]int64{}
+	data, err := os.ReadFile("/proc/net/netstat")
+	if err != nil {
+		return out
+	}
+	lines := strings.Split(string(data), "\n")
+	for i := 0; i+1 < len(lines); i += 2 {
+		names, values := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		if len(names) == 0 || names[0] != "TcpExt:" || len(values) != len(names) {
+			continue
+		}
+		for j, n := range names {
+			switch n {
+			case "ListenOverflows", "ListenDrops", "TCPReqQFullDrop", "TCPSynRetrans", "TCPTimeouts":
+				out[n], _ = strconv.ParseInt(values[j], 10, 64)
+			}
+		}
+	}
+	return out
+}
+
+func tcpString(c map[string]int64) string {
+	var keys []string
+	for k := range c {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, c[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // loadavg is the machine's one-minute load average.

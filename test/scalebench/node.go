@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,7 +111,8 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	if err != nil {
 		return nil, err
 	}
-	paceClient(client, down)
+	paceClient(client, down, &o.warnings.dials)
+	countPurposes(client, &o.warnings.purposes)
 	serverTLS, err := peers.ServerTLS(c.Serving, "", o.ca)
 	if err != nil {
 		return nil, err
@@ -299,16 +301,15 @@ func (p pacedReader) Read(b []byte) (int, error) {
 
 // paceClient makes every connection the peers' client opens read through down: the
 // TCP connections under the TLS peers.Client dials (HTTP/2, one a peer).
-func paceClient(c *http.Client, down *rate.Limiter) {
-	if down == nil {
-		return
-	}
+// Each connection dialled is counted in dials.
+func paceClient(c *http.Client, down *rate.Limiter, dials *atomic.Int64) {
 	tr := c.Transport.(*http.Transport)
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
 		conn, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
+		if err != nil || down == nil {
+			return conn, err
 		}
 		return &pacedConn{Conn: conn, lim: down}, nil
 	}
@@ -330,10 +331,16 @@ func (p *pacedConn) Read(b []byte) (int, error) {
 // warnCounter counts what the nodes log at warning level and above, by kind.
 type warnCounter struct {
 	setAside, cut, other atomic.Int64
+	dials                atomic.Int64 // connections the nodes' peer clients dialled
+	purposes             purposes     // their requests, dials and handshakes by purpose
 	mu                   sync.Mutex
 	samples              []string
 	asideWhy             map[string]int64 // the peers set aside by what was asked and why
 }
+
+// urlOrAddrs are the parts of an error naming a request's URL or a connection's
+// addresses (Get "https://…": , https://…: , write tcp a->b: ).
+var urlOrAddrs = regexp.MustCompile(`(Get "https://[^"]*": |https://\S*: |(read|write|dial) tcp \S*->\S*: |(read|write|dial) tcp \S*: )`)
 
 // asideKind is what a peer set aside was asked (a manifest or a blob) and why it was
 // set aside, in a few words.
@@ -346,7 +353,11 @@ func asideKind(e *logrus.Entry) string {
 	case strings.Contains(why, "/blobs/"):
 		what = "blob"
 	}
+	// The reason, not the URL or the addresses it came from.
+	why = urlOrAddrs.ReplaceAllString(why, "")
 	switch {
+	case strings.Contains(why, "sends nothing"):
+		why = "took the request, sent nothing (15 s)"
 	case strings.Contains(why, "context deadline exceeded"):
 		why = "no answer in time (TLS handshake, 5 s)"
 	case strings.Contains(why, "i/o timeout"):

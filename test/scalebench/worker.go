@@ -67,6 +67,9 @@ type workerDone struct {
 type workerFinal struct {
 	ToPeers  []int64
 	SetAside int64
+	Dials    int64 // connections its nodes dialled to peers
+	Purposes map[string]purposeCount
+	Slow     int64 // requests to peers that timed out and were asked again (peers.Stats.Slow)
 	AsideWhy map[string]int64
 	Samples  []string
 }
@@ -179,9 +182,10 @@ func runWorker() error {
 	if _, err := in.ReadBytes('\n'); err != nil && err != io.EOF {
 		return fmt.Errorf("waiting for stop: %w", err)
 	}
-	final := workerFinal{SetAside: warn.setAside.Load()}
+	final := workerFinal{SetAside: warn.setAside.Load(), Dials: warn.dials.Load(), Purposes: warn.purposes.snapshot()}
 	for _, nd := range nodes {
 		final.ToPeers = append(final.ToPeers, nd.stats.ToPeers.Load())
+		final.Slow += nd.stats.Slow.Load()
 	}
 	warn.mu.Lock()
 	final.Samples = warn.samples
