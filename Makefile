@@ -15,7 +15,7 @@ FUZZ_PARSE ?= 100000x
 FUZZ_RENDER ?= 100000x
 FUZZ_RESOLVE ?= 30000x
 
-.PHONY: all build cross test test-unit test-e2e fuzz lint demo deps bench bench-aggregator bench-cluster bench-scale proto rpm rpm-test machineconfig manifests clean
+.PHONY: all build cross image image-push test test-unit test-e2e fuzz lint demo deps bench bench-aggregator bench-cluster bench-scale proto rpm rpm-test machineconfig manifests clean
 
 all: build
 
@@ -28,6 +28,29 @@ cross:
 	  echo "imagepind linux/$$arch"; \
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/linux-$$arch/ ./cmd/imagepind ./cmd/imagepinctl || exit 1; \
 	done
+
+# The container image: imagepind, imagepinctl and imagepin-aggregator (static, built as
+# for cross, and without VCS stamping so that untracked files change nothing) on an empty
+# base, one OCI image index for the four architectures, written to $(IMAGE_DIR) as an OCI
+# layout. No container engine: packaging/image/mkimage assembles it with fixed owners,
+# modes and times (the commit's), so one commit gives one digest, which it prints.
+IMAGE_DIR ?= _output/image
+IMAGE_ARCHES ?= amd64 arm64 ppc64le s390x
+IMAGE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+image:
+	@for arch in $(IMAGE_ARCHES); do \
+	  echo "image binaries linux/$$arch"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -buildvcs=false -ldflags '$(LDFLAGS)' -o $(BIN)/image/linux-$$arch/ ./cmd/imagepind ./cmd/imagepinctl ./cmd/imagepin-aggregator || exit 1; \
+	done
+	$(GO) run ./packaging/image/mkimage -bin $(BIN)/image -out $(IMAGE_DIR) -arches $(shell echo $(IMAGE_ARCHES) | tr ' ' ,) \
+	  -version $(VERSION) -revision $(shell git rev-parse HEAD) -epoch $(IMAGE_EPOCH)
+
+# Push the layout written by make image (crane from go-containerregistry, a dependency):
+#   make image-push IMAGE_REPO=registry.example.com/imagepin/imagepin
+IMAGE_REPO ?=
+image-push:
+	@test -n "$(IMAGE_REPO)" || { echo "IMAGE_REPO=registry/repository needed"; exit 1; }
+	$(GO) run github.com/google/go-containerregistry/cmd/crane push $(IMAGE_DIR) $(IMAGE_REPO):$(VERSION)
 
 lint: build
 	hack/verify-tree.sh
