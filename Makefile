@@ -1,7 +1,7 @@
 # imagepin. `make demo` and `make test` work on a bare Debian 12 machine as root:
 # hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.34 once, and
-# hack/kube-deps.sh the Kubernetes 1.35.4 binaries and etcd 3.6.6, into $(IMAGEPIN_CACHE)
-# (default /var/cache/imagepin).
+# hack/kube-deps.sh the Kubernetes 1.35.4 binaries and etcd 3.6.6, hack/helm-deps.sh helm
+# 3.22.0, into $(IMAGEPIN_CACHE) (default /var/cache/imagepin).
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -74,10 +74,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZ_RENDER) ./crio
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_RESOLVE) ./resolve
 
-# One build at a time (2 cores): CRI-O and crictl, then kube-apiserver and etcd (cluster loop).
+# One build at a time (2 cores): CRI-O and crictl, then kube-apiserver and etcd (cluster loop),
+# then helm (the chart's end-to-end test).
 deps:
 	hack/e2e-deps.sh
 	hack/kube-deps.sh
+	hack/helm-deps.sh
 
 # End-to-end tier: real registry, real CRI-O, root.
 test-e2e: deps
