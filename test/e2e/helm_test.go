@@ -133,8 +133,14 @@ func newHelmCluster(t *testing.T) *helmCluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("cluster logs:\n%s", c.LogTails(25))
-			out, _ := h.kubectlErr("-n", helmNamespace, "logs", "--tail", "30", "-l", "app.kubernetes.io/name=imagepind", "--prefix")
-			t.Logf("imagepind pods' logs:\n%s", out)
+			// The API server cannot reach the kubelets by name: the runtimes' logs.
+			for _, n := range h.crioNodes() {
+				ids, _ := n.Crictl(context.Background(), "ps", "-a", "-q", "--name", "imagepind")
+				for _, id := range strings.Fields(string(ids)) {
+					out, _ := exec.Command(filepath.Join(env.CacheDir(), "crictl"), "--runtime-endpoint", "unix://"+n.Socket(), "logs", "--tail", "40", id).CombinedOutput()
+					t.Logf("%s imagepind container %s:\n%s", n.Name, id, out)
+				}
+			}
 		}
 		c.Stop()
 	})
@@ -434,7 +440,6 @@ func (h *helmCluster) waitPinnedReady(t *testing.T, timeout time.Duration) {
 		}
 	}
 }
-
 
 // rollout cuts the app's registry and rolls out a Deployment of the pinned image on the
 // CRI-O nodes: its pods start from what imagepin holds.

@@ -143,10 +143,26 @@ func (n *ClusterNode) layOut(c *Cluster) ([]bindMount, error) {
 		binds = append(binds, bindMount{n.CRIO.Dir, "/etc/crio"}, bindMount{n.CRIO.Dir, "/etc/containers"},
 			bindMount{n.CRIO.Dir, "/run/crio"}, bindMount{filepath.Join(n.Dir, "etc-kubernetes"), "/etc/kubernetes"})
 	}
+	// The kubeconfig's copy names the certificates where the layout has them, as a real
+	// node's does (the originals are under the test's directory, which no pod mounts).
+	kubeconfig, clientCert, clientKey, serverCA := filepath.Join(n.Dir, "etc-kubernetes", "kubelet.conf"),
+		"/var/lib/kubelet/pki/kubelet-client-current.pem", "/var/lib/kubelet/pki/kubelet-client-current.pem", "/var/lib/kubelet/pki/ca.crt"
+	files[filepath.Join(n.kroot, "pki", "ca.crt")] = c.Kube.ServerCA.File
+	if n.Containerd != nil {
+		agent := filepath.Join(n.Dir, "k3s-agent")
+		kubeconfig, clientCert, clientKey, serverCA = filepath.Join(agent, "kubelet.kubeconfig"),
+			"/var/lib/rancher/k3s/agent/client-kubelet.crt", "/var/lib/rancher/k3s/agent/client-kubelet.key", "/var/lib/rancher/k3s/agent/server-ca.crt"
+		files[filepath.Join(agent, "server-ca.crt")] = c.Kube.ServerCA.File
+	}
 	for dst, src := range files {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return nil, err
+		}
+		if dst == kubeconfig {
+			b = []byte(strings.NewReplacer("client-certificate: "+n.Cert, "client-certificate: "+clientCert,
+				"client-key: "+n.Cert, "client-key: "+clientKey,
+				"certificate-authority: "+c.Kube.ServerCA.File, "certificate-authority: "+serverCA).Replace(string(b)))
 		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return nil, err
