@@ -1,7 +1,8 @@
 # imagepin. `make demo` and `make test` work on a bare Debian 12 machine as root:
-# hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.34 once, and
-# hack/kube-deps.sh the Kubernetes 1.35.4 binaries and etcd 3.6.6, hack/helm-deps.sh helm
-# 3.22.0, into $(IMAGEPIN_CACHE) (default /var/cache/imagepin).
+# hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.36.3 and containerd 2.4.2
+# once, and hack/kube-deps.sh the Kubernetes 1.36.3 binaries and etcd 3.6.6, hack/helm-deps.sh
+# helm 3.22.0, into $(IMAGEPIN_CACHE) (default /var/cache/imagepin). `make test-versions` runs
+# the end-to-end tier on the previous versions, in a cache of their own.
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -15,7 +16,7 @@ FUZZ_PARSE ?= 100000x
 FUZZ_RENDER ?= 100000x
 FUZZ_RESOLVE ?= 30000x
 
-.PHONY: all build cross image image-push test test-unit test-e2e fuzz lint demo deps bench bench-aggregator bench-cluster bench-scale proto rpm rpm-test machineconfig manifests clean
+.PHONY: all build cross image image-push test test-unit test-e2e test-versions fuzz lint demo deps bench bench-aggregator bench-cluster bench-scale proto rpm rpm-test machineconfig manifests clean
 
 all: build
 
@@ -87,6 +88,18 @@ test-e2e: deps
 
 test: lint cross test-unit fuzz rpm-test test-e2e
 
+# The end-to-end tier on the previous versions (not in CI, which builds only the current
+# ones): CRI-O 1.34.0 with Kubernetes 1.35.4, and containerd 2.2.9, built once into
+# PREV_CACHE. PREV_CRIO=v1.35.2 runs CRI-O 1.35 instead (in another PREV_CACHE).
+PREV_CACHE ?= /var/cache/imagepin/previous
+PREV_CRIO ?= v1.34.0
+PREV_CONTAINERD ?= v2.2.9
+PREV_KUBE ?= v1.35.4
+test-versions:
+	IMAGEPIN_CACHE=$(PREV_CACHE) CRIO_VERSION=$(PREV_CRIO) CONTAINERD_VERSION=$(PREV_CONTAINERD) hack/e2e-deps.sh
+	IMAGEPIN_CACHE=$(PREV_CACHE) KUBE_VERSION=$(PREV_KUBE) hack/kube-deps.sh
+	IMAGEPIN_CACHE=$(PREV_CACHE) $(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
+
 # Benchmarks (not timed tests): writes the tables to stdout and $(BENCH_OUT). Three parts:
 # test/bench (every section against real runtimes), the release-shaped set (40 images on
 # two large shared base layers) on 1 and 5 real CRI-O nodes behind 100 ms / 1 MB/s with
@@ -109,7 +122,7 @@ bench: build
 bench-scale:
 	$(GO) run ./test/scalebench $(SCALEBENCH_FLAGS)
 
-# RUNTIME=containerd runs the same demo against a real containerd 2.2.9. The demo builds
+# RUNTIME=containerd runs the same demo against a real containerd 2.4.2. The demo builds
 # only what it runs (CRI-O and crictl, or containerd): the kube builds belong to make test.
 RUNTIME ?= cri-o
 # The demo builds only what it runs: imagepind, imagepinctl and the runtime it shows.

@@ -39,6 +39,15 @@ type MirrorHosts struct {
 	Record string
 	// Path is how a source registry appears in the mirror's paths (mirror.PathFor).
 	Path func(repo string) string
+	// Originals, when set, records what a hosts.toml held (the administrator's bytes,
+	// mode and owner, or no file) before imagepind first writes it, for uninstall.
+	Originals Originals
+}
+
+// Originals records what a path held before imagepind first changes it
+// (original.Book.Keep); an error leaves the path as it is.
+type Originals interface {
+	Keep(path string) error
 }
 
 // Render gives the registries of patterns, the pins just written, the mirror's block
@@ -255,6 +264,11 @@ func (m *MirrorHosts) give(registry string) (given, error) {
 		// The administrator's file does not parse: containerd falls back to the
 		// directory's certificate files; leave it as it is.
 		return given{}, fmt.Errorf("%s does not parse with the mirror's host in it (%v); left as it is", file, err)
+	}
+	if m.Originals != nil {
+		if err := m.Originals.Keep(file); err != nil {
+			return given{}, err
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return given{}, err
@@ -490,4 +504,13 @@ func insertBlock(admin []byte, block string) []byte {
 		return []byte(s + block)
 	}
 	return []byte(strings.Join(lines[:at], "") + block + strings.Join(lines[at:], ""))
+}
+
+// WithoutMirror is a hosts.toml's text without what imagepind put in it: nil when
+// imagepind made the file (madeBy), else the text without the mirror's block.
+func WithoutMirror(text []byte) []byte {
+	if madeBy(text) != "" {
+		return nil
+	}
+	return stripBlock(text)
 }

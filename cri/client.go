@@ -75,6 +75,12 @@ func (c *Client) Version(ctx context.Context) (Version, error) {
 	return Version{Name: resp.RuntimeName, Version: resp.RuntimeVersion}, nil
 }
 
+// RuntimeVersion is the runtime's version alone ("1.36.3"), as Version reports it.
+func (c *Client) RuntimeVersion(ctx context.Context) (string, error) {
+	v, err := c.Version(ctx)
+	return v.Version, err
+}
+
 // ImageStatus reports whether ref is present and pinned. An absent image is not an error.
 func (c *Client) ImageStatus(ctx context.Context, ref string) (Image, error) {
 	resp, err := c.images.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})

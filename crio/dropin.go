@@ -31,6 +31,22 @@ type DropIn struct {
 	ConfigDir  string
 	// Cache, when set, spares re-reading files that did not change (NewFileCache).
 	Cache *FileCache
+	// Originals, when set, records what the drop-in's path held before imagepind first
+	// writes it (original.Book), for uninstall.
+	Originals Originals
+}
+
+// Originals records what a path held before imagepind first changes it
+// (original.Book.Keep); an error leaves the path as it is.
+type Originals interface {
+	Keep(path string) error
+}
+
+func keep(o Originals, path string) error {
+	if o == nil {
+		return nil
+	}
+	return o.Keep(path)
 }
 
 // Path is the managed drop-in's path.
@@ -282,6 +298,9 @@ func (d DropIn) Apply(patterns []string) (bool, error) {
 	}
 	if exists && bytes.Equal(old, content) {
 		return false, nil
+	}
+	if err := keep(d.Originals, path); err != nil {
+		return false, err
 	}
 	if err := os.MkdirAll(d.ConfigDir, 0o755); err != nil {
 		return false, fmt.Errorf("create %s: %w", d.ConfigDir, err)

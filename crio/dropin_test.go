@@ -162,10 +162,16 @@ func TestSupportOf(t *testing.T) {
 		"1.29.7":         {PinnedImages: true, PinOnReload: true, UnpinOnReload: true},
 		"1.30.0":         {PinnedImages: true, PinOnReload: true},
 		"1.30.3":         {PinnedImages: true, PinOnReload: true, UnpinOnReload: true},
-		"1.31.0":         {true, true, true, true},
-		"1.34.0":         {true, true, true, true},
-		"v1.34.1-dev+ab": {true, true, true, true},
-		"2.0.0":          {true, true, true, true},
+		"1.31.0":         {true, true, true, true, false, false},
+		"1.34.0":         {true, true, true, true, false, false},
+		"v1.34.1-dev+ab": {true, true, true, true, false, false},
+		"1.34.11":        {true, true, true, true, false, false},
+		"1.35.0":         {true, true, true, true, false, true},
+		"1.35.1":         {true, true, true, true, false, true},
+		"1.35.2":         {true, true, true, true, true, true},
+		"1.36.0":         {true, true, true, true, true, true},
+		"v1.36.3":        {true, true, true, true, true, true},
+		"2.0.0":          {true, true, true, true, true, true},
 	}
 	for v, want := range cases {
 		got, err := SupportOf(v)

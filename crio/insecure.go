@@ -30,13 +30,14 @@ func (l *LiveConfig) InsecureRegistries(ctx context.Context) ([]string, error) {
 	return cfg.Crio.Image.InsecureRegistries, nil
 }
 
-// VerifiesTLS says whether CRI-O verifies TLS on every endpoint of a pull from
-// registry (host[:port]), insecure being its insecure_registries. CRI-O 1.34 skips
+// VerifiesTLS says whether a CRI-O before 1.35 verifies TLS on every endpoint of a pull
+// from registry (host[:port]), insecure being its insecure_registries. It skips
 // verification on every endpoint of a pull, mirrors included, when the image's own
 // registry is insecure to it (internal/storage: isSecureIndex, then
 // DockerInsecureSkipTLSVerify): named in insecure_registries, or an address in one of
 // its CIDRs or in 127.0.0.0/8, which CRI-O always adds. The tag endpoint is asked for
-// no such registry: it would not be verified.
+// no such registry: it would not be verified. From 1.35 CRI-O verifies each endpoint as
+// registries.conf says of it (Support.TLSPerEndpoint), so this does not apply.
 func VerifiesTLS(ctx context.Context, registry string, insecure []string) bool {
 	cidrs := []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 	for _, r := range insecure {

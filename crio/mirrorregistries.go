@@ -24,24 +24,34 @@ type MirrorRegistries struct {
 	// Local is the mirror's host:port.
 	Local string
 	// Tags, when set, is the mirror's TLS endpoint for pinned tags (host:port): the
-	// first mirror, for tags only (tagEndpoint), of each repository whose registry CRI-O
-	// verifies TLS for (VerifiesTLS, given Insecure).
+	// first mirror, for tags only (tagEndpoint), of each repository whose pulls CRI-O
+	// verifies TLS on that endpoint for: every repository from CRI-O 1.35
+	// (Support.TLSPerEndpoint), before it those whose registry CRI-O does not hold
+	// insecure (VerifiesTLS, given Insecure).
 	Tags string
-	// Insecure is CRI-O's insecure_registries as it has them (LiveConfig); nil: none.
-	// Not readable, no repository gets the tag endpoint until the next render.
+	// Version is CRI-O's version (CRI Version); nil: taken for one before 1.35. Insecure
+	// is CRI-O's insecure_registries as it has them (LiveConfig), read only for a CRI-O
+	// before 1.35; nil: none. Either not readable, no repository gets the tag endpoint
+	// until the next render.
+	Version  func(ctx context.Context) (string, error)
 	Insecure func(ctx context.Context) ([]string, error)
 	// Admin are CRI-O's registries files as the administrator wrote them; the drop-in
 	// goes into Admin.Dir.
 	Admin *AdminFiles
 	// Path is how the mirror names a source repository in its paths.
 	Path func(repo string) string
+	// Originals, when set, records what the drop-in's path held before imagepind first
+	// writes it, for uninstall.
+	Originals Originals
 
 	// lastRepos and last are the inputs and the drop-in of the last render: with the
 	// same repositories and unchanged administrator's files, nothing is rendered again.
 	lastRepos []string
 	last      []byte
-	// lastInsecure are CRI-O's insecure registries at the last render.
-	lastInsecure []string
+	// lastInsecure are CRI-O's insecure registries at the last render, lastPerEndpoint
+	// whether it verified each endpoint on its own.
+	lastInsecure    []string
+	lastPerEndpoint bool
 }
 
 // Render writes the drop-in for patterns, the pins just written (removes it when they
@@ -71,19 +81,22 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	tags, insecure, known := m.tagEndpoints()
+	tags, insecure, perEndpoint, known := m.tagEndpoints()
 	data := m.last
-	if adminChanged || !slices.Equal(repos, m.lastRepos) || !slices.Equal(insecure, m.lastInsecure) || !known {
+	if adminChanged || !slices.Equal(repos, m.lastRepos) || !slices.Equal(insecure, m.lastInsecure) || perEndpoint != m.lastPerEndpoint || !known {
 		if data, err = mirrorDropIn(m.Local, tags, repos, admin, m.Path); err != nil {
 			return false, err
 		}
-		m.lastRepos, m.last, m.lastInsecure = repos, data, insecure
+		m.lastRepos, m.last, m.lastInsecure, m.lastPerEndpoint = repos, data, insecure, perEndpoint
 		if !known {
 			m.lastRepos = nil // CRI-O's insecure registries not known: render again next time
 		}
 	}
 	if bytes.Equal(old, data) {
 		return false, nil
+	}
+	if err := keep(m.Originals, path); err != nil {
+		return false, err
 	}
 	if err := os.MkdirAll(m.Admin.Dir, 0o755); err != nil {
 		return false, err
@@ -98,19 +111,29 @@ func (m *MirrorRegistries) writeDropIn(patterns []string) (bool, error) {
 	return true, nil
 }
 
-// tagEndpoints is which repository gets the tag endpoint (nil: none), with CRI-O's
-// insecure registries it was decided on; known false when they could not be read.
-func (m *MirrorRegistries) tagEndpoints() (func(repo string) string, []string, bool) {
+// tagEndpoints is which repository gets the tag endpoint (nil: none), with what it was
+// decided on: CRI-O's insecure registries (before 1.35), or perEndpoint (from 1.35,
+// every repository); known false when CRI-O's version or its insecure registries could
+// not be read.
+func (m *MirrorRegistries) tagEndpoints() (tags func(repo string) string, insecure []string, perEndpoint, known bool) {
 	if m.Tags == "" {
-		return nil, nil, true
+		return nil, nil, false, true
 	}
-	var insecure []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if m.Version != nil {
+		v, err := m.Version(ctx)
+		if err != nil {
+			return nil, nil, false, false
+		}
+		if sup, _ := SupportOf(v); sup.TLSPerEndpoint { // unparsable: taken for current, as SupportOf does
+			return func(string) string { return m.Tags }, nil, true, true
+		}
+	}
 	if m.Insecure != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		var err error
 		if insecure, err = m.Insecure(ctx); err != nil {
-			return nil, nil, false
+			return nil, nil, false, false
 		}
 	}
 	verified := map[string]bool{}
@@ -125,7 +148,7 @@ func (m *MirrorRegistries) tagEndpoints() (func(repo string) string, []string, b
 			return ""
 		}
 		return m.Tags
-	}, insecure, true
+	}, insecure, false, true
 }
 
 // tagEndpoint is the mirror entry of the tag endpoint at hostPort for repo: tags only

@@ -2,6 +2,7 @@ package crio
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -145,5 +146,52 @@ func TestVerifiesTLSAsCRIODecides(t *testing.T) {
 	data, _ := os.ReadFile(filepath.Join(regDir, MirrorDropInName))
 	if n := strings.Count(string(data), "127.0.0.1:7445/"); n != 1 || !strings.Contains(string(data), "127.0.0.1:7445/src.example.invalid/a") {
 		t.Fatalf("the tag endpoint for %d repositories, want src.example.invalid/a alone:\n%s", n, data)
+	}
+}
+
+// From CRI-O 1.35 each endpoint of a pull is verified as registries.conf says of it
+// (insecure_registries and the implicit 127.0.0.0/8 are gone): every repository gets the
+// tag endpoint, whose entry is never insecure. A CRI-O before 1.35 keeps the rule above;
+// a version that cannot be read gives no repository the endpoint, and is asked again at
+// the next render.
+func TestTagEndpointByCRIOVersion(t *testing.T) {
+	d := "@sha256:" + strings.Repeat("1", 64)
+	patterns := []string{"src.example.invalid/a" + d, "127.0.0.1:5000/b" + d, "10.0.0.1:5000/c" + d}
+	for _, c := range []struct {
+		version string
+		err     error
+		want    int
+	}{
+		{"1.36.3", nil, 3},
+		{"1.35.0", nil, 3},
+		{"1.34.11", nil, 1},
+		{"", errors.New("connection refused"), 0},
+	} {
+		t.Run(c.version, func(t *testing.T) {
+			dir := t.TempDir()
+			regConf := filepath.Join(dir, "registries.conf")
+			regDir := filepath.Join(dir, "registries.conf.d")
+			os.MkdirAll(regDir, 0o755)
+			os.WriteFile(regConf, []byte("unqualified-search-registries = []\n"), 0o644)
+			asked := 0
+			m := &MirrorRegistries{Local: "127.0.0.1:7443", Tags: "127.0.0.1:7445",
+				Version:  func(context.Context) (string, error) { asked++; return c.version, c.err },
+				Insecure: func(context.Context) ([]string, error) { return []string{"10.0.0.0/8"}, nil },
+				Admin:    &AdminFiles{Main: regConf, Dir: regDir, Scratch: filepath.Join(dir, "scratch")}, Path: func(r string) string { return r }}
+			if _, err := m.Render(patterns); err != nil {
+				t.Fatal(err)
+			}
+			data, _ := os.ReadFile(filepath.Join(regDir, MirrorDropInName))
+			if n := strings.Count(string(data), "127.0.0.1:7445/"); n != c.want {
+				t.Fatalf("CRI-O %q: the tag endpoint for %d repositories, want %d:\n%s", c.version, n, c.want, data)
+			}
+			if strings.Contains(string(data), "127.0.0.1:7445/") && !strings.Contains(string(data), "127.0.0.1:7445/src.example.invalid/a") {
+				t.Fatalf("no tag endpoint for the TLS source:\n%s", data)
+			}
+			m.Render(patterns)
+			if c.err != nil && asked != 2 {
+				t.Fatalf("version asked %d times after a failure, want again at the next render", asked)
+			}
+		})
 	}
 }

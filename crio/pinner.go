@@ -88,9 +88,10 @@ func (p *Pinner) Write(_ context.Context, patterns []string, _ func(string) (boo
 }
 
 // ReloadSettle is how long a reload is left alone before CRI-O's config is read. CRI-O
-// 1.34 re-reads its config on SIGHUP without a lock, and GET /config (like CRI Status)
-// walks the runtime-handler map that the reload replaces and, when a configured
-// handler fails validation (crun configured but not installed), deletes from: a read
+// (1.34 to 1.36.3 alike) re-reads its config on SIGHUP without a lock, and GET /config
+// (like CRI Status) walks the runtime-handler map that the reload replaces and, when a
+// configured handler fails validation (crun configured but not installed), deletes from
+// (pkg/config ValidateRuntimes): a read
 // at that moment is "concurrent map iteration and map write", which kills CRI-O (seen
 // in our CI: exit status 2). A reload takes ~15 ms on an idle node; 100 ms is a margin
 // under load, paid once per pin change.

@@ -16,6 +16,16 @@ type Support struct {
 	UnpinOnReload bool
 	// PinnedField: CRI Image.pinned is filled (1.31).
 	PinnedField bool
+	// PullReturnsImageID: CRI PullImage returns the image ID, as ImageStatus reports it
+	// (1.35.2, 1.36.0); before, a repository digest (repo@sha256:…). The kubelet keys the
+	// record of its own pull by what PullImage returns and looks it up by the image ID, so
+	// before that it never finds its own pulls' records (docs/registry-gone.md).
+	PullReturnsImageID bool
+	// TLSPerEndpoint: CRI-O verifies TLS on each endpoint of a pull as registries.conf
+	// says of that endpoint (1.35.0: insecure_registries no longer has any effect, and
+	// 127.0.0.0/8 is no longer insecure by itself); before, it verified no endpoint of a
+	// pull, mirrors included, whose image's registry it held insecure (VerifiesTLS).
+	TLSPerEndpoint bool
 }
 
 // SupportOf returns what the CRI-O version (as CRI Version reports it, e.g. "1.34.0")
@@ -24,7 +34,7 @@ type Support struct {
 func SupportOf(version string) (Support, error) {
 	v, err := parseVersion(version)
 	if err != nil {
-		return Support{true, true, true, true}, err
+		return Support{true, true, true, true, true, true}, err
 	}
 	at := func(min ...[3]int) bool {
 		for _, m := range min {
@@ -36,10 +46,12 @@ func SupportOf(version string) (Support, error) {
 		return v[0] > last[0] || (v[0] == last[0] && v[1] > last[1])
 	}
 	return Support{
-		PinnedImages:  at([3]int{1, 28, 0}),
-		PinOnReload:   at([3]int{1, 29, 4}, [3]int{1, 30, 0}),
-		UnpinOnReload: at([3]int{1, 29, 7}, [3]int{1, 30, 3}, [3]int{1, 31, 0}),
-		PinnedField:   at([3]int{1, 31, 0}),
+		PinnedImages:       at([3]int{1, 28, 0}),
+		PinOnReload:        at([3]int{1, 29, 4}, [3]int{1, 30, 0}),
+		UnpinOnReload:      at([3]int{1, 29, 7}, [3]int{1, 30, 3}, [3]int{1, 31, 0}),
+		PinnedField:        at([3]int{1, 31, 0}),
+		PullReturnsImageID: at([3]int{1, 35, 2}, [3]int{1, 36, 0}),
+		TLSPerEndpoint:     at([3]int{1, 35, 0}),
 	}, nil
 }
 

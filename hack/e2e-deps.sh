@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything the end-to-end tier needs on a bare Debian 12 machine, and builds
-# real CRI-O 1.34.0 (and crictl) and containerd 2.2.9 once into a cache outside the
-# repository.
+# real CRI-O (default 1.36.3; crictl 1.34.0) and containerd (default 2.4.2) once into a
+# cache outside the repository.
 #
 #   hack/e2e-deps.sh            install packages, build what is missing, print the cache dir
 #   hack/e2e-deps.sh cri-o      only what a CRI-O node needs (make demo): CRI-O, crictl
 #   hack/e2e-deps.sh containerd only what a containerd node needs (make demo RUNTIME=containerd)
 #
-# IMAGEPIN_CACHE (default /var/cache/imagepin) holds the binaries between runs.
+# IMAGEPIN_CACHE (default /var/cache/imagepin) holds the binaries between runs;
+# CRIO_VERSION and CONTAINERD_VERSION (v1.34.0, v2.2.9: make test-versions) choose other
+# versions, each kept in its own cache (a binary of another version is rebuilt).
 set -euo pipefail
 
 log() { echo "e2e-deps: $*" >&2; }
@@ -93,9 +95,9 @@ install_packages() {
 [ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
-CRIO_VERSION=v1.34.0
+CRIO_VERSION=${CRIO_VERSION:-v1.36.3}
 CRICTL_VERSION=v1.34.0
-CONTAINERD_VERSION=v2.2.9
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
 

@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# Builds the real Kubernetes v1.35.4 control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl), its kubelet and etcd (v3.6.6) once into the cache, from the Go module
-# proxy, for the cluster-loop, kubelet and multi-node cluster end-to-end tests. Every Kubernetes
-# binary is of one version, so no version skew is ever exercised.
+# Builds the real Kubernetes control plane (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl), its kubelet (KUBE_VERSION, default v1.36.3; v1.35.4 for make
+# test-versions) and etcd (v3.6.6) once into the cache, from the Go module proxy, for the
+# cluster-loop, kubelet and multi-node cluster end-to-end tests. Every Kubernetes binary is
+# of one version, so no version skew is ever exercised.
 #
 #   hack/kube-deps.sh        build what is missing, print the cache's bin dir
 #
 # k8s.io/kubernetes's module zip holds neither staging/ nor vendor/, and its go.mod
 # replaces the staging modules with ./staging/src/...: each is pointed at the published
-# v0.35.4 module instead. etcd's server module replaces its siblings with ../: each is
-# pointed at v3.6.6. One build at a time (2 cores): about 15 + 3 minutes cold.
+# v0.MINOR.PATCH module instead (v0.36.3 for v1.36.3). etcd's server module replaces its
+# siblings with ../: each is pointed at v3.6.6. One build at a time (2 cores): the five
+# Kubernetes binaries of v1.36.3 took 9 minutes here (Go's build cache holding v1.35.4's
+# shared dependencies; v1.35.4 took about 15 from an empty one), etcd about 3.
 set -euo pipefail
 
 CACHE=${IMAGEPIN_CACHE:-/var/cache/imagepin}
-KUBE_VERSION=v1.35.4
+KUBE_VERSION=${KUBE_VERSION:-v1.36.3}
 ETCD_VERSION=v3.6.6
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -61,7 +64,8 @@ build_kube() {
 }
 
 # One k8s.io/kubernetes source tree and one Go build cache for all five: the packages they share
-# compile once. 1.35 is where image pull credential verification (KEP-2535) is on by default.
+# compile once. Image pull credential verification (KEP-2535) is on by default from 1.35; 1.36
+# names images differently in it (kubelet/credentials.go).
 build_kube "$KUBE_VERSION" kubelet kube-apiserver kube-controller-manager kube-scheduler kubectl
 
 if ! has_version "$BIN/etcd" "${ETCD_VERSION#v}"; then

@@ -42,8 +42,49 @@ type Verification struct {
 	// Policy is the effective policy, its default applied.
 	Policy    string
 	Allowlist []string
-	allow     allowlist
 	Records   PullRecords
+	// naming is how the kubelet names images (its version's); allow is the allowlist as
+	// that kubelet matches it, by naming (both when the version is not known).
+	naming naming
+	allow  map[naming]allowlist
+}
+
+// naming is how the kubelet names an image in its pull records (the key of a record's
+// credentialMapping) and matches it against preloadedImagesVerificationAllowlist.
+// Kubernetes 1.36 changed both (pkg/kubelet/images/pullmanager, trimImageTagDigest).
+type naming int
+
+const (
+	// namingNotKnown: the kubelet's version is not known. Both namings are followed, and
+	// an image whose answer differs between them is Unknown.
+	namingNotKnown naming = iota
+	// naming135 (the kubelet 1.33 to 1.35): the record's key is the image's name
+	// normalized (parsers.ParseImageName: docker.io/busybox:1 is
+	// docker.io/library/busybox); the allowlist is compared with the image as the pod
+	// writes it, tag and digest included, and an entry must be fully qualified.
+	naming135
+	// naming136 (the kubelet 1.36 and later): the image as the pod writes it, its tag and
+	// digest cut off and nothing added (docker.io/busybox:1 is docker.io/busybox), for
+	// the record's key and the allowlist alike; an entry need not be fully qualified.
+	naming136
+)
+
+// namingOf is the naming of the kubelet of that version.
+func namingOf(version Version) naming {
+	switch {
+	case !version.Known():
+		return namingNotKnown
+	case version.atLeast(1, 36):
+		return naming136
+	}
+	return naming135
+}
+
+func (n naming) String() string {
+	if n == naming136 {
+		return "a kubelet of 1.36 or later"
+	}
+	return "a kubelet before 1.36"
 }
 
 // gate decides the feature gate, in this order: an entry in the config's featureGates
@@ -79,7 +120,7 @@ func gate(c Config, records PullRecords, version Version) (GateState, string) {
 // NewVerification puts the config, the records and the kubelet's version (Version{} when
 // not known) together.
 func NewVerification(c Config, records PullRecords, version Version) (Verification, error) {
-	v := Verification{Policy: c.ImagePullCredentialsVerificationPolicy, Allowlist: c.PreloadedImagesVerificationAllowlist, Records: records}
+	v := Verification{Policy: c.ImagePullCredentialsVerificationPolicy, Allowlist: c.PreloadedImagesVerificationAllowlist, Records: records, naming: namingOf(version)}
 	v.Gate, v.Why = gate(c, records, version)
 	if v.Policy == "" {
 		v.Policy = NeverVerifyPreloadedImages
@@ -87,11 +128,23 @@ func NewVerification(c Config, records PullRecords, version Version) (Verificati
 	switch v.Policy {
 	case NeverVerify, NeverVerifyPreloadedImages, AlwaysVerify:
 	case NeverVerifyAllowlistedImages:
-		a, err := newAllowlist(v.Allowlist)
-		if err != nil {
-			return v, fmt.Errorf("preloadedImagesVerificationAllowlist: %w", err)
+		a135, err135 := newAllowlist(v.Allowlist, naming135)
+		a136, err136 := newAllowlist(v.Allowlist, naming136)
+		switch {
+		case v.naming == naming135 && err135 != nil:
+			return v, fmt.Errorf("preloadedImagesVerificationAllowlist: %w (kubelet %s refuses it too)", err135, version.Text)
+		case v.naming == naming136 && err136 != nil:
+			return v, fmt.Errorf("preloadedImagesVerificationAllowlist: %w (kubelet %s refuses it too)", err136, version.Text)
+		case err135 != nil && err136 != nil:
+			return v, fmt.Errorf("preloadedImagesVerificationAllowlist: %w", err135)
+		case v.naming == namingNotKnown && err135 != nil:
+			// A kubelet before 1.36 refuses this allowlist and does not start: the one
+			// that runs is 1.36 or later.
+			v.naming = naming136
+		case v.naming == namingNotKnown && err136 != nil:
+			v.naming = naming135
 		}
-		v.allow = a
+		v.allow = map[naming]allowlist{naming135: a135, naming136: a136}
 	default:
 		return v, fmt.Errorf("imagePullCredentialsVerificationPolicy %q: not a policy the kubelet knows (%s, %s, %s, %s)",
 			v.Policy, NeverVerify, NeverVerifyPreloadedImages, NeverVerifyAllowlistedImages, AlwaysVerify)
@@ -144,8 +197,34 @@ func (v Verification) image(image, id string) (Answer, string) {
 	return a, why
 }
 
-// verified is the answer with the feature gate on.
+// verified is the answer with the feature gate on, for the kubelet's naming; when its
+// version is not known, the answer of both namings where they agree, else Unknown.
 func (v Verification) verified(image, id string) (Answer, string) {
+	if v.naming != namingNotKnown {
+		return v.verifiedAs(v.naming, image, id)
+	}
+	a, why := v.verifiedAs(naming135, image, id)
+	b, whyB := v.verifiedAs(naming136, image, id)
+	if a == b {
+		return a, why
+	}
+	return Unknown, fmt.Sprintf("%s %s, %s %s (they name images differently), and the kubelet's version is not known",
+		naming135, sayAnswer(a, why), naming136, sayAnswer(b, whyB))
+}
+
+// sayAnswer says an answer with why, for a sentence about what a kubelet does.
+func sayAnswer(a Answer, why string) string {
+	switch a {
+	case Starts:
+		return "lets pods use it without the registry"
+	case NeedsRegistry:
+		return "goes to the registry for it (" + why + ")"
+	}
+	return "cannot be told (" + why + ")"
+}
+
+// verifiedAs is the answer with the feature gate on, for a kubelet that names images so.
+func (v Verification) verifiedAs(n naming, image, id string) (Answer, string) {
 	// As the kubelet: the pulled record by image ID first, the pull intent by image
 	// name only when there is no pulled record.
 	var rec PulledRecord
@@ -176,7 +255,7 @@ func (v Verification) verified(image, id string) (Answer, string) {
 			why = "the kubelet began a pull of it, so it is not pre-loaded any more"
 		}
 	case NeverVerifyAllowlistedImages:
-		verify = !v.allow.matches(image)
+		verify = !v.allow[n].matches(image)
 		why = "not in preloadedImagesVerificationAllowlist"
 	case AlwaysVerify:
 		verify, why = true, "AlwaysVerify checks every pod's credentials"
@@ -189,7 +268,7 @@ func (v Verification) verified(image, id string) (Answer, string) {
 	if !pulled {
 		return NeedsRegistry, why
 	}
-	name, err := imageName(image)
+	name, err := imageName(image, n)
 	if err != nil {
 		return NeedsRegistry, why
 	}
@@ -211,9 +290,14 @@ func unreadable(u Unreadable) (Answer, string) {
 	return Unknown, fmt.Sprintf("its pull record %s cannot be read here (%s)", u.Path, u.Err)
 }
 
-// imageName is an image reference without tag or digest, normalized as the kubelet's
-// parsers.ParseImageName does (docker.io/library/ added).
-func imageName(image string) (string, error) {
+// imageName is the key of an image in a pull record's credentialMapping: for a kubelet
+// before 1.36 the reference without tag or digest, normalized as its
+// parsers.ParseImageName does (docker.io/library/ added); from 1.36 the image as written
+// with its tag and digest cut off (trimImageTagDigest).
+func imageName(image string, n naming) (string, error) {
+	if n == naming136 {
+		return trimTagDigest(image)
+	}
 	named, err := reference.ParseNormalizedNamed(image)
 	if err != nil {
 		return "", err
@@ -221,17 +305,49 @@ func imageName(image string) (string, error) {
 	return named.Name(), nil
 }
 
+// trimTagDigest is the kubelet 1.36's trimImageTagDigest
+// (pkg/kubelet/images/pullmanager/image_pull_policies.go): the reference parsed as
+// written, not normalized, and its digest then its tag cut off its end.
+func trimTagDigest(image string) (string, error) {
+	parsed, err := reference.Parse(image)
+	if err != nil {
+		return "", err
+	}
+	var tag, digest string
+	if tagged, ok := parsed.(reference.Tagged); ok {
+		tag = tagged.Tag()
+	}
+	if digested, ok := parsed.(reference.Digested); ok {
+		digest = digested.Digest().String()
+	}
+	if digest != "" {
+		var found bool
+		if image, found = strings.CutSuffix(image, "@"+digest); !found {
+			return "", fmt.Errorf("digest was not specified last, this does not appear to be a valid image spec: %q", image)
+		}
+	}
+	if tag != "" {
+		var found bool
+		if image, found = strings.CutSuffix(image, ":"+tag); !found {
+			return "", fmt.Errorf("tag %q was not specified last (or before the digest), this does not appear to be a valid image spec: %q", tag, image)
+		}
+	}
+	return image, nil
+}
+
 // allowlist is preloadedImagesVerificationAllowlist as the kubelet matches it
 // (pkg/kubelet/images/pullmanager/image_pull_policies.go): an entry is an image name
-// without tag or digest, compared with the pod's image string as written, or a prefix
-// ending in "/*". A pod image written with a tag or digest matches only a prefix.
+// without tag or digest, or a prefix ending in "/*". A kubelet before 1.36 compares the
+// pod's image string as written, so an image written with a tag or digest matches only a
+// prefix; from 1.36 it compares the image with its tag and digest cut off.
 type allowlist struct {
 	exact    map[string]bool
 	prefixes []string
+	naming   naming
 }
 
-func newAllowlist(patterns []string) (allowlist, error) {
-	a := allowlist{exact: map[string]bool{}}
+func newAllowlist(patterns []string, n naming) (allowlist, error) {
+	a := allowlist{exact: map[string]bool{}, naming: n}
 	for _, p := range patterns {
 		if p != strings.TrimSpace(p) {
 			return a, fmt.Errorf("%q: leading/trailing spaces are not allowed", p)
@@ -249,6 +365,15 @@ func newAllowlist(patterns []string) (allowlist, error) {
 			return a, fmt.Errorf("%q: at least a registry host name is required", p)
 		case wildcard:
 			a.prefixes = append(a.prefixes, trimmed)
+		case n == naming136:
+			name, err := trimTagDigest(trimmed)
+			if err != nil {
+				return a, fmt.Errorf("%q: not an image name: %w", p, err)
+			}
+			if trimmed != name {
+				return a, fmt.Errorf("%q: neither tag nor digest is accepted", p)
+			}
+			a.exact[trimmed] = true
 		default:
 			named, err := reference.ParseNormalizedNamed(trimmed)
 			if err != nil {
@@ -264,6 +389,12 @@ func newAllowlist(patterns []string) (allowlist, error) {
 }
 
 func (a allowlist) matches(image string) bool {
+	if a.naming == naming136 {
+		// As the kubelet: an image that does not parse is matched as written.
+		if name, err := trimTagDigest(image); err == nil {
+			image = name
+		}
+	}
 	if a.exact[image] {
 		return true
 	}

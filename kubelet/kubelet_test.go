@@ -222,26 +222,28 @@ func TestNeedsRegistry(t *testing.T) {
 		image string
 		need  bool
 		why   string
+		ver   Version
 	}{
-		{"gate off: nothing verified", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify, FeatureGates: map[string]bool{FeatureGate: false}}, recs, pinned, false, ""},
-		{"gate unset, records dir: on", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, pinned, true, "AlwaysVerify"},
-		{"default policy, pre-loaded", Config{FeatureGates: gateOn}, recs, pinned, false, ""},
-		{"default policy, kubelet pulled it with a secret", Config{FeatureGates: gateOn}, recs, private, true, "pulled it itself"},
-		{"default policy, kubelet pulled it anonymously", Config{FeatureGates: gateOn}, recs, anon, false, ""},
-		{"default policy, an interrupted kubelet pull", Config{FeatureGates: gateOn}, recs, "reg.example/team/interrupted:1", true, "began a pull"},
-		{"NeverVerify", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerify}, recs, private, false, ""},
-		{"AlwaysVerify, pre-loaded", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, pinned, true, "AlwaysVerify"},
-		{"AlwaysVerify, kubelet pulled it anonymously", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, anon, false, ""},
-		{"AlwaysVerify, pulled with a secret: depends on the pod", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, private, true, "are let through"},
-		{"allowlisted by prefix", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"reg.example/team/*"}}, recs, pinned, false, ""},
-		{"not allowlisted", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"reg.example/team/*"}}, recs, other, true, "Allowlist"},
-		// The kubelet compares an exact entry with the image string as written: a digest
-		// reference never equals a name without one.
-		{"exact entry does not match a digest reference", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"reg.example/team/app"}}, recs, pinned, true, "Allowlist"},
+		{"gate off: nothing verified", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify, FeatureGates: map[string]bool{FeatureGate: false}}, recs, pinned, false, "", Version{}},
+		{"gate unset, records dir: on", Config{ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, pinned, true, "AlwaysVerify", Version{}},
+		{"default policy, pre-loaded", Config{FeatureGates: gateOn}, recs, pinned, false, "", Version{}},
+		{"default policy, kubelet pulled it with a secret", Config{FeatureGates: gateOn}, recs, private, true, "pulled it itself", Version{}},
+		{"default policy, kubelet pulled it anonymously", Config{FeatureGates: gateOn}, recs, anon, false, "", Version{}},
+		{"default policy, an interrupted kubelet pull", Config{FeatureGates: gateOn}, recs, "reg.example/team/interrupted:1", true, "began a pull", Version{}},
+		{"NeverVerify", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerify}, recs, private, false, "", Version{}},
+		{"AlwaysVerify, pre-loaded", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, pinned, true, "AlwaysVerify", Version{}},
+		{"AlwaysVerify, kubelet pulled it anonymously", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, anon, false, "", Version{}},
+		{"AlwaysVerify, pulled with a secret: depends on the pod", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: AlwaysVerify}, recs, private, true, "are let through", Version{}},
+		{"allowlisted by prefix", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"reg.example/team/*"}}, recs, pinned, false, "", Version{}},
+		{"not allowlisted", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"reg.example/team/*"}}, recs, other, true, "Allowlist", Version{}},
+		// The kubelet 1.35 compares an exact entry with the image string as written: a
+		// digest reference never equals a name without one. The kubelet 1.36 cuts the
+		// tag and digest off first: see TestKubelet136NamesImagesAsWritten.
+		{"exact entry does not match a digest reference", Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"reg.example/team/app"}}, recs, pinned, true, "Allowlist", v135},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			v, err := NewVerification(c.cfg, c.recs, Version{})
+			v, err := NewVerification(c.cfg, c.recs, c.ver)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -348,5 +350,110 @@ func TestDecideWithUnreadableRecords(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The kubelets whose naming the tests follow (as `kubelet --version` says).
+var (
+	v135 = Version{Major: 1, Minor: 35, Text: "v1.35.4", From: "fake"}
+	v136 = Version{Major: 1, Minor: 36, Text: "v1.36.3", From: "fake"}
+)
+
+// The kubelet 1.36 names an image as the pod writes it, its tag and digest cut off: the
+// key of its pull record's credentialMapping (docker.io/busybox, where 1.35 wrote
+// docker.io/library/busybox) and what it matches against an exact allowlist entry (a
+// tagged or digest image matches its name, where 1.35 compared the whole string). With
+// the kubelet's version not known, an image on which the two differ cannot be told.
+func TestKubelet136NamesImagesAsWritten(t *testing.T) {
+	const (
+		busybox = "docker.io/busybox@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+		app     = "reg.example/team/app:v2"
+	)
+	root := t.TempDir()
+	// As the kubelet 1.36 writes it after pulling docker.io/busybox anonymously.
+	pulled(t, root, "id-busybox", `,"credentialMapping":{"docker.io/busybox":{"nodePodsAccessible":true}}`)
+	recs, err := ReadPullRecords(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]string{busybox: "id-busybox"}
+	gateOn := map[string]bool{FeatureGate: true}
+	allowApp := Config{FeatureGates: gateOn, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages, PreloadedImagesVerificationAllowlist: []string{"reg.example/team/app"}}
+	for _, c := range []struct {
+		name    string
+		cfg     Config
+		version Version
+		ref     string
+		answer  Answer
+		msg     string
+	}{
+		{"record key, 1.36", Config{FeatureGates: gateOn}, v136, busybox, Starts, "pods start from these 1 images"},
+		{"record key, 1.35", Config{FeatureGates: gateOn}, v135, busybox, NeedsRegistry, "the kubelet pulled it itself"},
+		{"record key, version not known", Config{FeatureGates: gateOn}, Version{}, busybox, Unknown,
+			"a kubelet before 1.36 goes to the registry for it (the kubelet pulled it itself, so it is not pre-loaded any more), a kubelet of 1.36 or later lets pods use it without the registry (they name images differently), and the kubelet's version is not known"},
+		{"allowlist entry, tagged image, 1.36", allowApp, v136, app, Starts, "pods start from these 1 images"},
+		{"allowlist entry, tagged image, 1.35", allowApp, v135, app, NeedsRegistry, "not in preloadedImagesVerificationAllowlist"},
+		{"allowlist entry, tagged image, version not known", allowApp, Version{}, app, Unknown, "they name images differently"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v, err := NewVerification(c.cfg, recs, c.version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := v.Decide([]string{c.ref}, listed)
+			if d.Answer != c.answer || !strings.Contains(d.Message, c.msg) {
+				t.Fatalf("%v %q, want %v containing %q", d.Answer, d.Message, c.answer, c.msg)
+			}
+		})
+	}
+}
+
+// An allowlist entry that is not fully qualified (docker.io/busybox) is refused by a
+// kubelet before 1.36 and accepted from 1.36; with the version not known it is accepted,
+// and the kubelet taken for 1.36 or later (an earlier one would not start with it).
+func TestAllowlistValidationByVersion(t *testing.T) {
+	cfg := Config{FeatureGates: map[string]bool{FeatureGate: true}, ImagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages,
+		PreloadedImagesVerificationAllowlist: []string{"docker.io/busybox"}}
+	if _, err := NewVerification(cfg, PullRecords{}, v135); err == nil || !strings.Contains(err.Error(), "fully qualified") || !strings.Contains(err.Error(), "kubelet v1.35.4 refuses it too") {
+		t.Errorf("1.35: %v", err)
+	}
+	for _, version := range []Version{v136, {}} {
+		v, err := NewVerification(cfg, PullRecords{}, version)
+		if err != nil {
+			t.Fatalf("%q: %v", version.Text, err)
+		}
+		if d := v.Decide([]string{"docker.io/busybox:1.36"}, nil); d.Answer != Starts {
+			t.Errorf("%q: %+v", version.Text, d)
+		}
+	}
+	cfg.PreloadedImagesVerificationAllowlist = []string{"docker.io/busybox:1.36"}
+	for _, version := range []Version{v135, v136, {}} {
+		if _, err := NewVerification(cfg, PullRecords{}, version); err == nil || !strings.Contains(err.Error(), "neither tag nor digest") {
+			t.Errorf("%q: a tagged entry: %v", version.Text, err)
+		}
+	}
+}
+
+// The kubelet 1.36's trimImageTagDigest, on its own test's cases
+// (image_pull_policies_test.go).
+func TestTrimTagDigest(t *testing.T) {
+	d := "sha256:38a8906435c4dd5f4258899d46621bfd8eea3ad6ff494ee3c2f17ef0321625bd"
+	for in, want := range map[string]string{
+		"docker.io/busybox:1.36":               "docker.io/busybox",
+		"busybox":                              "busybox",
+		"localhost:5000/myimage:v1":            "localhost:5000/myimage",
+		"docker.io/taghere/image:taghere":      "docker.io/taghere/image",
+		"registry.io/myorg/image:tag@" + d:     "registry.io/myorg/image",
+		"registry.io/" + d[7:] + "/image@" + d: "registry.io/" + d[7:] + "/image",
+		"myregistry:5000/myorg/myimage:v1":     "myregistry:5000/myorg/myimage",
+	} {
+		if got, err := trimTagDigest(in); err != nil || got != want {
+			t.Errorf("%q: %q %v, want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "Registry.io/Image", "registry.io/myorg/@" + d} {
+		if got, err := trimTagDigest(bad); err == nil {
+			t.Errorf("%q accepted: %q", bad, got)
+		}
 	}
 }

@@ -237,3 +237,44 @@ func TestZeroValuesAreUnknown(t *testing.T) {
 		t.Fatalf("zero Verification: %+v", d)
 	}
 }
+
+// The Reader reads the version also where the gate is decided but the kubelet's naming
+// decides the answer (Kubernetes 1.36 names images differently: a record of its own
+// pull, an allowlist), and not where nothing depends on it.
+func TestReaderReadsTheVersionForTheNaming(t *testing.T) {
+	const busybox = "docker.io/busybox@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	for _, c := range []struct {
+		name    string
+		config  string
+		records bool
+		answer  Answer
+		runs    int
+	}{
+		{"a record of the kubelet's pull", "", true, Starts, 1},
+		{"an allowlist", "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [docker.io/busybox]\nfeatureGates: {KubeletEnsureSecretPulledImages: true}\n", false, Starts, 1},
+		{"NeverVerify", "imagePullCredentialsVerificationPolicy: NeverVerify\n", true, Starts, 0},
+		{"gate off", "featureGates: {KubeletEnsureSecretPulledImages: false}\n", true, Starts, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "kubelet.conf")
+			write(t, file, header+c.config)
+			root := filepath.Join(dir, "root")
+			if c.records {
+				pulled(t, root, "id-busybox", `,"credentialMapping":{"docker.io/busybox":{"nodePodsAccessible":true}}`)
+			}
+			runs := 0
+			r := Reader{ConfigFile: file, RootDir: root, Version: VersionFunc(func() Version { runs++; return v136 })}
+			v, err := r.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := v.Decide([]string{busybox}, map[string]string{busybox: "id-busybox"}); d.Answer != c.answer {
+				t.Errorf("answer %v, want %v: %s", d.Answer, c.answer, d.Message)
+			}
+			if runs != c.runs {
+				t.Errorf("version read %d times, want %d", runs, c.runs)
+			}
+		})
+	}
+}

@@ -103,6 +103,9 @@ func (s *Source) probed(node string) time.Duration {
 // finds it busy for its own window, and those found while its busy set-aside is in
 // force add nothing (one step, one log line, per episode).
 func (s *Source) setAsideBusy(node string) {
+	if node == self {
+		return
+	}
 	now := time.Now()
 	s.mu.Lock()
 	if now.Before(s.busyUntil[node]) && now.Before(s.bad[node]) {
@@ -116,8 +119,11 @@ func (s *Source) setAsideBusy(node string) {
 		d = min(failedFor<<n, busyAsideMax)
 	}
 	s.busyUntil[node] = now.Add(d)
+	// The set-aside is made under the same lock as the count: a fetch finding the peer
+	// busy between the two would otherwise count the same episode again.
+	until := s.asideUntilLocked(node, now.Add(d))
 	s.mu.Unlock()
-	s.setAside(node, d, fmt.Errorf("busy for %s, %d times in a row: %w", busyWait, n+1, errBusy))
+	s.logAside(node, until, fmt.Errorf("busy for %s, %d times in a row: %w", busyWait, n+1, errBusy))
 }
 
 // answered notes that node answered a request (not busy): its busy set-asides start
@@ -136,14 +142,23 @@ func (s *Source) setAside(node string, d time.Duration, why error) {
 	if node == self {
 		return
 	}
-	until := time.Now().Add(d)
 	s.mu.Lock()
-	if s.bad[node].After(until) {
-		until = s.bad[node]
-	} else {
-		s.bad[node] = until
-	}
+	until := s.asideUntilLocked(node, time.Now().Add(d))
 	s.mu.Unlock()
+	s.logAside(node, until, why)
+}
+
+// asideUntilLocked sets node aside until then, or keeps a later end already set, and
+// returns the end in force. s.mu is held.
+func (s *Source) asideUntilLocked(node string, until time.Time) time.Time {
+	if s.bad[node].After(until) {
+		return s.bad[node]
+	}
+	s.bad[node] = until
+	return until
+}
+
+func (s *Source) logAside(node string, until time.Time, why error) {
 	s.Log.WithError(why).WithField("peer", node).WithField("for", time.Until(until).Round(time.Second)).Warn("peers: setting a peer aside")
 }
 

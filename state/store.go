@@ -43,9 +43,13 @@ type Store struct {
 const (
 	dataFile  = "state.json"
 	filesDir  = "files"
-	lockFile  = "lock"
+	lockFile  = LockFile
 	maxStored = 8 << 20
 )
+
+// LockFile is the lock's name in the state directory: held by imagepind, imagepinctl
+// apply and imagepind uninstall, one at a time.
+const LockFile = "lock"
 
 // Open creates the state directory if needed.
 func Open(dir string) (*Store, error) {

@@ -18,6 +18,7 @@ import (
 	"github.com/imagepin/imagepin/cmd/internal/wire"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/idle"
+	"github.com/imagepin/imagepin/nodegiveback"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/systemd"
 )
@@ -26,6 +27,9 @@ import (
 var version = "0.1.0-dev"
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "uninstall" {
+		os.Exit(uninstall(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	configPath := flag.String("config", conf.DefaultConfigPath, "imagepind's TOML config file")
 	logLevel := flag.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := flag.String("log-format", "text", "log format: text or json")
@@ -80,6 +84,10 @@ func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *log
 		return err
 	}
 	defer unlock()
+	// imagepind runs on the node again: it is no longer given back.
+	if err := nodegiveback.ForgetReceipt(cfg.StateDir); err != nil {
+		return fmt.Errorf("remove the uninstall receipt: %w", err)
+	}
 
 	// Triggers of a reconcile: file changes, the cluster sync's faults and the tags'
 	// report changing.

@@ -133,12 +133,19 @@ func buildIndex(cfg Config, work string) (v1.ImageIndex, error) {
 			return nil, err
 		}
 		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{
-			Add:        img,
+			Add:        plainImage{img},
 			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: p.Arch}},
 		})
 	}
 	return idx, nil
 }
+
+// plainImage is an image, not an artifact: its descriptor in the index has no
+// artifactType (go-containerregistry would otherwise put the config's media type there).
+type plainImage struct{ v1.Image }
+
+// ArtifactType is none.
+func (plainImage) ArtifactType() (string, error) { return "", nil }
 
 func platformImage(cfg Config, p Platform, work string) (v1.Image, error) {
 	gz := filepath.Join(work, "layer-"+p.Arch+".tar.gz")

@@ -176,6 +176,9 @@ func TestWriteContents(t *testing.T) {
 		t.Errorf("index media type %s", im.MediaType)
 	}
 	for i, desc := range im.Manifests {
+		if desc.ArtifactType != "" || desc.MediaType != types.OCIManifestSchema1 {
+			t.Errorf("manifest %d: artifactType %q media type %s, want an image manifest", i, desc.ArtifactType, desc.MediaType)
+		}
 		if desc.Platform == nil || desc.Platform.OS != "linux" || desc.Platform.Architecture != testArches[i] {
 			t.Fatalf("manifest %d platform %v, want linux/%s", i, desc.Platform, testArches[i])
 		}
@@ -288,6 +291,7 @@ type craftPlatform struct {
 	indexArch, configArch string
 	entries               []craftEntry
 	entrypoint            string
+	artifact              bool // the index gives the image an artifactType
 }
 
 // craft writes a layout the way Write does not, to see Verify refuse it.
@@ -324,7 +328,11 @@ func craft(t *testing.T, dir string, ps []craftPlatform) {
 		if img, err = mutate.ConfigFile(img, cf); err != nil {
 			t.Fatal(err)
 		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: p.indexArch}}})
+		var add mutate.Appendable = plainImage{img}
+		if p.artifact {
+			add = img
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: add, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: p.indexArch}}})
 	}
 	lp, err := layout.Write(dir, empty.Index)
 	if err != nil {
@@ -346,6 +354,7 @@ func TestVerifyRefuses(t *testing.T) {
 	}{
 		{"good", func(p *craftPlatform) {}, ""},
 		{"index platform", func(p *craftPlatform) { p.indexArch = "amd64" }, "index platform linux/amd64, want linux/arm64"},
+		{"artifact", func(p *craftPlatform) { p.artifact = true }, `artifactType "application/vnd.oci.image.config.v1+json"`},
 		{"config platform", func(p *craftPlatform) { p.configArch = "amd64" }, "config platform linux/amd64, want linux/arm64"},
 		{"binary of another arch", func(p *craftPlatform) { p.entries[1].data = fakeELF(t, "amd64", "x", false) }, "usr/bin/imagepinctl: ELF for ELFCLASS64 EM_X86_64"},
 		{"dynamic", func(p *craftPlatform) { p.entries[0].data = fakeELF(t, "arm64", "x", true) }, "usr/bin/imagepind: dynamically linked"},

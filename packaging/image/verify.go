@@ -72,8 +72,8 @@ func Verify(dir string, arches, binaries []string) ([]Sizes, error) {
 
 func verifyPlatform(idx v1.ImageIndex, desc v1.Descriptor, arch string, binaries []string) (Sizes, error) {
 	s := Sizes{Arch: arch, Compressed: desc.Size}
-	if desc.MediaType != types.OCIManifestSchema1 {
-		return s, fmt.Errorf("media type %s, want %s", desc.MediaType, types.OCIManifestSchema1)
+	if desc.MediaType != types.OCIManifestSchema1 || desc.ArtifactType != "" {
+		return s, fmt.Errorf("media type %s artifactType %q, want an image: %s, no artifactType", desc.MediaType, desc.ArtifactType, types.OCIManifestSchema1)
 	}
 	if desc.Platform == nil || desc.Platform.OS != "linux" || desc.Platform.Architecture != arch {
 		return s, fmt.Errorf("index platform %v, want linux/%s", desc.Platform, arch)

@@ -6,6 +6,7 @@ package pintest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,6 +31,10 @@ type Subject struct {
 	// containerd 2.x (its CRI plugin stores the pulled record through the transfer
 	// service, which replaces the record's labels); CRI-O's patterns stay.
 	RepullUnpins bool
+	// PullReturnsRepoDigest says that CRI PullImage returns a repository digest, not the
+	// image ID: CRI-O before 1.36. (The kubelet keys the record of its own pull by what
+	// PullImage returns and looks it up by the image ID.)
+	PullReturnsRepoDigest bool
 	// Available are two distinct images the registry has; Missing one it does not.
 	Available [2]string
 	Missing   string
@@ -69,6 +74,30 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		if img, err := s.Runtime.ImageStatus(ctx, ref); err != nil || img.ID != names[ref] {
 			t.Fatalf("ListImages says %s is %q, ImageStatus %q (%v)", ref, names[ref], img.ID, err)
 		}
+	})
+	// What PullImage returns is the key of the kubelet's record of its own pull, which it
+	// looks up by ImageStatus's ID: the image ID on containerd and CRI-O 1.36, a
+	// repository digest on CRI-O before 1.36.
+	t.Run("PullImageReturns", func(t *testing.T) {
+		s := newSubject(t)
+		ctx := t.Context()
+		ref := s.Available[0]
+		got, err := s.Runtime.PullImage(ctx, ref, nil)
+		if err != nil {
+			t.Fatalf("pull %s: %v", ref, err)
+		}
+		img, err := s.Runtime.ImageStatus(ctx, ref)
+		if err != nil || !img.Present {
+			t.Fatalf("after the pull: %+v %v", img, err)
+		}
+		repo, _, _ := strings.Cut(ref, "@")
+		switch {
+		case s.PullReturnsRepoDigest && (got == img.ID || !strings.HasPrefix(got, repo+"@sha256:")):
+			t.Fatalf("PullImage(%s) returned %q, want a repository digest (the image ID is %q)", ref, got, img.ID)
+		case !s.PullReturnsRepoDigest && got != img.ID:
+			t.Fatalf("PullImage(%s) returned %q, want the image ID %q", ref, got, img.ID)
+		}
+		t.Logf("%s: PullImage returned %q, ImageStatus's ID %q", s.Name, got, img.ID)
 	})
 	t.Run("AbsentImageIsNotAnError", func(t *testing.T) {
 		s := newSubject(t)

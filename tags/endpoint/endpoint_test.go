@@ -49,10 +49,10 @@ func TestOnlyTheCAsServerIsTrusted(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
-	if changed, err := Trust(certs, addr, ca.PEM()); err != nil || !changed {
+	if changed, err := Trust(certs, addr, ca.PEM(), nil); err != nil || !changed {
 		t.Fatalf("trust: %v %v", changed, err)
 	}
-	if changed, _ := Trust(certs, addr, ca.PEM()); changed {
+	if changed, _ := Trust(certs, addr, ca.PEM(), nil); changed {
 		t.Fatal("the same CA written twice")
 	}
 	pemBytes, _ := os.ReadFile(filepath.Join(certs, addr, "ca.crt"))

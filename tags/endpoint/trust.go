@@ -9,13 +9,25 @@ import (
 	"github.com/imagepin/imagepin/internal/fsutil"
 )
 
+// Originals records what a path held before imagepind first changes it
+// (original.Book.Keep); an error leaves the path as it is.
+type Originals interface {
+	Keep(path string) error
+}
+
 // Trust makes CRI-O (containers/image) trust caPEM for exactly hostPort: the file
 // <certsDir>/<hostPort>/ca.crt, written only when it differs. changed says it was.
-func Trust(certsDir, hostPort string, caPEM []byte) (changed bool, err error) {
+// originals, when not nil, records what the path held before the first write.
+func Trust(certsDir, hostPort string, caPEM []byte, originals Originals) (changed bool, err error) {
 	dir := filepath.Join(certsDir, hostPort)
 	path := filepath.Join(dir, "ca.crt")
 	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, caPEM) {
 		return false, nil
+	}
+	if originals != nil {
+		if err := originals.Keep(path); err != nil {
+			return false, fmt.Errorf("trust the tag mirror's CA: %w", err)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, fmt.Errorf("trust the tag mirror's CA: %w", err)

@@ -148,7 +148,7 @@ address = %q
 `, setsDir, filepath.Join(dir, "state"), d.statusFile, filepath.Join(dir, "labels.json"), d.metrics)
 	switch runtime := os.Getenv("RUNTIME"); runtime {
 	case "", "cri-o", "crio":
-		step("starting CRI-O %s (from %s)", "1.34.0", env.CacheDir())
+		step("starting CRI-O %s (from %s)", runtimeVersion("crio"), env.CacheDir())
 		if d.crio, err = env.NewCRIO(filepath.Join(dir, "crio"), env.CRIOOptions{Insecure: []string{d.reg.Host}, RunContainers: true, PauseImage: d.pause}); err != nil {
 			return err
 		}
@@ -167,7 +167,7 @@ address = %q
 		// imagepind, which keeps their compressed blobs (CRI-O keeps none).
 		cfg += fmt.Sprintf("[peers]\nenabled = true\nmirror_address = \"127.0.0.1:%d\"\n", mirrorPort)
 	case "containerd":
-		step("starting containerd %s (from %s)", "2.2.9", env.CacheDir())
+		step("starting containerd %s (from %s)", runtimeVersion("containerd"), env.CacheDir())
 		if d.ctr, err = env.NewContainerd(filepath.Join(dir, "containerd"), env.ContainerdOptions{Insecure: []string{d.reg.Host}, RunContainers: true, PauseImage: d.pause}); err != nil {
 			return err
 		}
@@ -352,4 +352,13 @@ func indent(s string) string {
 		b.WriteString("    " + l + "\n")
 	}
 	return b.String()
+}
+
+// runtimeVersion is the version the cache's runtime binary says it is, or why not.
+func runtimeVersion(binary string) string {
+	v, err := env.RuntimeVersion(binary)
+	if err != nil {
+		return "(version unknown: " + err.Error() + ")"
+	}
+	return v
 }

@@ -22,7 +22,7 @@ func TestCRIOConformance(t *testing.T) {
 		refs := w.push("conf", 2)
 		missing := w.reg.Host + "/conf-0@sha256:" + strings.Repeat("0", 64)
 		return pintest.Subject{
-			Name: "cri-o", Runtime: w.cri,
+			Name: "cri-o", Runtime: w.cri, PullReturnsRepoDigest: !crioSupport(t).PullReturnsImageID,
 			Pinner: &crio.Pinner{
 				DropIn: crio.DropIn{MainConfig: w.crio.Config, ConfigDir: w.crio.ConfigDir},
 				Live:   crio.NewLiveConfig(w.crio.Socket), Reloader: crio.SignalReloader{Socket: w.crio.Socket},

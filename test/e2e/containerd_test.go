@@ -90,7 +90,11 @@ func TestContainerdPinPullUnpinAdminKept(t *testing.T) {
 	all := append(slices.Clone(app), admin...)
 	w.writeSet("app.yaml", alphaSet("app", all...))
 	n := w.waitFor("app Ready", 60*time.Second, phaseIs("app", status.Ready))
-	if n.Node.Runtime.Name != "containerd" || n.Node.Runtime.Version != "v2.2.9" || n.Set("app").ImagesReady != 4 {
+	want, err := env.RuntimeVersion("containerd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Node.Runtime.Name != "containerd" || n.Node.Runtime.Version != want || n.Set("app").ImagesReady != 4 {
 		t.Fatalf("status: %+v", n)
 	}
 	w.requirePinned(all...)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/status"
+	"github.com/imagepin/imagepin/test/env"
 )
 
 // A set file dropped in → every image present and pinned in CRI-O; status Ready.
@@ -22,7 +23,11 @@ func TestSetDroppedInIsPinnedAndPulled(t *testing.T) {
 	n := w.waitFor("app Ready", 60*time.Second, phaseIs("app", status.Ready))
 	w.requirePinned(refs...)
 	s := n.Set("app")
-	if s.ImagesReady != 3 || s.File != "app.yaml" || n.Node.Runtime.Version != "1.34.0" || n.Node.Runtime.Name != "cri-o" {
+	want, err := env.RuntimeVersion("crio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ImagesReady != 3 || s.File != "app.yaml" || n.Node.Runtime.Version != want || n.Node.Runtime.Name != "cri-o" {
 		t.Fatalf("status: %+v", n)
 	}
 	if !contains(w.livePins(), refs...) {

@@ -38,6 +38,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binDir = dir
+	// The versions this run tests (make test: the current pair; make test-versions: the
+	// previous one), as each binary says.
+	for _, b := range []string{"crio", "containerd", "kubelet"} {
+		line, err := env.VersionLine(b)
+		if err != nil {
+			line = err.Error()
+		}
+		fmt.Fprintf(os.Stderr, "e2e: %s: %s\n", b, line)
+	}
 	for _, cmd := range []string{"imagepind", "imagepinctl", "imagepin-aggregator"} {
 		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, cmd), "github.com/imagepin/imagepin/cmd/"+cmd).CombinedOutput()
 		if err != nil {

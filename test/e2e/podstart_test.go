@@ -19,8 +19,8 @@ import (
 )
 
 // podWorld is a CRI-O node that runs containers, a private registry (htpasswd) whose
-// images imagepind pre-loads with the node's pull secret, and a real kubelet 1.35
-// running static pods (hostNetwork, so no CNI) from a manifests directory.
+// images imagepind pre-loads with the node's pull secret, and a real kubelet (1.36.3; 1.35.4
+// in make test-versions) running static pods (hostNetwork, so no CNI) from a manifests directory.
 type podWorld struct {
 	*world
 	priv      *env.Registry
@@ -269,7 +269,7 @@ func (p *podWorld) logKubelet(phase string, images ...string) {
 }
 
 // The promise where it matters: with imagepind's set pre-loaded from a private registry
-// and the registry then gone, a real kubelet 1.35 starts pods from the pinned images,
+// and the registry then gone, a real kubelet starts pods from the pinned images,
 // and imagepind said beforehand which kubelet policy would stop them.
 func TestPodsStartFromPinnedImagesWithTheRegistryGone(t *testing.T) {
 	podStart(t, newPodWorld(t, false))
@@ -282,7 +282,7 @@ func TestContainerdPodsStartFromPinnedImagesWithTheRegistryGone(t *testing.T) {
 }
 
 func podStart(t *testing.T, p *podWorld) {
-	p.writeConfig(worldOptions{extra: fmt.Sprintf("[kubelet]\nconfig_dir = \"\"\nroot_dir = %q\n", p.kroot),
+	p.writeConfig(worldOptions{extra: fmt.Sprintf("[kubelet]\nconfig_dir = \"\"\nroot_dir = %q\nbinary = %q\n", p.kroot, filepath.Join(env.CacheDir(), "kubelet")),
 		kubeletConfig: filepath.Join(p.kdir, "kubelet.yaml")})
 
 	// The kubelet runs first, with its default policy (NeverVerifyPreloadedImages).
@@ -345,4 +345,42 @@ func podStart(t *testing.T, p *podWorld) {
 	p.writePods()
 	p.expectPods([]string{"team-a"}, 15*time.Second)
 	p.logKubelet("NeverVerifyAllowlistedImages:", p.teamA, p.teamB)
+
+	// An exact entry, team-b's name without its digest: a kubelet of 1.36 or later cuts
+	// the tag and digest off the pod's image before comparing, so team-b's pod starts; an
+	// earlier one compares the image as written, so none does. imagepind reads the
+	// kubelet's version from its binary ([kubelet] binary) and says which beforehand.
+	p.stopPods()
+	p.startKubelet(kubelet.NeverVerifyAllowlistedImages, p.priv.Host+"/team-b/app")
+	version := kubeletVersion(t)
+	want, starts := "3 of 3 images need the registry", []string(nil)
+	if version.Minor >= 36 {
+		want, starts = "2 of 3 images need the registry", []string{"team-b"}
+	}
+	n := p.waitFor("the exact allowlist entry predicted for kubelet "+version.Text, 60*time.Second, func(n status.Node) bool {
+		c := n.Set("apps").Condition(status.ConditionRegistryIndependent)
+		return c != nil && c.Status == status.False && strings.Contains(c.Message, want)
+	})
+	c = *n.Set("apps").Condition(status.ConditionRegistryIndependent)
+	t.Logf("kubelet %s, exact allowlist entry: imagepind's RegistryIndependent: %s/%s: %s", version.Text, c.Status, c.Reason, c.Message)
+	if (version.Minor >= 36 && strings.Contains(c.Message, p.teamB)) || !strings.Contains(c.Message, p.teamA) {
+		t.Fatalf("exact allowlist entry under kubelet %s: %+v", version.Text, c)
+	}
+	p.writePods()
+	p.expectPods(starts, 15*time.Second)
+	p.logKubelet("NeverVerifyAllowlistedImages, exact entry:", p.teamA, p.teamB)
+}
+
+// kubeletVersion is the version of the cache's kubelet, the one the tests run.
+func kubeletVersion(t *testing.T) kubelet.Version {
+	t.Helper()
+	line, err := env.VersionLine("kubelet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := kubelet.ParseVersion(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }

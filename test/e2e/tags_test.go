@@ -128,9 +128,9 @@ func tlsImpostor(t *testing.T, im *impostor, addr string) *httptest.Server {
 // endpoint's address is believed: not a refused connection, not an impostor with a
 // certificate of its own bound to it.
 //
-// The source is not on loopback on purpose: CRI-O 1.34 verifies no TLS at all on a pull
-// whose registry it holds insecure (127.0.0.0/8 always), so imagepind gives such
-// repositories no tag endpoint (crio.VerifiesTLS).
+// The source is not on loopback on purpose: CRI-O before 1.35 verifies no TLS at all on a
+// pull whose registry it holds insecure (127.0.0.0/8 always), so imagepind gives such
+// repositories no tag endpoint there (crio.VerifiesTLS).
 func TestTagsPinnedOnCRIO(t *testing.T) {
 	home := tagsHome(t)
 	p := newPodWorld(t, false)
@@ -190,10 +190,16 @@ func TestTagsPinnedOnCRIO(t *testing.T) {
 	if err != nil || caKey.Mode().Perm() != 0o600 {
 		t.Fatalf("the CA's key: %v %v, want mode 0600", caKey, err)
 	}
+	// CRI-O before 1.35 verifies no endpoint of a pull from a loopback registry: those
+	// repositories (pause, team-b) get no tag endpoint. From 1.35 it verifies each
+	// endpoint as registries.conf says of it: all three get it.
 	dropIn, _ := os.ReadFile(filepath.Join(p.crio.RegistriesConfDir(), crio.MirrorDropInName))
-	if strings.Count(string(dropIn), `pull-from-mirror = "tag-only"`) != 1 {
-		t.Fatalf("the drop-in gives the tag endpoint to %d repositories, want the source's alone (the loopback registry's are not verified by CRI-O):\n%s",
-			strings.Count(string(dropIn), `pull-from-mirror = "tag-only"`), dropIn)
+	wantTagEndpoints := 1
+	if crioSupport(t).TLSPerEndpoint {
+		wantTagEndpoints = 3
+	}
+	if n := strings.Count(string(dropIn), `pull-from-mirror = "tag-only"`); n != wantTagEndpoints {
+		t.Fatalf("the drop-in gives the tag endpoint to %d repositories, want %d:\n%s", n, wantTagEndpoints, dropIn)
 	}
 
 	// The move reported while the registry answers: status, imagepinctl, metric.
@@ -360,4 +366,18 @@ func TestTagsPinnedOnContainerd(t *testing.T) {
 	// The set without the tag: the record imagepind made goes.
 	p.writeSet("apps.yaml", alphaSet("apps", p.pause, p.teamA, p.teamB))
 	waitUntil(t, "the record "+tagged+" gone", 60*time.Second, func() bool { return recordTarget(t, p.socket(), tagged) == "" })
+}
+
+// crioSupport is what the cache's CRI-O, the one the tests run, does.
+func crioSupport(t *testing.T) crio.Support {
+	t.Helper()
+	v, err := env.RuntimeVersion("crio")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup, err := crio.SupportOf(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sup
 }

@@ -25,6 +25,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/imagepin/imagepin/api/v1alpha1"
+	"github.com/imagepin/imagepin/kubelet"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
 )
@@ -554,6 +555,7 @@ func (w *wholeCluster) appV1AndSets(t *testing.T) {
 	if c := meta.FindStatusCondition(v1st.Conditions, v1alpha1.ConditionRegistryIndependent); c != nil {
 		t.Logf("app-v1: %s nodes Ready; RegistryIndependent=%s (%s): %s", v1st.Nodes, c.Status, c.Reason, c.Message)
 	}
+	w.kubeletsRecordedTheirPulls(t)
 
 	// The next version, prepared: the Deployment paused and its template moved to v2
 	// (nothing rolls yet), the set for v2 made from that template, applied, waited for.
@@ -984,4 +986,49 @@ func (w *wholeCluster) control(t *testing.T) {
 	}
 	w.quoteKubelets(t, w.appV3.tag, "Failed to pull image")
 	w.requireRunning(t, "app=app,pod-template-hash!="+v3.Labels["pod-template-hash"], w.appV2.podRef(), before)
+}
+
+// kubeletsRecordedTheirPulls checks, per node, under which key the kubelet recorded its
+// own pull of v1 (with the pods' pull secret): what the runtime's CRI PullImage returned.
+// The kubelet looks a record up by the image ID (ImageStatus): containerd and CRI-O 1.36
+// return that ID, so the kubelet finds the record and v1 is no longer pre-loaded for it;
+// CRI-O before 1.36 returns a repository digest, under which the kubelet never finds it.
+func (w *wholeCluster) kubeletsRecordedTheirPulls(t *testing.T) {
+	t.Helper()
+	sup := crioSupport(t)
+	for _, n := range w.c.Nodes {
+		out, err := n.Crictl(t.Context(), "inspecti", "-o", "json", w.appV1.digest)
+		var img struct {
+			Status struct {
+				ID string `json:"id"`
+			} `json:"status"`
+		}
+		if err != nil || json.Unmarshal(out, &img) != nil || img.Status.ID == "" {
+			t.Fatalf("%s: crictl inspecti %s: %v\n%s", n.Name, w.appV1.digest, err, out)
+		}
+		recs, err := kubelet.ReadPullRecords(n.Kubelet.RootDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for key, rec := range recs.Pulled {
+			for name, creds := range rec.CredentialMapping {
+				if strings.HasPrefix(w.appV1.digest, name+"@") && len(creds.KubernetesSecrets) > 0 {
+					keys = append(keys, key)
+				}
+			}
+		}
+		byID := n.Containerd != nil || sup.PullReturnsImageID
+		_, found := recs.Pulled[img.Status.ID]
+		t.Logf("%s (%s): the kubelet's record of its pull of v1 with the pull secret is keyed %q; v1's image ID is %s: found by the kubelet: %v",
+			n.Name, n.Runtime(), keys, img.Status.ID, found)
+		switch {
+		case len(keys) != 1:
+			t.Fatalf("%s: the kubelet's records of its pull of v1 with a secret: %q, want one", n.Name, keys)
+		case byID && !found:
+			t.Fatalf("%s: the kubelet's record is keyed %q, not by v1's image ID %s", n.Name, keys[0], img.Status.ID)
+		case !byID && (found || !strings.Contains(keys[0], "@sha256:")):
+			t.Fatalf("%s: CRI-O: the kubelet's record is keyed %q, want a repository digest", n.Name, keys[0])
+		}
+	}
 }

@@ -147,7 +147,7 @@ monitor_path = "%[5]s"
 monitor_cgroup = "pod"
 
 # CRI-O's defaults also configure crun, which these machines lack. A handler that fails
-# validation is deleted from CRI-O 1.34's runtime map on every reload, unsynchronised
+# validation is deleted from CRI-O's runtime map (1.34 to 1.36) on every reload, unsynchronised
 # with GET /config and CRI Status walking it: a read at that moment kills CRI-O (see
 # crio.ReloadSettle). Nodes have both runtimes; so does this one, crun run by runc.
 [crio.runtime.runtimes.crun]

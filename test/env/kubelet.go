@@ -12,7 +12,7 @@ import (
 	"syscall"
 )
 
-// Kubelet is a real kubelet (hack/kube-deps.sh: 1.35.4) against a CRI socket, with
+// Kubelet is a real kubelet (hack/kube-deps.sh: 1.36.3) against a CRI socket, with
 // everything under Dir: standalone (no API server, static pods) or, with a kubeconfig,
 // registered as a Node of a cluster.
 type Kubelet struct {
@@ -120,7 +120,7 @@ evictionHard:
   imagefs.available: %q
 evictionPressureTransitionPeriod: 1s
 syncFrequency: 1m
-# Kubelet 1.35 refuses cgroup v1 (these machines) unless told not to.
+# The kubelet (1.35 on) refuses cgroup v1 (these machines) unless told not to.
 failCgroupV1: false
 `, port, healthz, criSocket, gc.HighThresholdPercent, gc.LowThresholdPercent, gc.EvictionImagefsAvailable)
 	if o.StaticPods != "" {

@@ -8,8 +8,10 @@ import (
 	"github.com/imagepin/imagepin/blobstore"
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/containerd"
+	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/crio"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/original"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pullcreds"
@@ -101,7 +103,7 @@ func adminRegistriesDir(stateDir string) string {
 // CRI-O the administrator's registries files without its drop-in (copied into a
 // scratch directory, kept up to date at every pin write); on containerd the hosts.toml
 // files read without the mirror's host, and containerd's own content store.
-func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, secret *pullcreds.SecretFile, pinner pin.Pinner, log logrus.FieldLogger) (pin.Pinner, error) {
+func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, secret *pullcreds.SecretFile, pinner pin.Pinner, client *cri.Client, log logrus.FieldLogger) (pin.Pinner, error) {
 	rc, _ := RegistryAccess(cfg, runtimeName, stateDir)
 	var rt peers.Runtime
 	var files peers.Files
@@ -114,15 +116,16 @@ func BindPeers(node *peers.Node, cfg conf.Config, runtimeName, stateDir string, 
 		}
 		rt.Content = content
 		files = &containerd.MirrorHosts{Local: cfg.Peers.MirrorAddress, ConfigPath: cfg.Containerd.ConfigPath,
-			Record: hostsRecord(stateDir), Path: mirror.PathFor}
+			Record: hostsRecord(stateDir), Path: mirror.PathFor, Originals: original.New(stateDir)}
 	} else {
 		admin := &crio.AdminFiles{Main: cfg.Disk.RegistriesConf, Dir: cfg.Disk.RegistriesConfDir, Scratch: adminRegistriesDir(stateDir)}
 		if _, _, err := admin.Read(); err != nil {
 			log.WithError(err).Warn("[peers] reading the administrator's registries files")
 		}
 		rc.RegistriesConfDir = admin.Scratch
-		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress, Insecure: crio.NewLiveConfig(cfg.CRISocket()).InsecureRegistries,
-			Admin: admin, Path: mirror.PathFor}
+		files = &crio.MirrorRegistries{Local: cfg.Peers.MirrorAddress, Tags: cfg.Peers.TagAddress,
+			Version: client.RuntimeVersion, Insecure: crio.NewLiveConfig(cfg.CRISocket()).InsecureRegistries,
+			Admin: admin, Path: mirror.PathFor, Originals: original.New(stateDir)}
 	}
 	rt.Registry = mirror.FromRegistry(registry.New(rc, secret.Lookup))
 	node.Bind(rt)

@@ -47,7 +47,7 @@ func TestPeersOffRemovesWhatTheConfigNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := endpoint.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
+	if _, err := endpoint.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := blobstore.Open(cfg.Peers.StoreDir); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/imagepin/imagepin/containerd"
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/mirror"
+	"github.com/imagepin/imagepin/original"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pullcreds"
 	"github.com/imagepin/imagepin/registry"
@@ -59,7 +60,7 @@ func tagParts(cfg conf.Config, runtimeName, stateDir string, client *cri.Client,
 	if err != nil {
 		return tags.Parts{}, err
 	}
-	if changed, err := endpoint.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM()); err != nil {
+	if changed, err := endpoint.Trust(cfg.Disk.CertsDir, cfg.Peers.TagAddress, ca.PEM(), original.New(stateDir)); err != nil {
 		return tags.Parts{}, err
 	} else if changed {
 		log.WithField("dir", cfg.Disk.CertsDir).WithField("address", cfg.Peers.TagAddress).Info("CRI-O trusts the node-local mirror's CA for tags at this address alone")

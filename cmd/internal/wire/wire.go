@@ -26,6 +26,7 @@ import (
 	"github.com/imagepin/imagepin/diskcheck"
 	"github.com/imagepin/imagepin/internal/kube"
 	"github.com/imagepin/imagepin/kubelet"
+	"github.com/imagepin/imagepin/original"
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pin"
 	"github.com/imagepin/imagepin/pullcreds"
@@ -115,7 +116,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 		return Built{}, err
 	}
 	if opts.Peers != nil {
-		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), secret, pinner, opts.Log); err != nil {
+		if pinner, err = BindPeers(opts.Peers, cfg, runtimeName, store.Dir(), secret, pinner, client, opts.Log); err != nil {
 			client.Close()
 			return Built{}, err
 		}
@@ -259,7 +260,7 @@ func Pinner(cfg conf.Config, runtimeName, stateDir string, log logrus.FieldLogge
 			Record: filepath.Join(stateDir, "containerd-labels.json"), Log: log}, nil
 	}
 	return &crio.Pinner{
-		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir, Cache: crio.NewFileCache()},
+		DropIn:   crio.DropIn{MainConfig: cfg.CRIO.Config, ConfigDir: cfg.CRIO.ConfigDir, Cache: crio.NewFileCache(), Originals: original.New(stateDir)},
 		Live:     crio.NewLiveConfig(cfg.CRISocket()),
 		Reloader: Reloader(cfg, log),
 		Settle:   crio.ReloadSettle,
