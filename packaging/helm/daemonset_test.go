@@ -126,6 +126,15 @@ func TestPresetsMountWhatTheNodeNeeds(t *testing.T) {
 			"/var/lib/kubelet/pki": ro(dir), "/var/lib/kubelet/kubeconfig": ro(file),
 			"/etc/kubernetes/kubelet.conf": ro(file), "/var/lib/kubelet/config.json": ro(file)}),
 	}
+	// The node's CA certificates (the image has none): RHCOS's in /etc/pki, the others'
+	// in /etc/ssl/certs.
+	for p, m := range want {
+		if p.distribution == "openshift" {
+			m["/etc/pki"] = ro(dir)
+		} else {
+			m["/etc/ssl/certs"] = ro(dir)
+		}
+	}
 	for _, p := range presets {
 		t.Run(p.String(), func(t *testing.T) {
 			got := hostPaths(t, render(t, p.values()))

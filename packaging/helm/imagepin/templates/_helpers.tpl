@@ -35,6 +35,11 @@ what the runtime and the kubelet name.
 {{- end -}}
 stateDir: /var/lib/imagepin
 kubeletRootDir: /var/lib/kubelet
+{{- if eq $d "openshift" }}
+caCertsDir: /etc/pki
+{{- else }}
+caCertsDir: /etc/ssl/certs
+{{- end }}
 {{- if eq $r "crio" }}
 criSocket: /run/crio/crio.sock
 crioDir: /etc/crio
