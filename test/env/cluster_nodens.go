@@ -33,8 +33,8 @@ type nodeNamespace struct {
 	enter []string
 }
 
-// startNodeNamespace starts a process that holds a new mount namespace (private
-// propagation: nothing mounted in it reaches the host).
+// startNodeNamespace starts a process that holds a new mount namespace (its mounts
+// private to the host: nothing mounted in it reaches the host; shared within it).
 func startNodeNamespace() (*nodeNamespace, error) {
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "infinity")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -55,6 +55,14 @@ func startNodeNamespace() (*nodeNamespace, error) {
 		}
 	}
 	ns.enter = []string{"nsenter", "--mount=" + path, "--"}
+	// / shared within the namespace, as systemd makes a real node's: the runtime
+	// mounts a host path that holds its own storage's mounts with rslave propagation,
+	// which needs a shared or slave source. The host's mounts (private here) are not
+	// peers of the namespace's copies: nothing reaches the host still.
+	if out, err := exec.Command("nsenter", "--mount="+path, "--", "mount", "--make-rshared", "/").CombinedOutput(); err != nil {
+		ns.stop()
+		return nil, fmt.Errorf("a node's mount namespace: mount --make-rshared /: %w: %s", err, out)
+	}
 	return ns, nil
 }
 
