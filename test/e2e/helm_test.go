@@ -16,10 +16,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
+	"github.com/imagepin/imagepin/nodegiveback"
 	"github.com/imagepin/imagepin/packaging/image"
+	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/test/env"
 )
 
@@ -40,11 +44,6 @@ type helmCluster struct {
 }
 
 const (
-	// withChartPin: the steps after the install (pin, the registry gone and a rollout,
-	// helm upgrade). Off while nothing makes <stateDir>/sets.d on a fresh node: the
-	// chart's imagepind then writes no set ("sets directory is missing").
-	withChartPin = false
-
 	helmNamespace = "imagepin"
 	helmRelease   = "imagepin"
 	// runtimeLabel tells the CRI-O nodes from the containerd one.
@@ -67,11 +66,11 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	h := newHelmCluster(t)
 	h.step("snapshot", h.snapshotAll("before"))
 	h.step("install", h.install)
-	if withChartPin {
-		h.step("pin", h.pin)
-		h.step("registry gone, roll out", h.rollout)
-		h.step("upgrade", h.upgrade)
-	}
+	h.step("pin", h.pin)
+	h.step("snapshot while pinned", h.snapshotPinned)
+	h.step("registry gone, roll out", h.rollout)
+	h.step("upgrade", h.upgrade)
+	h.step("uninstall", h.uninstall)
 	t.Logf("whole test: %s", time.Since(start).Round(time.Second))
 }
 
@@ -246,10 +245,14 @@ func (h *helmCluster) helm(t *testing.T, args ...string) string {
 //     (they lack CAP_SYS_RESOURCE).
 //   - uninstall.enabled false: the hook's Job talks to the API through the kubernetes
 //     Service, which has no proxy here: the test runs its command itself.
+//   - paths.imageFs: each node's CRI-O keeps its images under the test's directory
+//     (<cluster>/nN/crio/root), not /var/lib/containers/storage: the directory of all
+//     nodes, read-only.
 func (h *helmCluster) values(i int) string {
 	repo, digest, _ := strings.Cut(h.images[i], "@")
 	return fmt.Sprintf(`runtime: crio
 distribution: generic
+paths: {imageFs: %q}
 image: {repository: %q, digest: %q}
 crd: {install: false}
 aggregator: {enabled: false}
@@ -264,7 +267,7 @@ imagepind:
     unpin_delay: 2s
     report: {ca: /var/lib/kubelet/pki/imagepin-aggregator-ca.crt, heartbeat: 1s}
 uninstall: {enabled: false}
-`, repo, digest, h.c.AggregatorService.Addr, runtimeLabel)
+`, filepath.Join(h.dir, "cluster"), repo, digest, h.c.AggregatorService.Addr, runtimeLabel)
 }
 
 func (h *helmCluster) writeValues(t *testing.T, i int) string {
@@ -287,14 +290,16 @@ func (h *helmCluster) crioNodes() []*env.ClusterNode {
 
 // runtimeConfig are the files of a node's runtime configuration that imagepind may write:
 // CRI-O's crio.conf.d, registries.conf.d and certs.d (with crio.conf and registries.conf),
-// containerd's hosts.toml tree; and imagepind's state directory.
+// containerd's hosts.toml tree.
 func runtimeConfig(n *env.ClusterNode) []string {
-	state := filepath.Join(n.Dir, "imagepin")
 	if n.Containerd != nil {
-		return []string{n.Containerd.HostsDir, state}
+		return []string{n.Containerd.HostsDir}
 	}
-	return []string{n.CRIO.Config, n.CRIO.ConfigDir, n.CRIO.RegistriesConf(), n.CRIO.RegistriesConfDir(), n.CRIO.CertsDir(), state}
+	return []string{n.CRIO.Config, n.CRIO.ConfigDir, n.CRIO.RegistriesConf(), n.CRIO.RegistriesConfDir(), n.CRIO.CertsDir()}
 }
+
+// stateDir is the node's /var/lib/imagepin (the chart's stateDir).
+func stateDir(n *env.ClusterNode) string { return filepath.Join(n.Dir, "imagepin") }
 
 // listing is one line per file and directory under roots: path, type and mode, and the
 // sha256 of a file's bytes.
@@ -416,15 +421,25 @@ func (h *helmCluster) pin(t *testing.T) {
 	if err := os.WriteFile(p, []byte(set), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	h.kubectl(t, "apply", "-f", p)
-	h.waitPinnedReady(t, time.Minute)
+	// The condition is True before the set reaches the nodes (no set yet): the image
+	// pinned in CRI-O first, then the condition with the set in it.
+	deadline := time.Now().Add(2 * time.Minute)
 	for _, n := range h.crioNodes() {
-		out, err := n.Crictl(t.Context(), "inspecti", "-o", "go-template", "--template", "{{.status.pinned}} {{.status.id}}", h.appV1)
-		if err != nil || !strings.HasPrefix(string(out), "true ") {
-			t.Fatalf("%s: %s not pinned in CRI-O: %s %v", n.Name, h.appV1, out, err)
+		for {
+			out, err := n.Crictl(t.Context(), "inspecti", "-o", "go-template", "--template", "{{.status.pinned}} {{.status.id}}", h.appV1)
+			if err == nil && strings.HasPrefix(string(out), "true ") {
+				t.Logf("%s: crictl inspecti %s: pinned %s (%s after the apply)", n.Name, h.appV1, strings.TrimSpace(string(out)), time.Since(start).Round(100*time.Millisecond))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %s not pinned in CRI-O 2m after the set was applied: %s %v", n.Name, h.appV1, out, err)
+			}
+			time.Sleep(500 * time.Millisecond)
 		}
-		t.Logf("%s: crictl inspecti %s: pinned %s", n.Name, h.appV1, strings.TrimSpace(string(out)))
 	}
+	h.waitPinnedReady(t, time.Minute)
 }
 
 // waitPinnedReady waits until every CRI-O node's PinnedImagesReady condition (imagepind's
@@ -444,6 +459,19 @@ func (h *helmCluster) waitPinnedReady(t *testing.T, timeout time.Duration) {
 				t.Fatalf("%s: %s not True after %s (%v)", n.Name, pinnedImagesReady, timeout, err)
 			}
 			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// snapshotPinned lists each node's runtime configuration with the set pinned: on the
+// CRI-O nodes imagepind's pin drop-in is there (what uninstall must take away).
+func (h *helmCluster) snapshotPinned(t *testing.T) {
+	h.snapshotAll("pinned")(t)
+	for _, n := range h.crioNodes() {
+		d, _ := exec.Command("diff", "-u", filepath.Join(h.dir, "snapshot-before", n.Name), filepath.Join(h.dir, "snapshot-pinned", n.Name)).CombinedOutput()
+		t.Logf("$ diff -u snapshot-before/%s snapshot-pinned/%s\n%s", n.Name, n.Name, d)
+		if len(d) == 0 {
+			t.Errorf("%s: its runtime configuration with the set pinned is as before the install: imagepind wrote nothing there", n.Name)
 		}
 	}
 }
@@ -493,6 +521,7 @@ func (h *helmCluster) upgrade(t *testing.T) {
 		}
 		ids[n.Name] = strings.TrimSpace(string(out))
 	}
+	pulls := h.appPulls()
 	h.helm(t, "upgrade", helmRelease, filepath.Join("..", "..", "packaging", "helm", "imagepin"),
 		"--namespace", helmNamespace, "--values", h.writeValues(t, 1))
 	h.waitDaemonSet(t, h.images[1], 3*time.Minute)
@@ -511,4 +540,129 @@ func (h *helmCluster) upgrade(t *testing.T) {
 		}
 		t.Logf("%s: %s still %s", n.Name, h.appV1, ids[n.Name])
 	}
+	if got := h.appPulls(); got != pulls {
+		t.Fatalf("CRI-O's PullImage calls for %s: %d before the upgrade, %d after", h.appRepo(), pulls, got)
+	}
+	t.Logf("CRI-O's PullImage calls for %s on the CRI-O nodes: %d before the upgrade, %d after: none", h.appRepo(), pulls, pulls)
+}
+
+func (h *helmCluster) appRepo() string { repo, _, _ := strings.Cut(h.appV1, "@"); return repo }
+
+// appPulls counts the PullImage calls for the application's image CRI-O logged on every
+// CRI-O node ("Pulling image: <ref>", at info level).
+func (h *helmCluster) appPulls() int {
+	n := 0
+	for _, node := range h.crioNodes() {
+		b, _ := os.ReadFile(node.CRIO.LogFile)
+		n += strings.Count(string(b), "Pulling image: "+h.appRepo())
+	}
+	return n
+}
+
+// uninstall: the chart's pre-delete hook's command (imagepinctl uninstall-nodes with the
+// arguments the chart renders; its Job cannot run here: no pod network), then helm
+// uninstall. Each node's runtime configuration is then what it was before the install,
+// byte for byte and mode for mode; the pins are released and the images still there;
+// the state directory holds only the receipt and the lock.
+func (h *helmCluster) uninstall(t *testing.T) {
+	args := h.hookArgs(t)
+	ctl := filepath.Join(h.dir, "imagepinctl")
+	if err := env.GoBuild(ctl, "github.com/imagepin/imagepin/cmd/imagepinctl", ""); err != nil {
+		t.Fatal(err)
+	}
+	pulls := h.appPulls()
+	reloads := h.crioReloads()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, ctl, append(args, "--kubeconfig", h.c.Admin)...).CombinedOutput()
+	t.Logf("$ imagepinctl %s (%s)\n%s", strings.Join(args, " "), time.Since(start).Round(100*time.Millisecond), out)
+	if err != nil {
+		t.Logf("imagepind pods:\n%s", h.kubectl(t, "-n", helmNamespace, "get", "pods", "-o", "wide"))
+		t.Fatalf("the uninstall hook's command: %v", err)
+	}
+	h.helm(t, "uninstall", helmRelease, "--namespace", helmNamespace, "--wait")
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pods, err := h.c.CS.CoreV1().Pods(helmNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=imagepind"})
+		if err == nil && len(pods.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("imagepind's pods still there 2m after helm uninstall: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	h.snapshotAll("after")(t)
+	empty := true
+	for _, n := range h.c.Nodes {
+		before := filepath.Join(h.dir, "snapshot-before", n.Name)
+		after := filepath.Join(h.dir, "snapshot-after", n.Name)
+		d, _ := exec.Command("diff", "-u", before, after).CombinedOutput()
+		t.Logf("$ diff -u snapshot-before/%s snapshot-after/%s\n%s", n.Name, n.Name, d)
+		if len(d) > 0 {
+			empty = false
+			t.Errorf("%s: its runtime configuration is not what it was before the install", n.Name)
+		}
+	}
+	if empty {
+		t.Logf("every node's runtime configuration as before the install: empty diff")
+	}
+	for _, n := range h.crioNodes() {
+		out, err := n.Crictl(t.Context(), "inspecti", "-o", "go-template", "--template", "{{.status.pinned}} {{.status.id}}", h.appV1)
+		if err != nil || !strings.HasPrefix(string(out), "false ") {
+			t.Errorf("%s: %s after uninstall: %q %v, want present and not pinned", n.Name, h.appV1, out, err)
+		}
+		entries, _ := os.ReadDir(stateDir(n))
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Logf("%s: %s present, not pinned; state directory holds %v", n.Name, h.appV1, names)
+		for _, name := range names {
+			if name != nodegiveback.ReceiptFile && name != state.LockFile {
+				t.Errorf("%s: %s left in the state directory", n.Name, name)
+			}
+		}
+	}
+	if got := h.crioReloads() - reloads; got != len(h.crioNodes()) {
+		t.Errorf("CRI-O reloads during the uninstall: %d on %d nodes, want one each", got, len(h.crioNodes()))
+	}
+	if got := h.appPulls(); got != pulls {
+		t.Errorf("PullImage calls for %s during the uninstall: %d", h.appRepo(), got-pulls)
+	}
+}
+
+// crioReloads counts CRI-O's configuration reloads (SIGHUP) on the CRI-O nodes.
+func (h *helmCluster) crioReloads() int {
+	n := 0
+	for _, node := range h.crioNodes() {
+		b, _ := os.ReadFile(node.CRIO.LogFile)
+		n += strings.Count(string(b), "Reloading configuration")
+	}
+	return n
+}
+
+// hookArgs are the arguments of the chart's pre-delete hook Job (imagepinctl's), as helm
+// renders them for this cluster's values.
+func (h *helmCluster) hookArgs(t *testing.T) []string {
+	p := filepath.Join(h.dir, "values-hook.yaml")
+	if err := os.WriteFile(p, []byte("uninstall: {enabled: true}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := h.helm(t, "template", helmRelease, filepath.Join("..", "..", "packaging", "helm", "imagepin"), "--namespace", helmNamespace,
+		"--kube-version", "1.36.0", "--values", h.writeValues(t, 1), "--values", p, "--show-only", "templates/uninstall-hook.yaml")
+	for _, doc := range strings.Split(out, "\n---") {
+		var job batchv1.Job
+		if err := yaml.Unmarshal([]byte(doc), &job); err != nil || job.Kind != "Job" {
+			continue
+		}
+		c := job.Spec.Template.Spec.Containers[0]
+		if len(c.Command) != 1 || c.Command[0] != "/usr/bin/imagepinctl" {
+			t.Fatalf("the hook's Job runs %v", c.Command)
+		}
+		return c.Args
+	}
+	t.Fatalf("no Job in the chart's uninstall hook:\n%s", out)
+	return nil
 }
