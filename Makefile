@@ -1,8 +1,8 @@
 # imagepin. `make demo` and `make test` work on a bare Debian 12 machine as root:
 # hack/e2e-deps.sh installs the Debian packages and builds CRI-O 1.36.3 and containerd 2.4.2
-# once, and hack/kube-deps.sh the Kubernetes 1.36.3 binaries and etcd 3.6.6, into
-# $(IMAGEPIN_CACHE) (default /var/cache/imagepin). `make test-versions` runs the end-to-end
-# tier on the previous versions, in a cache of their own.
+# once, and hack/kube-deps.sh the Kubernetes 1.36.3 binaries and etcd 3.6.6, hack/helm-deps.sh
+# helm 3.22.0, into $(IMAGEPIN_CACHE) (default /var/cache/imagepin). `make test-versions` runs
+# the end-to-end tier on the previous versions, in a cache of their own.
 
 GO        ?= go
 BIN       := $(CURDIR)/bin
@@ -75,10 +75,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZ_RENDER) ./crio
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_RESOLVE) ./resolve
 
-# One build at a time (2 cores): CRI-O and crictl, then kube-apiserver and etcd (cluster loop).
+# One build at a time (2 cores): CRI-O and crictl, then kube-apiserver and etcd (cluster loop),
+# then helm (the chart's end-to-end test).
 deps:
 	hack/e2e-deps.sh
 	hack/kube-deps.sh
+	hack/helm-deps.sh
 
 # End-to-end tier: real registry, real CRI-O, root.
 test-e2e: deps

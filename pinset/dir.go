@@ -169,3 +169,24 @@ func UniqueNames(files []FileSets) ([]FileSets, map[string]error) {
 	}
 	return kept, errs
 }
+
+// MakeSetsDir makes the sets directory (0755, its missing parents too) if it does not
+// exist, as imagepind does once at start: on a node where nothing made it (a
+// DaemonSet's fresh host path, an install without the RPM), imagepind would otherwise
+// write and read no set. A directory that exists keeps its mode; one that vanishes later
+// stays a fault (ErrSetsDirMissing) and is not made again. It says whether it made it.
+func MakeSetsDir(dir string) (bool, error) {
+	st, err := os.Stat(dir)
+	switch {
+	case err == nil && st.IsDir():
+		return false, nil
+	case err == nil:
+		return false, fmt.Errorf("sets directory %s: exists and is not a directory (%s)", dir, st.Mode().Type())
+	case !errors.Is(err, os.ErrNotExist):
+		return false, fmt.Errorf("sets directory: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("make the sets directory: %w", err)
+	}
+	return true, nil
+}

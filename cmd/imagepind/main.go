@@ -19,6 +19,7 @@ import (
 	"github.com/imagepin/imagepin/conf"
 	"github.com/imagepin/imagepin/internal/idle"
 	"github.com/imagepin/imagepin/nodegiveback"
+	"github.com/imagepin/imagepin/pinset"
 	"github.com/imagepin/imagepin/state"
 	"github.com/imagepin/imagepin/systemd"
 )
@@ -75,9 +76,16 @@ func main() {
 }
 
 func run(ctx context.Context, cfg conf.Config, reload <-chan os.Signal, log *logrus.Logger) error {
+	// The state directory (0700) and the sets directory (0755) are made where absent: a
+	// fresh node's (a DaemonSet's new host path) works from the first start.
 	store, err := state.Open(cfg.StateDir)
 	if err != nil {
 		return err
+	}
+	if made, err := pinset.MakeSetsDir(cfg.SetsDir); err != nil {
+		return err
+	} else if made {
+		log.WithField("dir", cfg.SetsDir).Info("sets directory made")
 	}
 	unlock, err := store.Lock()
 	if err != nil {

@@ -89,8 +89,10 @@ func TestPresetsMountWhatTheNodeNeeds(t *testing.T) {
 	)
 	rw := func(typ string) hostPath { return hostPath{typ: typ} }
 	ro := func(typ string) hostPath { return hostPath{typ: typ, ro: true} }
+	// The runtime's image filesystem (CRI ImageFsInfo's mountpoint, the disk check's).
 	crio := map[string]hostPath{
 		"/run/crio": ro(dir), "/etc/crio": rw(dir), "/etc/containers": rw(dir), "/run/dbus": ro(dir),
+		"/var/lib/containers/storage/overlay-images": ro(dir),
 	}
 	generic := map[string]hostPath{
 		"/var/lib/kubelet/pki": ro(dir), "/etc/kubernetes/kubelet.conf": ro(file), "/var/lib/kubelet/config.yaml": ro(file),
@@ -98,7 +100,7 @@ func TestPresetsMountWhatTheNodeNeeds(t *testing.T) {
 	rancher := func(d string) map[string]hostPath {
 		// The agent's directory holds the kubelet's kubeconfig, certificates and keys
 		// (client-kubelet.crt and .key, serving-kubelet.crt and .key) and its config
-		// drop-ins: one read-only mount.
+		// drop-ins, and containerd's image filesystem: one read-only mount.
 		return map[string]hostPath{"/var/lib/rancher/" + d + "/agent": ro(dir)}
 	}
 	join := func(ms ...map[string]hostPath) map[string]hostPath {
@@ -115,7 +117,8 @@ func TestPresetsMountWhatTheNodeNeeds(t *testing.T) {
 	want := map[preset]map[string]hostPath{
 		{"crio", "generic"}: join(crio, generic),
 		{"containerd", "generic"}: join(generic, map[string]hostPath{
-			"/run/containerd": ro(dir), "/etc/containerd/certs.d": rw(dir)}),
+			"/run/containerd": ro(dir), "/etc/containerd/certs.d": rw(dir),
+			"/var/lib/containerd/io.containerd.snapshotter.v1.overlayfs": ro(dir)}),
 		{"containerd", "k3s"}: join(rancher("k3s"), map[string]hostPath{
 			"/run/k3s/containerd": ro(dir), "/var/lib/rancher/k3s/agent/etc/containerd/certs.d": rw(dir)}),
 		{"containerd", "rke2"}: join(rancher("rke2"), map[string]hostPath{
@@ -125,6 +128,15 @@ func TestPresetsMountWhatTheNodeNeeds(t *testing.T) {
 		{"crio", "openshift"}: join(crio, map[string]hostPath{
 			"/var/lib/kubelet/pki": ro(dir), "/var/lib/kubelet/kubeconfig": ro(file),
 			"/etc/kubernetes/kubelet.conf": ro(file), "/var/lib/kubelet/config.json": ro(file)}),
+	}
+	// The node's CA certificates (the image has none): RHCOS's in /etc/pki, the others'
+	// in /etc/ssl/certs.
+	for p, m := range want {
+		if p.distribution == "openshift" {
+			m["/etc/pki"] = ro(dir)
+		} else {
+			m["/etc/ssl/certs"] = ro(dir)
+		}
 	}
 	for _, p := range presets {
 		t.Run(p.String(), func(t *testing.T) {

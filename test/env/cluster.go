@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -50,6 +51,8 @@ type Cluster struct {
 	aggCert, aggKey     string
 	aggKubeconfig       string
 	peerPort, nextIndex int
+	// madeDirs are the mount points NodeNamespaces made on the host, removed by Stop.
+	madeDirs []string
 }
 
 // ClusterOptions configures a Cluster.
@@ -75,6 +78,11 @@ type ClusterOptions struct {
 	PullSecret []byte
 	// AggregatorReplicas (default 2).
 	AggregatorReplicas int
+	// NodeNamespaces runs each node's runtime and kubelet in a mount namespace of its own
+	// with the node's files at the standard paths of its layout (cluster_nodens.go: a CRI-O
+	// node's kubeadm's, a containerd node's k3s's), and starts no imagepind process:
+	// imagepind comes as a DaemonSet (the Helm chart).
+	NodeNamespaces bool
 }
 
 // StartCluster starts the control plane, the aggregators and opts.Nodes nodes under dir,
@@ -270,6 +278,10 @@ func (c *Cluster) Stop() {
 	if c.Kube != nil {
 		c.Kube.Stop()
 	}
+	for _, d := range slices.Backward(c.madeDirs) {
+		os.Remove(d) // only if still empty
+	}
+	c.madeDirs = nil
 }
 
 // LogTails is the end of every component's log, for a failed test.

@@ -38,6 +38,7 @@ type ClusterNode struct {
 	Started time.Time
 
 	kroot  string
+	ns     *nodeNamespace // ClusterOptions.NodeNamespaces
 	daemon *exec.Cmd
 	exit   chan struct{}
 }
@@ -75,7 +76,21 @@ func (c *Cluster) AddNode(ctx context.Context, o NodeOptions) (*ClusterNode, err
 			return nil, err
 		}
 	}
-	if err := n.startRuntime(ctx, c.opts, o.Containerd); err != nil {
+	var enter []string
+	if c.opts.NodeNamespaces {
+		made, err := mountPoints(o.Containerd)
+		c.mu.Lock()
+		c.madeDirs = append(c.madeDirs, made...)
+		c.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if n.ns, err = startNodeNamespace(); err != nil {
+			return nil, err
+		}
+		enter = n.ns.enter
+	}
+	if err := n.startRuntime(ctx, c.opts, o.Containerd, enter); err != nil {
 		return nil, err
 	}
 	var err error
@@ -95,12 +110,26 @@ func (c *Cluster) AddNode(ctx context.Context, o NodeOptions) (*ClusterNode, err
 	if err := n.writeImagepindConfig(c, !o.NoPeers); err != nil {
 		return nil, err
 	}
+	if n.ns != nil {
+		binds, err := n.layOut(c)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range binds {
+			if err := n.ns.bind(b.src, b.dst); err != nil {
+				return nil, err
+			}
+		}
+		n.Kubelet.Enter = n.ns.enter
+	}
 	n.Started = time.Now()
 	if err := n.Kubelet.Start(n.Name); err != nil {
 		return nil, err
 	}
-	if err := n.startImagepind(c.opts.Bin); err != nil {
-		return nil, err
+	if n.ns == nil {
+		if err := n.startImagepind(c.opts.Bin); err != nil {
+			return nil, err
+		}
 	}
 	if len(o.Taints) == 0 {
 		return n, c.WaitNodeReady(ctx, n.Name, 120*time.Second)
@@ -108,7 +137,7 @@ func (c *Cluster) AddNode(ctx context.Context, o NodeOptions) (*ClusterNode, err
 	return n, nil
 }
 
-func (n *ClusterNode) startRuntime(ctx context.Context, o ClusterOptions, containerd bool) error {
+func (n *ClusterNode) startRuntime(ctx context.Context, o ClusterOptions, containerd bool, enter []string) error {
 	// A CRI-O configuration also on a containerd node: its registries files are what
 	// imagepind's [disk] reads there (nothing else uses them).
 	var err error
@@ -135,8 +164,10 @@ func (n *ClusterNode) startRuntime(ctx context.Context, o ClusterOptions, contai
 		return err
 	}
 	if containerd {
+		n.Containerd.Enter = enter
 		return n.Containerd.Start(ctx)
 	}
+	n.CRIO.Enter = enter
 	return n.CRIO.Start(ctx)
 }
 
@@ -278,6 +309,7 @@ func (n *ClusterNode) Stop() {
 	if n.CRIO != nil {
 		n.CRIO.Cleanup()
 	}
+	n.ns.stop()
 	if n.kroot != "" {
 		os.RemoveAll(n.kroot)
 	}

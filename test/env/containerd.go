@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -27,9 +28,12 @@ type Containerd struct {
 	Socket   string
 	Config   string
 	HostsDir string // the CRI plugin's registry config_path
-	LogFile  string
-	cmd      *exec.Cmd
-	exited   chan struct{}
+	// Enter is a command prefix Start runs it under ("": none), e.g. nsenter into a
+	// node's mount namespace (ClusterOptions.NodeNamespaces).
+	Enter   []string
+	LogFile string
+	cmd     *exec.Cmd
+	exited  chan struct{}
 }
 
 // ContainerdOptions configures containerd's environment, as CRIOOptions does CRI-O's.
@@ -169,7 +173,8 @@ func (c *Containerd) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(CacheDir(), "containerd"), "--config", c.Config, "--log-level", "info")
+	args := append(slices.Clone(c.Enter), filepath.Join(CacheDir(), "containerd"), "--config", c.Config, "--log-level", "info")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

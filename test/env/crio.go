@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -28,10 +29,13 @@ type CRIO struct {
 	Socket    string
 	Config    string // crio.conf
 	ConfigDir string // crio.conf.d
-	LogFile   string
-	home      string // $HOME, when set (CRIOOptions.Home)
-	cmd       *exec.Cmd
-	exited    chan struct{}
+	// Enter is a command prefix Start runs it under ("": none), e.g. nsenter into a
+	// node's mount namespace (ClusterOptions.NodeNamespaces).
+	Enter   []string
+	LogFile string
+	home    string // $HOME, when set (CRIOOptions.Home)
+	cmd     *exec.Cmd
+	exited  chan struct{}
 }
 
 // CRIOOptions configures CRI-O's environment.
@@ -212,7 +216,7 @@ func (c *CRIO) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	args := c.Command()
+	args := append(slices.Clone(c.Enter), c.Command()...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), c.Environment()...)
 	cmd.Stdout, cmd.Stderr = logf, logf

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +22,9 @@ type Kubelet struct {
 	LogFile string
 	// Socket is the runtime's CRI socket: Stop removes the pods the kubelet started there.
 	Socket string
+	// Enter is a command prefix Start runs it under ("": none), e.g. nsenter into a
+	// node's mount namespace (ClusterOptions.NodeNamespaces).
+	Enter  []string
 	args   []string // more flags (--kubeconfig, --node-labels, --v)
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -167,8 +171,10 @@ func (k *Kubelet) Start(hostname string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(CacheDir(), "kubelet"), append([]string{"--config", k.Config,
-		"--root-dir", k.RootDir(), "--hostname-override", hostname}, k.args...)...)
+	args := append(slices.Clone(k.Enter), filepath.Join(CacheDir(), "kubelet"), "--config", k.Config,
+		"--root-dir", k.RootDir(), "--hostname-override", hostname)
+	args = append(args, k.args...)
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -35,17 +35,25 @@ what the runtime and the kubelet name.
 {{- end -}}
 stateDir: /var/lib/imagepin
 kubeletRootDir: /var/lib/kubelet
+{{- if eq $d "openshift" }}
+caCertsDir: /etc/pki
+{{- else }}
+caCertsDir: /etc/ssl/certs
+{{- end }}
 {{- if eq $r "crio" }}
 criSocket: /run/crio/crio.sock
 crioDir: /etc/crio
 containersDir: /etc/containers
 dbusSocket: /run/dbus/system_bus_socket
+imageFs: /var/lib/containers/storage/overlay-images
 {{- else if has $d (list "k3s" "rke2") }}
 criSocket: /run/k3s/containerd/containerd.sock
 containerdConfigPath: /var/lib/rancher/{{ $d }}/agent/etc/containerd/certs.d
+imageFs: /var/lib/rancher/{{ $d }}/agent/containerd/io.containerd.snapshotter.v1.overlayfs
 {{- else }}
 criSocket: /run/containerd/containerd.sock
 containerdConfigPath: /etc/containerd/certs.d
+imageFs: /var/lib/containerd/io.containerd.snapshotter.v1.overlayfs
 {{- end }}
 {{- if eq $d "generic" }}
 kubeletKubeconfig: /etc/kubernetes/kubelet.conf
