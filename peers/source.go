@@ -368,7 +368,7 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	asked := map[string]bool{}
 	fromHolders := func(holders []string) ([]byte, string, bool) {
 		for _, node := range holders {
-			if asked[node] {
+			if asked[node] || ctx.Err() != nil {
 				continue
 			}
 			asked[node] = true
@@ -388,6 +388,12 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	}
 	var asideHolders []string
 	for _, node := range s.order(d) {
+		if ctx.Err() != nil {
+			// Nobody waits for it any more (the pull or the peer's request ended, and
+			// the mirror's shared fetch with it): asking on would fail at every node
+			// left, and at the registry's turn fetch every peer's summary for nothing.
+			return nil, "", ctx.Err()
+		}
 		if asked[node] {
 			continue
 		}
