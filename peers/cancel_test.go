@@ -2,19 +2,13 @@ package peers
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"github.com/sirupsen/logrus"
 )
 
 // summariesAsked is how many peers' summaries nd asked for.
@@ -104,45 +98,4 @@ func TestAFetchNobodyWaitsForStops(t *testing.T) {
 			t.Errorf("the head of a blob's tree asked %d peers for their summaries for a request already ended, want none", got)
 		}
 	})
-}
-
-// A node fetches at most heldAtOnce summaries at once, whatever the number of peers it
-// wants them of: a head of a digest wanting forty peers' summaries makes eight TLS
-// connections at a time, not forty, and gets every one of them in the end.
-func TestSummariesAreFetchedAFewAtATime(t *testing.T) {
-	const peers = 40
-	var inFlight, most, asked atomic.Int64
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := inFlight.Add(1)
-		defer inFlight.Add(-1)
-		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-		}
-		asked.Add(1)
-		time.Sleep(20 * time.Millisecond)
-		json.NewEncoder(w).Encode(heldSummary{Digests: []digest.Digest{}})
-	}))
-	defer srv.Close()
-	// Every peer's address reaches the one server, each on its own connection.
-	tr := srv.Client().Transport.(*http.Transport).Clone()
-	tr.TLSClientConfig.InsecureSkipVerify = true
-	tr.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, srv.Listener.Addr().String())
-	}
-	defer tr.CloseIdleConnections()
-	h := newHoldings(&http.Client{Transport: tr}, logrus.New())
-	var nodes []string
-	for i := range peers {
-		nodes = append(nodes, fmt.Sprintf("node-%d.example:443", i))
-	}
-	h.of(context.Background(), nodes, digest.FromString("x"))
-	for end := time.Now().Add(30 * time.Second); asked.Load() < peers && time.Now().Before(end); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got := asked.Load(); got != peers {
-		t.Errorf("%d of %d peers' summaries were fetched, want every one", got, peers)
-	}
-	if got := most.Load(); got > int64(heldAtOnce) {
-		t.Errorf("%d summaries fetched at once, want at most %d", got, heldAtOnce)
-	}
 }

@@ -128,20 +128,10 @@ var (
 	heldWait  = 5 * time.Second
 )
 
-// heldAtOnce bounds the summaries a node fetches at once; the others wait their turn.
-// Each is a TLS connection to a peer the node may ask nothing else: a node heading a
-// digest at its first pull wants every peer's summary, and 199 handshakes started at
-// once by each of the heads of a 200-node cluster pulling at once (more by every node
-// whose ancestors failed) starved the nodes of CPU, so that handshakes timed out and
-// the summaries were asked again.
-var heldAtOnce = 8
-
 // holdings are the peers' summaries as this node fetched them, shared by its Sources.
 type holdings struct {
 	client *http.Client
 	log    logrus.FieldLogger
-	// slots bound the fetches under way (heldAtOnce).
-	slots chan struct{}
 
 	mu sync.Mutex
 	by map[string]*summary // by peer address
@@ -188,13 +178,12 @@ func (s digestSet) contains(d digest.Digest) bool {
 }
 
 func newHoldings(client *http.Client, log logrus.FieldLogger) *holdings {
-	return &holdings{client: client, log: log, by: map[string]*summary{}, slots: make(chan struct{}, max(heldAtOnce, 1))}
+	return &holdings{client: client, log: log, by: map[string]*summary{}}
 }
 
 // of are the nodes whose summary names d, in d's rendezvous order. A peer's summary is
-// fetched the first time it is wanted, heldAtOnce at a time, waited for at most heldWait
-// (a peer that does not answer in time, or whose turn has not come, counts as holding
-// nothing for now; its summary comes in meanwhile, for the next digest); one older than
+// fetched the first time it is wanted, all at once, waited for at most heldWait (a peer
+// that does not answer in time counts as holding nothing for now); one older than
 // heldFor (heldRetry after a failure) is fetched again in the background, the last one
 // used meanwhile: a peer that is down costs the wait once, not at every blob.
 func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []string {
@@ -265,8 +254,6 @@ func (h *holdings) known(nodes []string, d digest.Digest) []string {
 // or this node, starved of CPU) is not asked again every heldRetry, each time one more
 // TLS handshake for the starved nodes to make.
 func (h *holdings) fetch(node string, s *summary, etag string) {
-	h.slots <- struct{}{} // its turn (heldAtOnce)
-	defer func() { <-h.slots }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*heldWait)
 	defer cancel()
 	has, newTag, err := h.get(ctx, node, etag)
