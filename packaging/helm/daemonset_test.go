@@ -305,3 +305,27 @@ func TestWithoutSharing(t *testing.T) {
 		t.Error("the nodes' read access to PinnedImageSets goes with the aggregator")
 	}
 }
+
+// imagepind.nodeSelector puts the DaemonSet on one runtime's nodes (a mixed-runtime
+// cluster: one release per runtime at a time, docs/install.md); it keeps tolerating every
+// taint. Nothing selects by default. A selector's value that is not a string is refused
+// by the schema, naming it (the API would refuse the DaemonSet at install).
+func TestNodeSelectorPicksTheRuntimesNodes(t *testing.T) {
+	spec := get(render(t, nil).get(t, "DaemonSet imagepin/imagepind"), "spec", "template", "spec")
+	if s := get(spec, "nodeSelector"); s != nil {
+		t.Errorf("default nodeSelector %v, want none: every node", s)
+	}
+	r := render(t, map[string]any{"runtime": "containerd", "distribution": "k3s",
+		"imagepind": map[string]any{"nodeSelector": map[string]any{"example.com/runtime": "containerd"}}})
+	spec = get(r.get(t, "DaemonSet imagepin/imagepind"), "spec", "template", "spec")
+	if got, _ := json.Marshal(get(spec, "nodeSelector")); string(got) != `{"example.com/runtime":"containerd"}` {
+		t.Errorf("nodeSelector %s", got)
+	}
+	if got, _ := json.Marshal(get(spec, "tolerations")); string(got) != `[{"operator":"Exists"}]` {
+		t.Errorf("tolerations with a nodeSelector: %s", got)
+	}
+	_, err := renderErr(t, map[string]any{"imagepind": map[string]any{"nodeSelector": map[string]any{"example.com/runtime": true}}})
+	if err == nil || !strings.Contains(err.Error(), "nodeSelector") {
+		t.Errorf("a nodeSelector value true: %v, want refused naming imagepind.nodeSelector", err)
+	}
+}

@@ -135,6 +135,9 @@ func (n *ClusterNode) layOut(c *Cluster) ([]bindMount, error) {
 			"kubelet.kubeconfig": n.Kubeconfig, "client-kubelet.crt": n.Cert, "client-kubelet.key": n.Cert,
 			"serving-kubelet.crt": serving, "serving-kubelet.key": serving,
 			"etc/kubelet.conf.d/00-e2e.conf": n.Kubelet.Config,
+			// Where a k3s node's pod of the chart can read it (the agent directory is
+			// mounted, /var/lib/kubelet/pki is not).
+			"imagepin-aggregator-ca.crt": c.aggCA.File,
 		} {
 			files[filepath.Join(agent, f)] = src
 		}
