@@ -187,7 +187,9 @@ func newHoldings(client *http.Client, log logrus.FieldLogger) *holdings {
 // heldFor (heldRetry after a failure) is fetched again in the background, the last one
 // used meanwhile: a peer that is down costs the wait once, not at every blob.
 func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []string {
-	if h == nil {
+	if h == nil || ctx.Err() != nil {
+		// A fetch nobody waits for any more wants no summary: fetched for it, they
+		// would be handshakes with every peer for nothing.
 		return nil
 	}
 	var waits []chan struct{}

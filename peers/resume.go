@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -47,6 +48,7 @@ type resumer struct {
 	reqCtx context.Context // cur's request's
 	cancel context.CancelFunc
 	stall  *time.Timer
+	quiet  atomic.Int64 // cur's last byte's time (Unix nanoseconds)
 	// fromStore: cur is the peer's own copy (mirror.StoredHeader), not a relay.
 	fromStore bool
 	// culprit is how many senders there were up to the first one known to send wrong
@@ -93,7 +95,16 @@ func (r *resumer) next() error {
 			continue
 		}
 		r.node, r.cur, r.cancel, r.reqCtx = node, body, cancel, ctx
-		r.stall = time.AfterFunc(stallAfter, cancel)
+		r.quiet.Store(time.Now().UnixNano())
+		r.stall = newStall(func(t *time.Timer) {
+			// Behind the peer's other answers on its connection: not stalled
+			// (stillHearing).
+			if r.s.stillHearing(node, time.Unix(0, r.quiet.Load())) {
+				t.Reset(stallAfter)
+				return
+			}
+			cancel()
+		})
 		r.senders = append(r.senders, node)
 		return nil
 	}
@@ -199,6 +210,7 @@ func (r *resumer) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		if n > 0 {
+			r.quiet.Store(time.Now().UnixNano())
 			r.stall.Reset(stallAfter)
 			r.off += int64(n)
 			r.verifier.Write(p[:n])

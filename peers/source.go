@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -229,6 +230,21 @@ type cancelOnClose struct {
 	cancel context.CancelCauseFunc
 }
 
+// hearing notes each byte read as heard from node (stillHearing).
+type hearing struct {
+	io.ReadCloser
+	h    *health
+	node string
+}
+
+func (r *hearing) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if n > 0 {
+		r.h.hear(r.node)
+	}
+	return n, err
+}
+
 func (c *cancelOnClose) Close() error {
 	err := c.ReadCloser.Close()
 	c.cancel(nil)
@@ -296,11 +312,23 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	// The stall bound counts from the request: a peer that sends nothing for
 	// stallAfter, not even a 102 Processing (a peer working on its answer sends one
 	// every progressEvery), is left.
+	// While the peer's connection brings bytes for other requests, this one waits
+	// behind them (stillHearing), up to queuedFor.
 	rctx, cancel := context.WithCancelCause(ctx)
-	silent := time.AfterFunc(stallAfter, func() { cancel(errSilent) })
+	var quiet atomic.Int64 // since when the request heard nothing (Unix nanoseconds)
+	quiet.Store(time.Now().UnixNano())
+	silent := newStall(func(t *time.Timer) {
+		if s.stillHearing(node, time.Unix(0, quiet.Load())) {
+			t.Reset(stallAfter)
+			return
+		}
+		cancel(errSilent)
+	})
 	var connected atomic.Bool
 	trace := &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error {
 		connected.Store(true)
+		s.hear(node)
+		quiet.Store(time.Now().UnixNano())
 		if rctx.Err() == nil {
 			silent.Reset(stallAfter)
 		}
@@ -308,6 +336,9 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	}, GotConn: func(httptrace.GotConnInfo) { connected.Store(true) }}
 	resp, err := s.Client.Do(req.WithContext(httptrace.WithClientTrace(rctx, trace)))
 	silent.Stop()
+	if err == nil {
+		s.hear(node)
+	}
 	if err == nil && rctx.Err() != nil {
 		// The bound (or ctx) ended the request as its answer came: the body is cut.
 		err = context.Cause(rctx)
@@ -329,7 +360,7 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		cancel(nil)
 		return nil, err
 	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	resp.Body = &cancelOnClose{ReadCloser: &hearing{ReadCloser: resp.Body, h: s.health, node: node}, cancel: cancel}
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		s.answered(node)
 	}
@@ -368,7 +399,7 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	asked := map[string]bool{}
 	fromHolders := func(holders []string) ([]byte, string, bool) {
 		for _, node := range holders {
-			if asked[node] {
+			if asked[node] || ctx.Err() != nil {
 				continue
 			}
 			asked[node] = true
@@ -388,6 +419,12 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	}
 	var asideHolders []string
 	for _, node := range s.order(d) {
+		if ctx.Err() != nil {
+			// Nobody waits for it any more (the pull or the peer's request ended, and
+			// the mirror's shared fetch with it): asking on would fail at every node
+			// left, and at the registry's turn fetch every peer's summary for nothing.
+			return nil, "", ctx.Err()
+		}
 		if asked[node] {
 			continue
 		}
@@ -495,9 +532,17 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 		s.wrongBytes(node, err)
 		return nil, "", err
 	}
-	stall := time.AfterFunc(stallAfter, cancel)
-	defer stall.Stop()
-	data, err := io.ReadAll(io.LimitReader(&stalling{r: resp.Body, t: stall}, limit+1))
+	st := &stalling{r: resp.Body}
+	st.quiet.Store(time.Now().UnixNano())
+	st.t = newStall(func(t *time.Timer) {
+		if s.stillHearing(node, time.Unix(0, st.quiet.Load())) {
+			t.Reset(stallAfter)
+			return
+		}
+		cancel()
+	})
+	defer st.t.Stop()
+	data, err := io.ReadAll(io.LimitReader(st, limit+1))
 	switch {
 	case err != nil && parent.Err() != nil:
 	case err != nil && ctx.Err() != nil:
@@ -524,14 +569,31 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 
 // stalling resets t at each read that brings bytes.
 type stalling struct {
-	r io.Reader
-	t *time.Timer
+	r     io.Reader
+	t     *time.Timer
+	quiet atomic.Int64 // the last byte's time (Unix nanoseconds)
 }
 
 func (s *stalling) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	if n > 0 {
+		s.quiet.Store(time.Now().UnixNano())
 		s.t.Reset(stallAfter)
 	}
 	return n, err
+}
+
+// newStall is a timer firing fire(itself) after stallAfter.
+func newStall(fire func(*time.Timer)) *time.Timer {
+	var mu sync.Mutex
+	var t *time.Timer
+	mu.Lock()
+	defer mu.Unlock()
+	t = time.AfterFunc(stallAfter, func() {
+		mu.Lock()
+		self := t
+		mu.Unlock()
+		fire(self)
+	})
+	return t
 }
