@@ -4,7 +4,8 @@
 // registry link (toxiproxy); then the latency from a set file change to the pin being
 // in effect; then imagepind's idle RSS and CPU with 3 sets Ready, [peers] off and on.
 // Every run gets a fresh CRI-O (empty storage). It prints markdown tables with medians
-// and ratios.
+// and ratios, and ends with the Goals table (goals.go): every goal it measures, even
+// when a section stopped on an error.
 package main
 
 import (
@@ -29,6 +30,7 @@ import (
 	"github.com/imagepin/imagepin/cri"
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/goals"
 )
 
 var (
@@ -49,7 +51,10 @@ func want(section string) bool { return strings.Contains(","+*sections+",", ","+
 
 func main() {
 	flag.Parse()
-	if err := run(context.Background()); err != nil {
+	g := benchGoals()
+	err := run(context.Background(), g)
+	g.Print(os.Stdout)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -64,6 +69,8 @@ type bench struct {
 	// timelines are imagepind's phases per runtime/link (recordTimeline).
 	timelines map[string]string
 	phaseRuns map[string]map[string][]time.Duration
+	// goals are the goals' figures, as the sections measure them.
+	goals *goals.Table
 }
 
 // link is a way to the registry: loopback, or a toxiproxy in front of it with latency
@@ -88,7 +95,7 @@ var knownLinks = map[string]link{
 	"satellite": {name: "satellite", latencyMs: 100, rateKBps: 1000},
 }
 
-func run(ctx context.Context) error {
+func run(ctx context.Context, g *goals.Table) error {
 	dir, err := os.MkdirTemp("", "imagepin-bench-")
 	if err != nil {
 		return err
@@ -98,7 +105,7 @@ func run(ctx context.Context) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	b := &bench{dir: dir}
+	b := &bench{dir: dir, goals: g}
 	os.MkdirAll(filepath.Join(dir, "registry"), 0o755)
 	if b.reg, err = env.StartRegistry(filepath.Join(dir, "registry")); err != nil {
 		return err
@@ -352,6 +359,10 @@ func (b *bench) preload(ctx context.Context, l link, runtime string) error {
 		fmt.Printf("| %s | %.2f s | %s | %.3f× |\n", m.name, med.Seconds(), runs(results[i]), float64(med)/float64(best))
 	}
 	fmt.Println()
+	if ipd := median(results[imagepindAt]); best > 0 {
+		b.goals.Measured(goalP1(runtime, l), goals.Measurement{Value: float64(ipd) / float64(best), Detail: fmt.Sprintf("imagepind %.2f s", ipd.Seconds()),
+			Baseline: fmt.Sprintf("the best raw CRI width (%s): %.2f s", strings.TrimPrefix(bestName, "CRI PullImage, "), best.Seconds())})
+	}
 	fmt.Printf("imagepind's timeline (default concurrency; medians of its runs, from the set file's rename): %s\n\n", b.timelines[timelineKey(runtime, l.host)])
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/goals"
 	"github.com/imagepin/imagepin/test/testcerts"
 )
 
@@ -153,6 +154,10 @@ func (b *bench) seedBench(ctx context.Context) error {
 			fmt.Printf(" %s (%.0f MiB/s) | %.2f | %.2f | %.1f MiB |", bf.Round(time.Millisecond), mibps(size, bf), sum.Seconds()/bf.Seconds(), cp.Seconds()/bf.Seconds(), float64(beforeRSS)/(1<<20))
 		}
 		fmt.Println()
+		b.goals.Measured(goalSeedSpeed(mib), goals.Measurement{Value: sum.Seconds() / sd.Seconds(), Detail: fmt.Sprintf("seed %.2f s", sd.Seconds()),
+			Baseline: fmt.Sprintf("`sha256sum` of the same archive: %.2f s", sum.Seconds())})
+		b.goals.Measured(goalSeedRSS(mib), goals.Measurement{Value: float64(seedRSS) / (1 << 20), Detail: "the largest of its runs",
+			Baseline: fmt.Sprintf("`cp` of the same archive: %.1f MiB", float64(cpRSS)/(1<<20))})
 		l := fmt.Sprintf("%d MiB runs (s): sha256sum %s; cp %s; cp + sync %s; seed %s", size>>20, runs(sums), runs(cps), runs(syncs), runs(seeds))
 		if before != "" {
 			l += "; before " + runs(befores)

@@ -11,7 +11,8 @@
 // its mirror in memory (pipe.go); the bench keeps the registry and the link. It
 // prints, per N and mode, the time until every node holds the
 // set ÷ one node alone, the registry's egress and the most any node uploaded ÷ one
-// copy of the set, and the nodes' median and p90 finish times.
+// copy of the set, and the nodes' median and p90 finish times. It ends with the Goals
+// table (goals.go), even when a run stopped on an error.
 package main
 
 import (
@@ -34,6 +35,7 @@ import (
 	"github.com/imagepin/imagepin/peers"
 	"github.com/imagepin/imagepin/pullwidth"
 	"github.com/imagepin/imagepin/test/env"
+	"github.com/imagepin/imagepin/test/goals"
 	"github.com/imagepin/imagepin/test/testcerts"
 )
 
@@ -185,17 +187,6 @@ func run() error {
 	if len(modes) == 0 {
 		return fmt.Errorf("-modes %q: nothing to run", *modesFlag)
 	}
-
-	dir, err := os.MkdirTemp(*dirFlag, "imagepin-scalebench-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	reg, err := startRegistry(filepath.Join(dir, "registry"))
-	if err != nil {
-		return err
-	}
-	defer reg.close()
 	var baseSizes []int64
 	perImage := 1 // shared base layers each image is on
 	if *allBases == "" {
@@ -212,7 +203,35 @@ func run() error {
 		}
 		perImage = len(baseSizes)
 	}
-	s, err := reg.makeSet(baseSizes, perImage, *images, *layers, *layerKiB<<10)
+
+	// The Goals table ends the output, whatever happens from here.
+	var s set
+	var failed failedRun
+	results := map[string]map[int][]result{}
+	for _, m := range modes {
+		results[m] = map[int][]result{}
+	}
+	var largest int64
+	if len(baseSizes) > 0 {
+		largest = slices.Max(baseSizes)
+	}
+	g := scaleGoals(counts, modes, largest)
+	defer func() {
+		recordGoals(g, results, s.bytes, failed)
+		g.Print(os.Stdout)
+	}()
+
+	dir, err := os.MkdirTemp(*dirFlag, "imagepin-scalebench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	reg, err := startRegistry(filepath.Join(dir, "registry"))
+	if err != nil {
+		return err
+	}
+	defer reg.close()
+	s, err = reg.makeSet(baseSizes, perImage, *images, *layers, *layerKiB<<10)
 	if err != nil {
 		return err
 	}
@@ -241,10 +260,6 @@ func run() error {
 
 	fmt.Fprintf(os.Stderr, "scalebench: set of %d images, %.2f MiB; link %s + %d KB/s; nodes up %d KB/s, down %d KB/s (links slowed %g×)\n",
 		len(s.images), float64(s.bytes)/(1<<20), *linkLat, *linkKBps, *upKBps, *downKBps, *slow)
-	results := map[string]map[int][]result{}
-	for _, m := range modes {
-		results[m] = map[int][]result{}
-	}
 	var peakRSS int64
 	for _, n := range counts {
 		for len(certs) < n {
@@ -278,6 +293,7 @@ func run() error {
 				}
 				res, err := runOnce(filepath.Join(dir, fmt.Sprintf("run-%s-%d-%d", m, n, rep)), n, k, s, link, certs, ca.File, regConf, filepath.Join(confDir, "empty"), pinned)
 				if err != nil {
+					failed = failedRun{m, n}
 					return fmt.Errorf("%s, N=%d: %w", m, n, err)
 				}
 				peakRSS = max(peakRSS, res.rssKiB)
@@ -493,7 +509,7 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 	if treeNote != "" {
 		fmt.Printf("%s\n\n", treeNote)
 	}
-	fmt.Printf("Links slowed %g× (-slow). A row whose machine was more than %d%% busy (median of its runs) measures the machine, not the protocol: it is marked as not counting.\n\n", *slow, busyBound)
+	fmt.Printf("Links slowed %g× (-slow). A row whose machine was more than %d%% busy (median of its runs) measures the machine, not the protocol: it is marked as not counting.\n\n", *slow, goals.BusyBound)
 	fmt.Println("| mode | N | nodes holding the set | until every node holds the set | runs (s) | ÷ one node alone | spread (min–max ÷ one node) | registry egress ÷ one copy | most uploaded by a node ÷ one copy | node finish median | p90 | retries | peers set aside | asked again as slow | connections dialled to peers | listen overflows, SYNs sent again | bench CPU | machine CPU busy | links slowed | bench RSS | machine load | processes | most open files in one |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, m := range modes {
@@ -634,14 +650,11 @@ func machineCPU() (busy, all int64) {
 	return busy, all
 }
 
-// busyBound is the machine's CPU busy share (%) above which a run measures the
+// notCounting marks a machine busy share above goals.BusyBound: the run measures the
 // machine, not the protocol.
-const busyBound = 80
-
-// notCounting marks a machine busy share above busyBound.
 func notCounting(busy float64) string {
-	if busy*100 > busyBound {
-		return " (not counting: machine over 80% busy)"
+	if !goals.Counts(busy) {
+		return fmt.Sprintf(" (not counting: machine over %d%% busy)", goals.BusyBound)
 	}
 	return ""
 }
