@@ -16,7 +16,7 @@ FUZZ_PARSE ?= 100000x
 FUZZ_RENDER ?= 100000x
 FUZZ_RESOLVE ?= 30000x
 
-.PHONY: all build cross image image-push test test-unit test-e2e test-versions fuzz lint demo deps bench bench-aggregator bench-cluster bench-scale proto rpm rpm-test machineconfig manifests clean
+.PHONY: all build check cross image image-push test test-unit test-e2e test-versions fuzz lint demo deps bench bench-aggregator bench-cluster bench-scale proto rpm rpm-test machineconfig manifests clean
 
 all: build
 
@@ -53,11 +53,17 @@ image-push:
 	@test -n "$(IMAGE_REPO)" || { echo "IMAGE_REPO=registry/repository needed"; exit 1; }
 	$(GO) run github.com/google/go-containerregistry/cmd/crane push $(IMAGE_DIR) $(IMAGE_REPO):$(VERSION)
 
-lint: build
+# What needs no compile beyond the binaries: the tree, the imports, the unit file, gofmt.
+# make test vets every package inside the unit and end-to-end tiers (go test -vet=all:
+# vet reads the packages as those tiers compile them, so a cold run compiles nothing
+# twice for it); make lint vets on its own.
+check: build
 	hack/verify-tree.sh
 	hack/verify-imports.sh
 	hack/verify-unit.sh $(BIN)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: check
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/...
 	cd packaging/helm && $(GO) vet ./...
@@ -68,8 +74,8 @@ lint: build
 # without the race detector: compiled as lint's vet compiled it, Helm's dependencies are
 # not compiled a second time, instrumented, on a cold machine.
 test-unit:
-	$(GO) test -race -count=1 ./...
-	cd packaging/helm && $(GO) test -count=1 ./...
+	$(GO) test -race -vet=all -count=1 ./...
+	cd packaging/helm && $(GO) test -vet=all -count=1 ./...
 
 # The document parser and the drop-in renderer, briefly.
 fuzz:
@@ -86,9 +92,9 @@ deps:
 
 # End-to-end tier: real registry, real CRI-O, root.
 test-e2e: deps
-	$(GO) test -count=1 -tags e2e -timeout $(E2E_TIMEOUT) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
+	$(GO) test -count=1 -vet=all -tags e2e -timeout $(E2E_TIMEOUT) -v ./test/e2e/ 2>&1 | hack/test-summary.sh
 
-test: lint cross test-unit fuzz rpm-test test-e2e
+test: check cross test-unit fuzz rpm-test test-e2e
 
 # The end-to-end tier on the previous versions (not in CI, which builds only the current
 # ones): CRI-O 1.34.0 with Kubernetes 1.35.4, and containerd 2.2.9, built once into

@@ -53,12 +53,14 @@ build_kube() {
       args+=("-dropreplace=$mod" "-replace=$mod=$mod@$staging")
     done < <(sed -n 's|^\s*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' go.mod)
     go mod edit "${args[@]}"
-    for b in "${missing[@]}"; do
-      GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
-        -ldflags "-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
-        -o "$BIN/$b.new" "./cmd/$b"
-      mv "$BIN/$b.new" "$BIN/$b"
-    done
+    # One go build for all: a binary links while the next one's packages compile.
+    pkgs=()
+    for b in "${missing[@]}"; do pkgs+=("./cmd/$b"); done
+    mkdir -p "$work/out"
+    GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
+      -ldflags "-X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+      -o "$work/out/" "${pkgs[@]}"
+    for b in "${missing[@]}"; do mv "$work/out/$b" "$BIN/$b"; done
   )
   rm -rf "$work"
 }
