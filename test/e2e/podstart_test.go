@@ -357,9 +357,11 @@ func podStart(t *testing.T, p *podWorld) {
 	if version.Minor >= 36 {
 		want, starts = "2 of 3 images need the registry", []string{"team-b"}
 	}
+	// The condition of the step before (team-a allowlisted) also says "2 of 3": only one
+	// naming team-a's image is imagepind's answer to this kubelet's configuration.
 	n := p.waitFor("the exact allowlist entry predicted for kubelet "+version.Text, 60*time.Second, func(n status.Node) bool {
 		c := n.Set("apps").Condition(status.ConditionRegistryIndependent)
-		return c != nil && c.Status == status.False && strings.Contains(c.Message, want)
+		return c != nil && c.Status == status.False && strings.Contains(c.Message, want) && strings.Contains(c.Message, p.teamA)
 	})
 	c = *n.Set("apps").Condition(status.ConditionRegistryIndependent)
 	t.Logf("kubelet %s, exact allowlist entry: imagepind's RegistryIndependent: %s/%s: %s", version.Text, c.Status, c.Reason, c.Message)
