@@ -442,6 +442,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	}
 	res.cpu = cpu.Seconds() / (took.Seconds() * float64(runtime.NumCPU()))
 	var samples []string
+	var served []servedEntry
 	for _, w := range workers {
 		if err := w.send("stop"); err != nil {
 			return result{}, err
@@ -477,6 +478,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 			res.asideWhy[k] += v
 		}
 		samples = append(samples, f.Samples...)
+		served = append(served, f.Served...)
 	}
 	for _, w := range workers {
 		if err := w.wait(); err != nil {
@@ -489,6 +491,13 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 		for _, w := range samples[:min(len(samples), 5)] {
 			fmt.Fprintln(os.Stderr, "   ", w)
 		}
+		sizes := map[string]int64{}
+		for _, img := range s.images {
+			for _, b := range img.blobs {
+				sizes[b.Digest.String()] = b.Size
+			}
+		}
+		fmt.Fprint(os.Stderr, uploadsExplained(served, addrs, k, sizes))
 	}
 	return res, err
 }

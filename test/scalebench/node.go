@@ -63,6 +63,7 @@ type node struct {
 
 	serveDone chan struct{}
 	warnings  *warnCounter
+	served    served // what its peer server sent, by blob and asker
 }
 
 // nodeOptions are what every node of a run shares.
@@ -124,7 +125,7 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	if o.upBPS > 0 && (bps == 0 || o.upBPS < bps) {
 		bps = o.upBPS
 	}
-	n.server = &peers.Server{Mirror: m.PeerHandler(reg, n.src.Forwarding(), &mirror.Stats{}), MaxServing: o.maxServing,
+	n.server = &peers.Server{Mirror: n.served.wrap(m.PeerHandler(reg, n.src.Forwarding(), &mirror.Stats{})), MaxServing: o.maxServing,
 		BytesPerSecond: bps, Stats: n.stats, Log: entry.WithField("part", "peers")}
 	n.serverTLS = serverTLS
 	n.peerHTTP = client

@@ -72,6 +72,7 @@ type workerFinal struct {
 	Slow     int64 // requests to peers that timed out and were asked again (peers.Stats.Slow)
 	AsideWhy map[string]int64
 	Samples  []string
+	Served   []servedEntry // what its nodes sent peers, by blob and asker
 }
 
 // runWorker is a worker process (-worker).
@@ -183,7 +184,8 @@ func runWorker() error {
 		return fmt.Errorf("waiting for stop: %w", err)
 	}
 	final := workerFinal{SetAside: warn.setAside.Load(), Dials: warn.dials.Load(), Purposes: warn.purposes.snapshot()}
-	for _, nd := range nodes {
+	for i, nd := range nodes {
+		final.Served = append(final.Served, nd.served.entries(w.Lo+i)...)
 		final.ToPeers = append(final.ToPeers, nd.stats.ToPeers.Load())
 		final.Slow += nd.stats.Slow.Load()
 	}
