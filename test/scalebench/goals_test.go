@@ -26,8 +26,8 @@ func TestGoalsFromScaleRuns(t *testing.T) {
 		},
 		"star": {1: {run(11*time.Second, 1.007, 0, 0.1, 1)}, 50: {run(90*time.Second, 1.007, 47, 0.2, 50)}},
 	}
-	tb := scaleGoals([]int{1, 50, 200, 500}, []string{"tree", "star"}, 4<<20)
-	recordGoals(tb, results, copy, failedRun{})
+	tb := scaleGoals([]int{1, 50, 200, 500}, []string{"tree", "star"}, 4<<20, false)
+	recordGoals(tb, results, copy, 4<<20, failedRun{})
 	want := map[string][2]string{ // goal's key: measured's start, verdict
 		"time/50":      {"1.182× (13.00 s; 3 runs)", goals.Met},
 		"upload/50":    {"1.990×", goals.Met},
@@ -37,7 +37,7 @@ func TestGoalsFromScaleRuns(t *testing.T) {
 		"registry/200": {"2.990×", goals.NotMet},
 		"time/500":     {"13.636×", goals.NotCounting},
 		"registry/500": {"2.000×", goals.NotCounting},
-		"1gib":         {"not run: the set's largest layer is 4 MiB, not 1 GiB (-base-mib 1024)", goals.NotRun},
+		"1gib":         {"not run: the set is not one layer (-images 1 -layers 0)", goals.NotRun},
 	}
 	rows := printed(t, tb)
 	for key, w := range want {
@@ -59,8 +59,8 @@ func TestGoalsFromScaleRuns(t *testing.T) {
 	cut := results["tree"][50][1]
 	cut.done = 48
 	results["tree"][50] = []result{cut}
-	tb = scaleGoals([]int{1, 50, 200, 500}, []string{"tree", "star"}, 4<<20)
-	recordGoals(tb, results, copy, failedRun{"tree", 200})
+	tb = scaleGoals([]int{1, 50, 200, 500}, []string{"tree", "star"}, 4<<20, false)
+	recordGoals(tb, results, copy, 4<<20, failedRun{"tree", 200})
 	rows = printed(t, tb)
 	if r := rows["registry/50"]; r[4] != goals.NotMet || !strings.HasPrefix(r[1], "48 of 50 nodes held the set within") {
 		t.Errorf("a run cut by -timeout: measured %q, met %q", r[1], r[4])
@@ -68,23 +68,29 @@ func TestGoalsFromScaleRuns(t *testing.T) {
 	if r := rows["time/200"]; r[4] != goals.NotRun {
 		t.Errorf("N = 200 failed: met %q", r[4])
 	}
-	tb = scaleGoals([]int{1, 50, 200, 500}, []string{"tree", "star"}, 4<<20)
-	recordGoals(tb, results, copy, failedRun{"star", 1})
+	tb = scaleGoals([]int{1, 50, 200, 500}, []string{"tree", "star"}, 4<<20, false)
+	recordGoals(tb, results, copy, 4<<20, failedRun{"star", 1})
 	for key, r := range printed(t, tb) {
 		if r[4] != goals.NotRun {
 			t.Errorf("one node alone failed: %s met %q", key, r[4])
 		}
 	}
 
-	// The 1 GiB set measures the 1 GiB goal, not the usual set's.
-	tb = scaleGoals([]int{1, 500}, []string{"tree"}, 1<<30)
-	recordGoals(tb, map[string]map[int][]result{"tree": {1: results["tree"][1], 500: {run(20*time.Second, 1.0, 2, 0.5, 500)}}}, 1<<30, failedRun{})
-	rows = printed(t, tb)
-	if r := rows["1gib"]; r[4] != goals.Met || !strings.HasPrefix(r[1], "1.818×") {
-		t.Errorf("the 1 GiB goal: measured %q, met %q", r[1], r[4])
-	}
-	if r := rows["time/500"]; r[4] != goals.NotRun || !strings.Contains(r[1], "1 GiB") {
-		t.Errorf("the usual set's goal on the 1 GiB set: measured %q, met %q", r[1], r[4])
+	// The 1 GiB set measures the 1 GiB goal, not the usual set's; so does its 16 MiB
+	// layer, 1 GiB at the bench's scale, saying so; a smaller layer does not.
+	for _, c := range []struct {
+		layer      int64
+		met, extra string
+	}{{1 << 30, goals.Met, ""}, {16 << 20, goals.Met, "a 16 MiB layer: 1 GiB scaled 1/64 with the links"}, {8 << 20, goals.NotRun, "less than 1 GiB at the bench's scale"}} {
+		tb = scaleGoals([]int{1, 500}, []string{"tree"}, c.layer, true)
+		recordGoals(tb, map[string]map[int][]result{"tree": {1: results["tree"][1], 500: {run(20*time.Second, 1.0, 2, 0.5, 500)}}}, c.layer, c.layer, failedRun{})
+		rows = printed(t, tb)
+		if r := rows["1gib"]; r[4] != c.met || (c.met == goals.Met && !strings.HasPrefix(r[1], "1.818×")) || !strings.Contains(r[1], c.extra) {
+			t.Errorf("the 1 GiB goal on a %d MiB layer: measured %q, met %q", c.layer>>20, r[1], r[4])
+		}
+		if r := rows["time/500"]; r[4] != goals.NotRun || !strings.Contains(r[1], "1 GiB") {
+			t.Errorf("the usual set's goal on the 1 GiB set: measured %q, met %q", r[1], r[4])
+		}
 	}
 }
 

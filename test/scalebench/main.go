@@ -215,9 +215,9 @@ func run() error {
 	if len(baseSizes) > 0 {
 		largest = slices.Max(baseSizes)
 	}
-	g := scaleGoals(counts, modes, largest)
+	g := scaleGoals(counts, modes, largest, *images == 1 && *layers == 0 && len(baseSizes) == 1)
 	defer func() {
-		recordGoals(g, results, s.bytes, failed)
+		recordGoals(g, results, s.bytes, largest, failed)
 		g.Print(os.Stdout)
 	}()
 
