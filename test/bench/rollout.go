@@ -23,6 +23,7 @@ import (
 var (
 	rolloutMiB  = flag.Int("rollout-mib", 16, "cluster-rollout: the app image's own layer (MiB of random bytes)")
 	rolloutReps = flag.Int("rollout-reps", 3, "cluster-rollout: repetitions")
+	rolloutLink = flag.String("rollout-link", "100ms:12500", "cluster-rollout: the link between the nodes and the registry, latency:KB/s (a WAN: 100 ms, a shared 100 Mbit/s; 0s:0 loopback); the peers are on the LAN (loopback)")
 )
 
 const benchTaint = "imagepin.io/images-not-ready"
@@ -32,9 +33,10 @@ const benchTaint = "imagepin.io/images-not-ready"
 // containerd, imagepind with peers, two aggregators), what an administrator sees with
 // the registry gone against what they see with it up:
 //   - a Deployment's rollout (3 replicas, surge 1) to an image the kubelets pull from the
-//     registry on loopback, against one to an image a set pinned, the registry cut;
+//     registry behind the WAN link (-rollout-link), against one to an image a set
+//     pinned, the registry cut;
 //   - a node that joins: registration → its sets Ready, pulled from the registry on
-//     loopback alone ([peers] off, no taint), against registration → its startup taint
+//     behind that link alone ([peers] off, no taint), against registration → its startup taint
 //     removed, the registry cut (sets from peers; the taint goes when the node's
 //     condition says its sets are Ready). From the second repetition on, the held-back
 //     node replaces the one of the repetition before, taken out just before it joins.
@@ -48,7 +50,16 @@ func (b *bench) clusterRollout(ctx context.Context) error {
 		return err
 	}
 	defer reg.Stop()
-	link, err := env.StartLink(reg.Host, 0, 0)
+	links, err := parseLinks(*rolloutLink + ":1")
+	if err != nil || len(links) != 1 {
+		return fmt.Errorf("-rollout-link %q: latency:KB/s", *rolloutLink)
+	}
+	lat, kbps := links[0].latency, links[0].kbps
+	linkText := "on loopback"
+	if lat > 0 || kbps > 0 {
+		linkText = fmt.Sprintf("behind a link of %s and %d KB/s shared (the peers on loopback)", lat, kbps)
+	}
+	link, err := env.StartLink(reg.Host, kbps*1000, lat)
 	if err != nil {
 		return err
 	}
@@ -220,7 +231,7 @@ spec:
 		}
 		gone = append(gone, took)
 
-		// A node that pulls its sets from the registry on loopback alone.
+		// A node that pulls its sets from the registry alone, over the link.
 		n, err := c.AddNode(ctx, env.NodeOptions{NoPeers: true})
 		if err != nil {
 			return err
@@ -273,7 +284,7 @@ spec:
 	}
 
 	fmt.Printf("## A whole cluster with the registry gone: rollout and node join\n\n")
-	fmt.Printf("Real kube-apiserver, kube-controller-manager, kube-scheduler and kubelets 1.35.4 (3 nodes: 2 CRI-O, 1 containerd), imagepind with peers on each, 2 aggregators; a Deployment of 3 replicas (surge 1, maxUnavailable 0, hostNetwork), its image %d MiB of its own; the registry on loopback; %d repetitions, medians.\n\n", *rolloutMiB, *rolloutReps)
+	fmt.Printf("Real kube-apiserver, kube-controller-manager, kube-scheduler and kubelets (3 nodes: 2 CRI-O, 1 containerd), imagepind with peers on each, 2 aggregators; a Deployment of 3 replicas (surge 1, maxUnavailable 0, hostNetwork), its image %d MiB of its own; the registry %s; %d repetitions, medians.\n\n", *rolloutMiB, linkText, *rolloutReps)
 	fmt.Printf("| measure | median | runs |\n|---|---|---|\n")
 	row := func(name string, ds []time.Duration) {
 		fmt.Printf("| %s | %s | %s |\n", name, median(ds).Round(10*time.Millisecond), durations(ds))
@@ -281,9 +292,9 @@ spec:
 	row("rollout, registry up (each kubelet pulls the new image)", up)
 	row("rollout, registry gone (the new image in a Ready set)", gone)
 	fmt.Printf("| ratio gone ÷ up (goal ≤ 1.0) | %.2f | %d bytes crossed the registry's link while it was cut |\n", ratio(gone, up), goneBytes)
-	row("node join: kubelet start → its sets Ready, from the registry on loopback alone ([peers] off)", alone)
+	row("node join: kubelet start → its sets Ready, from the registry "+linkText+" alone ([peers] off)", alone)
 	row("node join, registry gone: kubelet start → its sets Ready from peers", heldSets)
-	fromRegistry := fmt.Sprintf("the same node, [peers] off, its sets Ready from the registry on loopback: %s", median(alone).Round(10*time.Millisecond))
+	fromRegistry := fmt.Sprintf("the same node, [peers] off, its sets Ready from the registry %s: %s", linkText, median(alone).Round(10*time.Millisecond))
 	readyAt := fmt.Sprintf("its sets Ready from peers %s after kubelet start", median(heldSets).Round(10*time.Millisecond))
 	if len(held) == len(heldSets) && len(held) > 0 {
 		row("node join, registry gone: kubelet start → startup taint removed", held)
