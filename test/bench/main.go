@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -133,7 +134,12 @@ func run(ctx context.Context, g *goals.Table) error {
 	unique := int64(len(bases))<<20 + int64(*nImages)*(1<<20)
 	fmt.Printf("Set: %d distinct images, %d layer references (3 shared 1 MiB base layers, 2 unique 512 KiB layers each): %.1f MiB compressed summed over images, %.1f MiB unique.\n",
 		*nImages, layers, float64(bytes)/(1<<20), float64(unique)/(1<<20))
-	fmt.Printf("Machine: %d CPUs. Each run: a fresh CRI-O 1.34.0 or containerd 2.2.9 with empty storage. %d repetitions; medians.\n\n", numCPU(), *reps)
+	crio, err1 := env.RuntimeVersion("crio")
+	ctrd, err2 := env.RuntimeVersion("containerd")
+	if err := errors.Join(err1, err2); err != nil {
+		crio, ctrd = "(unknown: "+err.Error()+")", ""
+	}
+	fmt.Printf("Machine: %d CPUs. Each run: a fresh CRI-O %s or containerd %s with empty storage. %d repetitions; medians.\n\n", numCPU(), crio, ctrd, *reps)
 
 	if want("release") {
 		if err := b.releaseCost(ctx, 190); err != nil {
