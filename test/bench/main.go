@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -134,12 +133,14 @@ func run(ctx context.Context, g *goals.Table) error {
 	unique := int64(len(bases))<<20 + int64(*nImages)*(1<<20)
 	fmt.Printf("Set: %d distinct images, %d layer references (3 shared 1 MiB base layers, 2 unique 512 KiB layers each): %.1f MiB compressed summed over images, %.1f MiB unique.\n",
 		*nImages, layers, float64(bytes)/(1<<20), float64(unique)/(1<<20))
-	crio, err1 := env.RuntimeVersion("crio")
-	ctrd, err2 := env.RuntimeVersion("containerd")
-	if err := errors.Join(err1, err2); err != nil {
-		crio, ctrd = "(unknown: "+err.Error()+")", ""
+	version := func(binary string) string {
+		v, err := env.RuntimeVersion(binary)
+		if err != nil {
+			return "(version unknown: " + err.Error() + ")"
+		}
+		return v
 	}
-	fmt.Printf("Machine: %d CPUs. Each run: a fresh CRI-O %s or containerd %s with empty storage. %d repetitions; medians.\n\n", numCPU(), crio, ctrd, *reps)
+	fmt.Printf("Machine: %d CPUs. Each run: a fresh CRI-O %s or containerd %s with empty storage. %d repetitions; medians.\n\n", numCPU(), version("crio"), version("containerd"), *reps)
 
 	if want("release") {
 		if err := b.releaseCost(ctx, 190); err != nil {

@@ -40,7 +40,7 @@ var nodeCN = regexp.MustCompile(`node-(\d+)$`)
 // certificate's name).
 func (s *served) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A blob by its digest; every other answer (manifests, held summaries) by its kind.
+		// A blob by its digest; every other answer of the mirror (manifests) by its kind.
 		blob := path.Base(r.URL.Path)
 		switch {
 		case strings.Contains(r.URL.Path, "/blobs/"):
@@ -90,8 +90,8 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer (Flush).
 func (c *countingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// uploadsExplained says where the most uploading node's bytes went: for each blob it
-// sent more than one copy of, how many copies, to whom, and whether each asker is its
+// uploadsExplained says where the most uploading node's bytes went: for the five blobs it
+// sent most of, how many copies, to whom, and whether each asker is its
 // child in the blob's tree laid over every node (as no node has set a peer aside); and,
 // over every node, the share of uploaded bytes that went to a tree child.
 func uploadsExplained(entries []servedEntry, addrs []string, fanout int, sizes map[string]int64) string {
@@ -108,28 +108,32 @@ func uploadsExplained(entries []servedEntry, addrs []string, fanout int, sizes m
 			top, most = n, b
 		}
 	}
+	// Each blob's tree over every node (as no node has set a peer aside), once: the
+	// index of each node's parent in it (-1: the head's, or not a blob).
+	index := map[string]int{}
+	for i, a := range addrs {
+		index[a] = i
+	}
+	parents := map[string][]int{}
 	parentOf := func(blob string, asker int) int {
-		d, err := digest.Parse(blob)
-		if err != nil || asker < 0 || asker >= len(addrs) {
+		ps, ok := parents[blob]
+		if !ok {
+			if d, err := digest.Parse(blob); err == nil {
+				order := peers.Order(d, addrs)
+				ps = make([]int, len(addrs))
+				for p, a := range order {
+					ps[index[a]] = -1
+					if p > 0 {
+						ps[index[a]] = index[order[(p-1)/fanout]]
+					}
+				}
+			}
+			parents[blob] = ps
+		}
+		if asker < 0 || asker >= len(ps) {
 			return -1
 		}
-		order := peers.Order(d, addrs)
-		p := -1
-		for i, a := range order {
-			if a == addrs[asker] {
-				p = i
-			}
-		}
-		if p <= 0 {
-			return -1
-		}
-		parent := order[(p-1)/fanout]
-		for i, a := range addrs {
-			if a == parent {
-				return i
-			}
-		}
-		return -1
+		return ps[asker]
 	}
 	var toChild, all int64
 	for _, e := range entries {
