@@ -146,7 +146,12 @@ func TestAgentSaysWhenAPinnedTagIsNotHeld(t *testing.T) {
 			return c != nil && c.Status == want && c.Reason == reason
 		}
 	}
-	n := h.waitFor("Ready, its tag not held", cond(status.False, status.ReasonTagsNotHeld))
+	// Until imagepind has read the kubelet's configuration, the message says so too:
+	// waited for without it.
+	notHeld := cond(status.False, status.ReasonTagsNotHeld)
+	n := h.waitFor("Ready, its tag not held, the kubelet read", func(n status.Node) bool {
+		return notHeld(n) && !strings.Contains(n.Set("apps").Condition(status.ConditionRegistryIndependent).Message, "reading the kubelet's")
+	})
 	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != tagNotHeld {
 		t.Fatalf("message %q; want %q", c.Message, tagNotHeld)
 	}
@@ -263,7 +268,12 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 			return c != nil && c.Status == want && c.Reason == reason
 		}
 	}
-	n := h.waitFor("Ready, the holders not counted", registry(status.Unknown, status.ReasonBlobHoldersUnknown))
+	// Until imagepind has read the kubelet's configuration, the message says so too:
+	// waited for without it.
+	uncounted := registry(status.Unknown, status.ReasonBlobHoldersUnknown)
+	n := h.waitFor("Ready, the holders not counted, the kubelet read", func(n status.Node) bool {
+		return uncounted(n) && !strings.Contains(n.Set("apps").Condition(status.ConditionRegistryIndependent).Message, "reading the kubelet's")
+	})
 	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != "whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator yet; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)" {
 		t.Fatalf("message %q", c.Message)
 	}
