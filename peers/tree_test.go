@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/sirupsen/logrus"
 
 	"github.com/imagepin/imagepin/internal/nodecert"
 	"github.com/imagepin/imagepin/mirror"
@@ -453,4 +455,52 @@ func TestManyBlobsDownTheirTreesAtOnce(t *testing.T) {
 	}
 	t.Logf("%d blobs, max_serving %v: the busiest node served %d requests; %d climbed; every node had the image after %s",
 		len(reg.blobs), inner, most, climbed, took.Round(time.Millisecond))
+}
+
+// A peer this node sets aside moves nothing in a blob's tree: the node keeps its place
+// and its parent (every node lays the same tree, whatever each set aside), skips an
+// ancestor it set aside for the next one up, and past a head it set aside asks the
+// first node of the order it did not set aside (the head's place passes down the
+// order), never a node after it.
+func TestASetAsidePeerMovesNoNodeInTheTree(t *testing.T) {
+	var nodes []string
+	for i := range 20 {
+		nodes = append(nodes, fmt.Sprintf("10.0.0.%d:5000", i))
+	}
+	d := digest.FromString("a blob")
+	order := Order(d, nodes)
+	at := func(self int, aside ...int) []string {
+		log := logrus.New()
+		log.SetOutput(io.Discard)
+		s := NewSource(order[self], func() []string { return nodes }, nil, http.DefaultClient, &Stats{}, log)
+		for _, p := range aside {
+			s.setAside(order[p], failedFor, errors.New("silent"))
+		}
+		return s.ancestors(d)
+	}
+	for _, c := range []struct {
+		name  string
+		self  int
+		aside []int
+		want  []int
+	}{
+		{"none set aside", 13, nil, []int{6, 2, 0}},
+		{"a node before it, not its ancestor", 13, []int{1, 3, 5, 7, 8, 9, 10, 11, 12}, []int{6, 2, 0}},
+		{"a node after it", 13, []int{14, 19}, []int{6, 2, 0}},
+		{"its parent", 13, []int{6}, []int{2, 0}},
+		{"its parent and the head", 13, []int{6, 0}, []int{2, 1}},
+		{"every ancestor and the head's first child", 13, []int{6, 2, 0, 1}, []int{3}},
+		{"every node before it", 4, []int{0, 1, 2, 3}, nil},
+		{"the head, from its first child", 1, []int{0}, nil},
+		{"the head, from its second child", 2, []int{0}, []int{1}},
+		{"the head itself", 0, nil, nil},
+	} {
+		var want []string
+		for _, p := range c.want {
+			want = append(want, order[p])
+		}
+		if got := at(c.self, c.aside...); !slices.Equal(got, want) {
+			t.Errorf("%s (the node at %d, %v set aside): asks %v, want %v", c.name, c.self, c.aside, got, want)
+		}
+	}
 }
