@@ -118,7 +118,10 @@ func hexPort(addr string) int {
 	return int(n)
 }
 
-// fdPeak samples the census every interval until stop, keeping the largest.
+// fdPeak samples this process's count of open files every interval until stop, and
+// takes the census (which reads every TCP socket of the machine's namespace: at 500
+// nodes, an eighth of the workers' CPU when taken at every sample) only when the
+// count is 5 % above the last census's: the census kept is within 5 % of the peak.
 type fdPeak struct {
 	mu   sync.Mutex
 	peak fdCensus
@@ -133,12 +136,14 @@ func watchFDs(p fdPorts, interval time.Duration) *fdPeak {
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			c := census(p)
-			w.mu.Lock()
-			if c.total() > w.peak.total() {
-				w.peak = c
+			if n := openFiles(); n > w.peak.total()*105/100 {
+				c := census(p)
+				w.mu.Lock()
+				if c.total() > w.peak.total() {
+					w.peak = c
+				}
+				w.mu.Unlock()
 			}
-			w.mu.Unlock()
 			select {
 			case <-w.stop:
 				return
@@ -147,6 +152,17 @@ func watchFDs(p fdPorts, interval time.Duration) *fdPeak {
 		}
 	}()
 	return w
+}
+
+// openFiles counts this process's open files (names only: no link is read).
+func openFiles() int {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	return len(names)
 }
 
 // end stops the sampling and returns the largest census.
