@@ -76,6 +76,17 @@ var slotWait = time.Second
 // burst is how many bytes one write may send at once under the rate limit.
 const burst = 256 << 10
 
+// PaceChunk is how many bytes one write (or read) paced at bytesPerSecond moves at once:
+// a twentieth of a second's worth, from 4 KiB to burst. Each answer under way waits for
+// its piece's tokens in turn, so a small answer (a manifest, a held summary) waits
+// behind one piece of each answer under way. At the rates serve_mib_per_second allows (1
+// MiB/s and up) a piece is 52 KB or more, above the 32 KiB a write of the mirror
+// carries, so the pieces are the writes; below it (the scale bench's scaled-down
+// links) the wait stays about max_serving times 50 ms.
+func PaceChunk(bytesPerSecond int64) int {
+	return int(min(max(bytesPerSecond/20, 4<<10), burst))
+}
+
 // init makes the slots and the limiter, once: at Serve, or at the first request when
 // the Server is used as a handler of another http.Server.
 func (s *Server) init() {
@@ -126,7 +137,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	s.Mirror.ServeHTTP(&limitedWriter{ResponseWriter: w, ctx: r.Context(), limiter: s.limiter, stats: s.Stats}, r)
+	s.Mirror.ServeHTTP(&limitedWriter{ResponseWriter: w, ctx: r.Context(), limiter: s.limiter, chunk: PaceChunk(s.BytesPerSecond), stats: s.Stats}, r)
 }
 
 // take is one of slots, waited for up to slotWait; nil when none came.
@@ -311,6 +322,7 @@ type limitedWriter struct {
 	http.ResponseWriter
 	ctx     context.Context
 	limiter *rate.Limiter
+	chunk   int // bytes paced at once (PaceChunk)
 	stats   *Stats
 }
 
@@ -320,7 +332,7 @@ func (l *limitedWriter) Unwrap() http.ResponseWriter { return l.ResponseWriter }
 func (l *limitedWriter) Write(p []byte) (int, error) {
 	written := 0
 	for len(p) > 0 {
-		chunk := p[:min(len(p), burst)]
+		chunk := p[:min(len(p), l.chunk)]
 		if l.limiter != nil {
 			if err := l.limiter.WaitN(l.ctx, len(chunk)); err != nil {
 				return written, err

@@ -94,10 +94,7 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	entry := log.WithField("node", name)
 
 	n := &node{name: name, addr: o.addrs[i], stats: &peers.Stats{}, warnings: o.warnings, serveDone: make(chan struct{})}
-	var down *rate.Limiter
-	if o.downBPS > 0 {
-		down = rate.NewLimiter(rate.Limit(o.downBPS), paceBurst)
-	}
+	down := newPace(o.downBPS)
 	pinned := o.pinned
 	m := mirror.New(store, func(repo string, d digest.Digest) bool { return pinned[repo+"@"+d.String()] }, entry.WithField("part", "mirror"))
 
@@ -270,18 +267,44 @@ func (n *node) getOnce(ctx context.Context, repo, kind string, d digest.Digest) 
 	return []byte(keep.String()), nil
 }
 
-// paceBurst is the most bytes a paced read or write moves at once.
+// paceBurst is the most bytes a paced read waits for at once.
 const paceBurst = 64 << 10
+
+// pace is a node's download: its limiter (nil: unbounded) and the bytes one read waits
+// for at once, peers.PaceChunk of its rate (a twentieth of a second's worth), so that a
+// small message (a handshake, a 102 Processing) waits behind a chunk of each transfer
+// under way, not 64 KiB of each: at the bench's slowed links that was seconds, and the
+// protocol's bounds (3 s to dial, 15 s without a byte) are not slowed with them.
+type pace struct {
+	lim   *rate.Limiter
+	chunk int
+}
+
+func newPace(bytesPerSecond int64) pace {
+	if bytesPerSecond <= 0 {
+		return pace{}
+	}
+	return pace{rate.NewLimiter(rate.Limit(bytesPerSecond), paceBurst), peers.PaceChunk(bytesPerSecond)}
+}
+
+// read reads r within the chunk and waits for what it read.
+func (p pace) read(r io.Reader, b []byte) (int, error) {
+	n, err := r.Read(b[:min(len(b), p.chunk)])
+	if n > 0 {
+		p.lim.WaitN(context.Background(), n)
+	}
+	return n, err
+}
 
 // pacedSource is the registry read through the node's download.
 type pacedSource struct {
 	mirror.Source
-	down *rate.Limiter
+	down pace
 }
 
 func (p pacedSource) Blob(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) (io.ReadCloser, int64, error) {
 	rc, announced, err := p.Source.Blob(ctx, repo, chain, d, size)
-	if err != nil || p.down == nil {
+	if err != nil || p.down.lim == nil {
 		return rc, announced, err
 	}
 	return pacedReader{rc, p.down}, announced, nil
@@ -289,44 +312,35 @@ func (p pacedSource) Blob(ctx context.Context, repo string, chain []digest.Diges
 
 type pacedReader struct {
 	io.ReadCloser
-	lim *rate.Limiter
+	down pace
 }
 
-func (p pacedReader) Read(b []byte) (int, error) {
-	n, err := p.ReadCloser.Read(b[:min(len(b), paceBurst)])
-	if n > 0 {
-		p.lim.WaitN(context.Background(), n)
-	}
-	return n, err
-}
+func (p pacedReader) Read(b []byte) (int, error) { return p.down.read(p.ReadCloser, b) }
 
 // paceClient makes every connection the peers' client opens read through down: the
 // TCP connections under the TLS peers.Client dials (HTTP/2, one a peer).
 // Each connection dialled is counted in dials.
-func paceClient(c *http.Client, down *rate.Limiter, dials *atomic.Int64) {
+func paceClient(c *http.Client, down pace, dials *atomic.Int64) {
 	tr := c.Transport.(*http.Transport)
 	dial := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
 		conn, err := dial(ctx, network, addr)
-		if err != nil || down == nil {
+		if err != nil || down.lim == nil {
 			return conn, err
 		}
-		return &pacedConn{Conn: conn, lim: down}, nil
+		return &pacedConn{Conn: conn, down: down}, nil
 	}
 }
 
 type pacedConn struct {
 	net.Conn
-	lim *rate.Limiter
+	down pace
 }
 
 func (p *pacedConn) Read(b []byte) (int, error) {
-	n, err := p.Conn.Read(b[:min(len(b), paceBurst)])
-	if n > 0 {
-		p.lim.WaitN(context.Background(), n)
-	}
-	return n, err
+	return p.down.read(p.Conn, b)
+
 }
 
 // warnCounter counts what the nodes log at warning level and above, by kind.
