@@ -117,6 +117,14 @@ func TestRegistryCondition(t *testing.T) {
 // reg.example/team/a:v2 when the runtime does not hold it as its pinned digest.
 const tagNotHeld = "1 of 1 pinned tags are not held by the runtime as their pinned digests: reg.example/team/a:v2 (pods naming them would need the registry)"
 
+// kubeletRead is cond once imagepind has read the kubelet's configuration: until then,
+// set's RegistryIndependent message says it is reading it, besides the rest.
+func kubeletRead(set string, cond func(status.Node) bool) func(status.Node) bool {
+	return func(n status.Node) bool {
+		return cond(n) && !strings.Contains(n.Set(set).Condition(status.ConditionRegistryIndependent).Message, "reading the kubelet's")
+	}
+}
+
 // A set whose pinned tag the runtime does not hold is not RegistryIndependent even
 // Ready: a pod naming the tag would pull it. It becomes so once the tag is held.
 func TestAgentSaysWhenAPinnedTagIsNotHeld(t *testing.T) {
@@ -146,12 +154,7 @@ func TestAgentSaysWhenAPinnedTagIsNotHeld(t *testing.T) {
 			return c != nil && c.Status == want && c.Reason == reason
 		}
 	}
-	// Until imagepind has read the kubelet's configuration, the message says so too:
-	// waited for without it.
-	notHeld := cond(status.False, status.ReasonTagsNotHeld)
-	n := h.waitFor("Ready, its tag not held, the kubelet read", func(n status.Node) bool {
-		return notHeld(n) && !strings.Contains(n.Set("apps").Condition(status.ConditionRegistryIndependent).Message, "reading the kubelet's")
-	})
+	n := h.waitFor("Ready, its tag not held, the kubelet read", kubeletRead("apps", cond(status.False, status.ReasonTagsNotHeld)))
 	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != tagNotHeld {
 		t.Fatalf("message %q; want %q", c.Message, tagNotHeld)
 	}
@@ -268,12 +271,7 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 			return c != nil && c.Status == want && c.Reason == reason
 		}
 	}
-	// Until imagepind has read the kubelet's configuration, the message says so too:
-	// waited for without it.
-	uncounted := registry(status.Unknown, status.ReasonBlobHoldersUnknown)
-	n := h.waitFor("Ready, the holders not counted, the kubelet read", func(n status.Node) bool {
-		return uncounted(n) && !strings.Contains(n.Set("apps").Condition(status.ConditionRegistryIndependent).Message, "reading the kubelet's")
-	})
+	n := h.waitFor("Ready, the holders not counted, the kubelet read", kubeletRead("apps", registry(status.Unknown, status.ReasonBlobHoldersUnknown)))
 	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != "whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator yet; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)" {
 		t.Fatalf("message %q", c.Message)
 	}

@@ -223,7 +223,7 @@ func TestAJoinPastCorruptedPeersSetsThemAsideForEveryBlob(t *testing.T) {
 	// found out, and the two are found out at moments of their own (a worker whose
 	// transfer the first cut may have moved to the second). Without the set-aside,
 	// every blob a corrupted peer heads would fail (two thirds of 24).
-	if max := 4 * 2; failed > max {
-		t.Errorf("%d transfers failed past 2 corrupted peers, want at most the %d in flight when each was found out", failed, max)
+	if most := 4 * 2; failed > most {
+		t.Errorf("%d transfers failed past 2 corrupted peers, want at most the %d in flight when each was found out", failed, most)
 	}
 }

@@ -340,7 +340,6 @@ type pacedConn struct {
 
 func (p *pacedConn) Read(b []byte) (int, error) {
 	return p.down.read(p.Conn, b)
-
 }
 
 // warnCounter counts what the nodes log at warning level and above, by kind.
