@@ -114,6 +114,10 @@ var (
 
 const slowBoundsMax = 4 // doublings
 
+// peerSessions bounds the TLS sessions a node keeps to resume (one a peer, the peers it
+// talked to last): a few kilobytes each.
+const peerSessions = 128
+
 // connBounds are the bounds of the next connection to each peer.
 type connBounds struct {
 	mu   sync.Mutex
@@ -164,6 +168,11 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 	// The dial's bound is the context's (connBounds).
 	dialer := &net.Dialer{KeepAlive: 30 * time.Second}
 	bounds := &connBounds{late: map[string]int{}}
+	// Connections to a peer after the first resume its TLS session (the peer's ticket):
+	// neither side signs nor verifies a certificate again, which is most of a
+	// handshake's CPU. The peer still checks, on each resumption, that the client
+	// certificate it verified is unexpired and its CA still trusted.
+	sessions := tls.NewLRUClientSessionCache(peerSessions)
 	tr := &http.Transport{
 		DialContext:       dialer.DialContext,
 		ForceAttemptHTTP2: true,
@@ -209,6 +218,7 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 		}
 		conn := tls.Client(raw, &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool, ServerName: host,
 			NextProtos:           []string{"h2", "http/1.1"},
+			ClientSessionCache:   sessions,
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return load() }})
 		hctx, cancel := context.WithTimeout(ctx, k*handshakeWithin)
 		defer cancel()
