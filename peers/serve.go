@@ -356,7 +356,10 @@ func (s *Server) Serve(ctx context.Context, address string, tlsConfig *tls.Confi
 	if err != nil {
 		return fmt.Errorf("peers: %w", err)
 	}
-	srv := &http.Server{Handler: s, TLSConfig: tlsConfig, ReadHeaderTimeout: 10 * time.Second,
+	// ReadHeaderTimeout bounds the TLS handshake too (and, peers speaking HTTP/2, only
+	// it): as long as the asker gives it (handshakeWithin), or the server would give up
+	// on a handshake the asker still waits for, its CPU lost at both ends.
+	srv := &http.Server{Handler: s, TLSConfig: tlsConfig, ReadHeaderTimeout: handshakeWithin,
 		// A peer's requests share one connection (Client): as many at once as the
 		// serving bound lets wait (Server).
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}

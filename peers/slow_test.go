@@ -184,22 +184,24 @@ func TestASetAsideAncestorIsAskedBeforeTheRegistry(t *testing.T) {
 	}
 }
 
-// A peer whose every handshake takes three times handshakeWithin gets a longer bound
-// at each try (twice as long each time in a row): its blobs come from it in a few
-// tries, not from the registry once it has been slow a whole busyWait.
-func TestASlowPeerGetsLongerToShakeHands(t *testing.T) {
+// A peer whose every handshake takes three times as long as a request waits for a
+// connection (stallAfter): each request stops waiting and the peer is asked again, but
+// the handshake under way goes on, and the connection it makes serves the requests
+// after. The peer's blobs come from it, over one connection, not from the registry;
+// before, the handshake was given up on at its own bound and made again.
+func TestASlowHandshakeIsFinishedNotMadeAgain(t *testing.T) {
 	busyPeers(t)
-	busyWait = 3 * time.Second
-	old := handshakeWithin
-	handshakeWithin = 200 * time.Millisecond
-	t.Cleanup(func() { handshakeWithin = old })
+	busyWait = 5 * time.Second
+	old := stallAfter
+	stallAfter = 200 * time.Millisecond
+	t.Cleanup(func() { stallAfter = old })
 	reg := newRegistry(t, 6, 64<<10)
 	var slowL *slowListener
 	c := newClusterOpts(t, reg, 2, clusterOpts{noHolders: true, wrapListener: func(i int, l net.Listener) net.Listener {
 		if i != 0 {
 			return l
 		}
-		slowL = &slowListener{Listener: l, delay: 3 * handshakeWithin}
+		slowL = &slowListener{Listener: l, delay: 3 * stallAfter}
 		return slowL
 	}})
 	slowNode, reader := c.nodes[0], c.nodes[1]
@@ -208,11 +210,18 @@ func TestASlowPeerGetsLongerToShakeHands(t *testing.T) {
 	}
 	reader.src.Client.CloseIdleConnections()
 	slowL.left.Store(1 << 20) // every handshake from now on comes late
+	before := slowL.accepted.Load()
 	if err := c.pull(reader); err != nil {
 		t.Fatal(err)
 	}
 	if reader.src.isAside(slowNode.addr) {
 		t.Error("the peer whose handshakes are all slow was set aside")
+	}
+	if n := slowL.accepted.Load() - before; n != 1 {
+		t.Errorf("the reader made %d connections to the slow peer, want 1", n)
+	}
+	if reader.stats.Slow.Load() == 0 {
+		t.Error("no request was counted slow: the test tells nothing")
 	}
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
