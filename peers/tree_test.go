@@ -504,3 +504,48 @@ func TestASetAsidePeerMovesNoNodeInTheTree(t *testing.T) {
 		}
 	}
 }
+
+// A node whose ancestors failed it, and whose first node of the order it did not set
+// aside lacks the blob (it answers "not there"), asks a few nodes before it in the
+// blob's order for what they hold before the registry: one that holds the blob spares
+// the registry a copy. Before, such a node fetched the blob from the registry while the
+// node next to it in the order held it.
+func TestANodeAsksItsNeighboursBeforeTheRegistry(t *testing.T) {
+	reg := newRegistry(t, 2, 256<<10)
+	var lacking sync.Map // node index → it answers every blob "not there"
+	c := newClusterOpts(t, reg, 7, clusterOpts{noHolders: true, fanout: 2, maxServing: 64,
+		wrap: func(i int, h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if _, ok := lacking.Load(i); ok && strings.Contains(r.URL.Path, "/blobs/") {
+					http.NotFound(w, r)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		}})
+	c.each(c.nodes, c.getManifest)
+	d := c.largest()
+	order := Order(d, c.addrs())
+	at := func(p int) *node { return c.nodes[c.index(order[p])] }
+	// Position 4's ancestors are 1 and 0; 3 and 2 come before it and are not.
+	reader, neighbour := at(4), at(3)
+	if err := c.getBlob(neighbour, d); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.calls[d]; n != 1 {
+		t.Fatalf("the registry was asked %d times for the blob before the reader", n)
+	}
+	for _, p := range []int{0, 1} {
+		reader.src.setAside(at(p).addr, corruptFor, errors.New("set aside by the test"))
+	}
+	lacking.Store(c.index(order[2]), true)
+	if err := c.getBlob(reader, d); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.calls[d]; n != 1 {
+		t.Errorf("the registry was asked %d times for the blob, want 1: the reader's neighbour in the order held it", n)
+	}
+	if got := reader.stats.FromPeers.Load(); got == 0 {
+		t.Error("the reader read nothing from its peers")
+	}
+}
