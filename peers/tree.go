@@ -95,12 +95,11 @@ type turn struct {
 // plan is who to ask for a blob, one after another: this node's ancestors in the
 // blob's tree, nearest first (a busy one is left for the next at once; when all were
 // busy, all are asked again after pinPoll, for up to busyWait); then the nodes whose
-// seeds hold it (HeldPath) and are not set aside, for what they hold only; then up to
-// probeBeforeRegistry nodes before it in the blob's order, for what they hold only
-// (nearestBefore); then the registry; then, when the registry fails too (gone), the
-// other nodes once each (those set aside last, holders among them): those weighing
-// more asked as ancestors are, the others only for what they hold (storedOnly), so
-// that a node joining with the registry gone gets a blob from whoever has it.
+// seeds hold it (HeldPath) and are not set aside, for what they hold only; then the
+// registry; then, when the registry fails too (gone), the other nodes once each
+// (those set aside last, holders among them): those weighing more asked as ancestors
+// are, the others only for what they hold (storedOnly), so that a node joining with
+// the registry gone gets a blob from whoever has it.
 type plan struct {
 	s *Source
 	d digest.Digest
@@ -171,9 +170,6 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 				p.rest = append(p.rest, turn{n, holding})
 			}
 		}
-		for _, n := range p.s.nearestBefore(p.d, probeBeforeRegistry) {
-			p.rest = append(p.rest, turn{n, storedOnly})
-		}
 		p.rest = append(p.rest, turn{self, once})
 		p.rest = append(p.rest, p.others()...)
 	}
@@ -186,39 +182,6 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 		}
 	}
 	return turn{}, false
-}
-
-// probeBeforeRegistry is how many nodes a node that is not a blob's head asks for what
-// they hold already before its own turn at the registry (nearestBefore).
-const probeBeforeRegistry = 4
-
-// nearestBefore are up to k nodes before this one in key's order, nearest first, none
-// of them its ancestors nor set aside: nodes at its depth of the blob's tree or just
-// above, the one in two of them at the bottom uploading nothing of it. A node comes to
-// its turn at the registry when each of its ancestors failed it; that says nothing of
-// these nodes, and late in a pull most of them hold the blob: asked for what they hold
-// (they answer at once, from their store, and ask nobody), one of them spares the
-// registry a copy. The blob's head (nobody before it) asks none. When the held
-// summaries could not be fetched (the peers short of CPU), they are how a node finds a
-// holder.
-func (s *Source) nearestBefore(key digest.Digest, k int) []string {
-	order, p := s.tree(key)
-	var anc []string
-	if p < len(order) {
-		anc = up(order, p, s.fanout()) // (a node serving no peers has none)
-	}
-	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for i := p - 1; i >= 0 && len(out) < k; i-- {
-		n := order[i]
-		if now.Before(s.bad[n]) || slices.Contains(anc, n) {
-			continue
-		}
-		out = append(out, n)
-	}
-	return out
 }
 
 // busyNow notes that node, an ancestor, was busy.
