@@ -1,10 +1,7 @@
 package peers
 
 import (
-	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -49,24 +46,8 @@ func TestRotatedCAsAreTakenWithoutARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{TLSConfig: srvTLS, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, r.TLS.PeerCertificates[0].Subject.CommonName)
-	})}
-	go srv.ServeTLS(l, "", "")
-	t.Cleanup(func() { srv.Close() })
-	get := func() (string, error) {
-		resp, err := client.Get("https://" + l.Addr().String() + "/")
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return string(b), err
-	}
+	addr := serveTLS(t, srvTLS, commonName)
+	get := func() (string, error) { return body(client, addr) }
 	if _, err := get(); err == nil {
 		t.Fatal("a peer whose CA is in no bundle was trusted")
 	}

@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -47,22 +48,8 @@ func TestKeysApartAsK3sKeepsThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{TLSConfig: srvTLS, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, r.TLS.PeerCertificates[0].Subject.CommonName)
-	})}
-	go srv.ServeTLS(l, "", "")
-	t.Cleanup(func() { srv.Close() })
-	resp, err := client.Get("https://" + l.Addr().String() + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || string(b) != "system:node:node-1" {
+	addr := serveTLS(t, srvTLS, commonName)
+	if b, err := body(client, addr); err != nil || b != "system:node:node-1" {
 		t.Fatalf("the server saw %q, %v", b, err)
 	}
 
@@ -111,25 +98,13 @@ func TestASecondConnectionResumesItsSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{TLSConfig: srvTLS, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	addr := serveTLS(t, srvTLS, func(w http.ResponseWriter, r *http.Request) {
 		name, err := nodecert.Name(r.TLS.VerifiedChains)
 		fmt.Fprintf(w, "%s %v %v", name, err, r.TLS.DidResume)
-	})}
-	go srv.ServeTLS(l, "", "")
-	t.Cleanup(func() { srv.Close() })
+	})
 	get := func() (string, error) {
 		client.CloseIdleConnections() // a new connection each time
-		resp, err := client.Get("https://" + l.Addr().String() + "/")
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return string(b), err
+		return body(client, addr)
 	}
 	for i, want := range []string{"node-1 <nil> false", "node-1 <nil> true", "node-1 <nil> true"} {
 		got, err := get()
@@ -146,4 +121,34 @@ func TestASecondConnectionResumesItsSession(t *testing.T) {
 	if got, err := get(); err == nil {
 		t.Fatalf("after its CA left the peer's bundle, a connection was taken: %q", got)
 	}
+}
+
+// serveTLS serves h over TLS with cfg on a loopback port until the test ends, and
+// returns its address.
+func serveTLS(t *testing.T, cfg *tls.Config, h http.HandlerFunc) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{TLSConfig: cfg, Handler: h}
+	go srv.ServeTLS(l, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
+
+// body is what client gets at https://addr/.
+func body(client *http.Client, addr string) (string, error) {
+	resp, err := client.Get("https://" + addr + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// commonName answers the client certificate's CN.
+func commonName(w http.ResponseWriter, r *http.Request) {
+	fmt.Fprint(w, r.TLS.PeerCertificates[0].Subject.CommonName)
 }
