@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/imagepin/imagepin/internal/nodecert"
+	"github.com/imagepin/imagepin/internal/reload"
 )
 
 func pool(file, what string) (*x509.CertPool, error) {
@@ -26,45 +27,15 @@ func pool(file, what string) (*x509.CertPool, error) {
 	return p, nil
 }
 
-// caFile is a CA bundle read again when the file changes (its size or modification
-// time), so a rotated CA is taken at the next handshake as rotated certificates are. A
-// bundle that no longer reads or holds no certificate keeps the last good one.
-type caFile struct {
-	file, what string
-
-	mu      sync.Mutex
-	size    int64
-	modTime time.Time
-	pool    *x509.CertPool
-}
-
-func newCAFile(file, what string) (*caFile, error) {
-	c := &caFile{file: file, what: what}
-	if _, err := c.get(); err != nil {
+// newCAFile is the CA bundle in file, read again when the file changes (package reload),
+// so a rotated CA is taken at the next handshake as rotated certificates are; a bundle
+// that no longer reads or holds no certificate keeps the last good one.
+func newCAFile(file, what string) (*reload.Files[*x509.CertPool], error) {
+	c := reload.New(func() (*x509.CertPool, error) { return pool(file, what) }, file)
+	if _, err := c.Get(); err != nil {
 		return nil, err
 	}
 	return c, nil
-}
-
-// get is the bundle as the file holds it now.
-func (c *caFile) get() (*x509.CertPool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fi, err := os.Stat(c.file)
-	if err == nil && c.pool != nil && fi.Size() == c.size && fi.ModTime().Equal(c.modTime) {
-		return c.pool, nil
-	}
-	p, perr := pool(c.file, c.what)
-	switch {
-	case perr == nil && err == nil:
-		c.pool, c.size, c.modTime = p, fi.Size(), fi.ModTime()
-	case c.pool == nil:
-		if perr == nil {
-			perr = err
-		}
-		return nil, perr
-	}
-	return c.pool, nil
 }
 
 // ServerTLS is the peers' listener: its certificate (certFile, its key in keyFile, or
@@ -87,10 +58,10 @@ func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 		ClientAuth:     tls.RequireAndVerifyClientCert,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return load() },
 	}
-	base.ClientCAs, _ = clients.get()
+	base.ClientCAs, _ = clients.Get()
 	cfg := base.Clone()
 	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
-		pool, err := clients.get()
+		pool, err := clients.Get()
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +172,7 @@ func Client(clientCertFile, clientKeyFile, caFile string) (*http.Client, error) 
 	}
 	// The TLS dial is ours so that each connection takes the CA bundle of the moment.
 	tr.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		pool, err := roots.get()
+		pool, err := roots.Get()
 		if err != nil {
 			return nil, err
 		}

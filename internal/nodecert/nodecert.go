@@ -8,10 +8,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"os"
 	"slices"
 	"strings"
-	"sync"
+
+	"github.com/imagepin/imagepin/internal/reload"
 )
 
 const (
@@ -38,50 +38,25 @@ func Name(verified [][]*x509.Certificate) (string, error) {
 	return strings.TrimPrefix(cn, cnPrefix), nil
 }
 
-// KeyPair loads a certificate and its key, again whenever either file changed (its
-// size, its time or the file itself: the kubelet rotates by pointing a symlink at a new
-// file), so a certificate the kubelet rotated is taken at the next handshake. keyFile ""
-// means the key is in certFile: one PEM, as the kubelet keeps kubelet-client-current.pem
-// and kubelet-server-current.pem; k3s and RKE2 keep the key apart (client-kubelet.crt and
-// client-kubelet.key). A pair that does not load (a file being replaced by hand) leaves
-// the last one that did in use, and is tried again at the next call.
+// KeyPair loads a certificate and its key, again whenever either file changed
+// (package reload: the kubelet rotates by pointing a symlink at a new file), so a
+// certificate the kubelet rotated is taken at the next handshake. keyFile "" means the
+// key is in certFile: one PEM, as the kubelet keeps kubelet-client-current.pem and
+// kubelet-server-current.pem; k3s and RKE2 keep the key apart (client-kubelet.crt and
+// client-kubelet.key). A pair that does not load leaves the last one that did in use.
 //
 // Parsed at every handshake, the pair was 15 % of the handshakes' CPU in the scale
-// bench at 500 nodes: two stats are what a handshake pays now.
+// bench at 500 nodes.
 func KeyPair(certFile, keyFile string) func() (*tls.Certificate, error) {
 	if keyFile == "" {
 		keyFile = certFile
 	}
-	var (
-		mu   sync.Mutex
-		last *tls.Certificate
-		seen [2]os.FileInfo
-	)
-	return func() (*tls.Certificate, error) {
-		cert, cerr := os.Stat(certFile)
-		key, kerr := os.Stat(keyFile)
-		mu.Lock()
-		defer mu.Unlock()
-		if cerr == nil && kerr == nil && last != nil && same(seen[0], cert) && same(seen[1], key) {
-			return last, nil
-		}
+	pair := reload.New(func() (*tls.Certificate, error) {
 		c, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			if last != nil {
-				return last, nil
-			}
 			return nil, err
 		}
-		last = &c
-		seen = [2]os.FileInfo{cert, key}
-		if cerr != nil || kerr != nil {
-			seen = [2]os.FileInfo{}
-		}
-		return last, nil
-	}
-}
-
-// same says whether b is a as it was: the same file, size and time.
-func same(a, b os.FileInfo) bool {
-	return a != nil && os.SameFile(a, b) && a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+		return &c, nil
+	}, certFile, keyFile)
+	return pair.Get
 }
