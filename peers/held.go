@@ -128,6 +128,18 @@ var (
 	heldWait  = 5 * time.Second
 )
 
+// heldAtOnce bounds the summaries a node asks for at once; the others wait their turn,
+// the peers weighing most in the digest wanted first (the top of its tree: those that
+// have it first). A node at its registry turn asked every peer at once: at 500 nodes
+// short of CPU that was 499 TLS handshakes started together, most of them timing out
+// (52,000 of 60,000 summary requests failed in one run), each one more handshake for
+// two starved nodes, and asked again after heldRetry.
+var heldAtOnce = 8
+
+// heldWithin bounds one summary's request: its TLS handshake is given handshakeWithin
+// (a slow peer is not a bad one), its answer heldWait more.
+func heldWithin() time.Duration { return handshakeWithin + heldWait }
+
 // holdings are the peers' summaries as this node fetched them, shared by its Sources.
 type holdings struct {
 	client *http.Client
@@ -135,8 +147,20 @@ type holdings struct {
 
 	mu sync.Mutex
 	by map[string]*summary // by peer address
-	// fetches counts the summaries asked of peers (a test's measure).
-	fetches int
+	// queue are the summaries to ask for, in the order wanted; asking counts the
+	// requests under way (at most heldAtOnce).
+	queue  []heldJob
+	asking int
+	// fetches counts the summaries asked of peers (a test's measure); most, the most
+	// asked at once.
+	fetches, most int
+}
+
+// heldJob is a summary to ask for: node's, s, held with etag.
+type heldJob struct {
+	node string
+	s    *summary
+	etag string
 }
 
 // summary is one peer's summary.
@@ -182,10 +206,11 @@ func newHoldings(client *http.Client, log logrus.FieldLogger) *holdings {
 }
 
 // of are the nodes whose summary names d, in d's rendezvous order. A peer's summary is
-// fetched the first time it is wanted, all at once, waited for at most heldWait (a peer
-// that does not answer in time counts as holding nothing for now); one older than
-// heldFor (heldRetry after a failure) is fetched again in the background, the last one
-// used meanwhile: a peer that is down costs the wait once, not at every blob.
+// fetched the first time it is wanted, heldAtOnce at a time in d's order, waited for at
+// most heldWait (a peer that does not answer in time counts as holding nothing for now);
+// one older than heldFor (heldRetry after a failure) is fetched again in the
+// background, the last one used meanwhile: a peer that is down costs the wait once, not
+// at every blob.
 func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []string {
 	if h == nil || ctx.Err() != nil {
 		// A fetch nobody waits for any more wants no summary: fetched for it, they
@@ -194,7 +219,7 @@ func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []st
 	}
 	var waits []chan struct{}
 	h.mu.Lock()
-	for _, n := range nodes {
+	for _, n := range Order(d, nodes) {
 		s := h.by[n]
 		switch {
 		case s == nil:
@@ -212,8 +237,11 @@ func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []st
 		if s.at.IsZero() {
 			waits = append(waits, s.done)
 		}
-		h.fetches++
-		go h.fetch(n, s, s.etag)
+		h.queue = append(h.queue, heldJob{n, s, s.etag})
+	}
+	for h.asking < heldAtOnce && len(h.queue) > 0 {
+		h.asking++
+		go h.work()
 	}
 	h.mu.Unlock()
 	timeout := time.NewTimer(heldWait)
@@ -248,13 +276,29 @@ func (h *holdings) known(nodes []string, d digest.Digest) []string {
 	return out
 }
 
+// work asks for the summaries queued, one after another, until none is left.
+func (h *holdings) work() {
+	h.mu.Lock()
+	for len(h.queue) > 0 {
+		j := h.queue[0]
+		h.queue = h.queue[1:]
+		h.fetches++
+		h.most = max(h.most, h.asking)
+		h.mu.Unlock()
+		h.fetch(j.node, j.s, j.etag)
+		h.mu.Lock()
+	}
+	h.asking--
+	h.mu.Unlock()
+}
+
 // fetch asks node for its summary (etag: the one held) and keeps what it answers; a
 // failure keeps the last summary, and the peer is asked again after heldRetry, twice as
 // long after each failure in a row, up to heldFor: a peer too slow to shake hands (it,
 // or this node, starved of CPU) is not asked again every heldRetry, each time one more
 // TLS handshake for the starved nodes to make.
 func (h *holdings) fetch(node string, s *summary, etag string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*heldWait)
+	ctx, cancel := context.WithTimeout(context.Background(), heldWithin())
 	defer cancel()
 	has, newTag, err := h.get(ctx, node, etag)
 	h.mu.Lock()

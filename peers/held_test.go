@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -425,4 +426,78 @@ func TestAFailingSummaryIsAskedLessAndLessOften(t *testing.T) {
 	if n := asked.Load(); n > 3 {
 		t.Errorf("a summary that came was asked %d times in 1.5 s, want about one every %s", n, heldFor)
 	}
+}
+
+// A node asks for at most heldAtOnce summaries at once, the peers weighing most in the
+// digest first: at its registry turn it asked every peer at once, and at 500 nodes
+// short of CPU most of those 499 handshakes timed out.
+func TestSummariesAreAskedAFewAtATimeInTheDigestsOrder(t *testing.T) {
+	const peersN = 24
+	var (
+		mu          sync.Mutex
+		now, most   int
+		first       []string
+		client      *http.Client
+		nodes       []string
+		gate        = make(chan struct{})
+		gateOnce    sync.Once
+		arrivedHere atomic.Int64
+	)
+	for range peersN {
+		var addr string
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			now++
+			most = max(most, now)
+			first = append(first, addr)
+			mu.Unlock()
+			if arrivedHere.Add(1) == int64(heldAtOnce) {
+				// Every request but the first heldAtOnce finds the others done.
+				time.Sleep(50 * time.Millisecond)
+				gateOnce.Do(func() { close(gate) })
+			}
+			<-gate
+			mu.Lock()
+			now--
+			mu.Unlock()
+			json.NewEncoder(w).Encode(heldSummary{Digests: []digest.Digest{}})
+		}))
+		t.Cleanup(srv.Close)
+		addr = strings.TrimPrefix(srv.URL, "https://")
+		nodes = append(nodes, addr)
+		client = srv.Client()
+	}
+	h := newHoldings(client, logrus.New())
+	d := digest.FromString("x")
+	h.of(context.Background(), nodes, d)
+	for h.fetchesDone() < peersN {
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most != heldAtOnce {
+		t.Errorf("%d summaries were asked for at once, want %d", most, heldAtOnce)
+	}
+	want := Order(d, nodes)[:heldAtOnce]
+	for _, n := range first[:heldAtOnce] {
+		if !slices.Contains(want, n) {
+			t.Errorf("%s was asked among the first %d, not one of the peers weighing most in the digest (%v)", n, heldAtOnce, want)
+		}
+	}
+	if len(first) != peersN {
+		t.Errorf("%d peers were asked, want every one of the %d", len(first), peersN)
+	}
+}
+
+// fetchesDone is how many summaries were asked for and answered (or failed).
+func (h *holdings) fetchesDone() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, s := range h.by {
+		if !s.at.IsZero() {
+			n++
+		}
+	}
+	return n
 }
