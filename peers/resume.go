@@ -71,6 +71,11 @@ func (r *resumer) next() error {
 			break
 		}
 		node := t.node
+		if node == self && !r.plan.heads() {
+			// One copy more from the registry: say whom the tree had and why they did
+			// not send it.
+			r.s.Log.WithError(errors.Join(r.errs...)).WithField("blob", r.d.String()).Warn("peers: asking the registry for a blob this node's ancestors in its tree should send")
+		}
 		ctx, cancelCause := context.WithCancelCause(r.ctx)
 		cancel := func() { cancelCause(nil) }
 		r.s.track(node, r, cancelCause)

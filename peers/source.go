@@ -352,7 +352,16 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 			s.Stats.Slow.Add(1)
 			err = fmt.Errorf("%s: no connection within %s: %w", url, stallAfter, errSlow)
 		case errors.Is(context.Cause(rctx), errSilent) && ctx.Err() == nil:
-			err = fmt.Errorf("%s: nothing for %s: %w", url, stallAfter, errSilent)
+			// It took the request and sent nothing, not even a 102 Processing (one
+			// every progressEvery while it works): a peer short of CPU looks so, as
+			// does this node when its own reader did not run. A peer that is gone
+			// loses its connection (the transport pings a silent one): this one is
+			// slow, asked again, and set aside only when so for a whole busyWait. At
+			// 500 nodes on two cores, taken for failing peers (set aside for every
+			// blob), the silent ones had their children climb to their grandparents,
+			// which uploaded up to 4.85 copies of the set.
+			s.Stats.Slow.Add(1)
+			err = fmt.Errorf("%s: nothing for %s: %w: %w", url, stallAfter, errSilent, errSlow)
 		case timedOut(ctx, err):
 			s.Stats.Slow.Add(1)
 			err = fmt.Errorf("%w: %w", errSlow, err)

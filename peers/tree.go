@@ -184,6 +184,13 @@ func (p *plan) next(ctx context.Context) (turn, bool) {
 	return turn{}, false
 }
 
+// heads tells whether this node heads the blob's tree (the first of its order): its
+// turn at the registry is the tree's one copy.
+func (p *plan) heads() bool {
+	_, pos := p.s.tree(p.d)
+	return pos == 0
+}
+
 // busyNow notes that node, an ancestor, was busy.
 func (p *plan) busyNow(node string) {
 	if len(p.busy) == 0 && p.busySince.IsZero() {

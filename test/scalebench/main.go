@@ -441,7 +441,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 		}
 	}
 	res.cpu = cpu.Seconds() / (took.Seconds() * float64(runtime.NumCPU()))
-	var samples []string
+	var samples, climbed []string
 	var served []servedEntry
 	for _, w := range workers {
 		if err := w.send("stop"); err != nil {
@@ -478,6 +478,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 			res.asideWhy[k] += v
 		}
 		samples = append(samples, f.Samples...)
+		climbed = append(climbed, f.Climbed...)
 		served = append(served, f.Served...)
 	}
 	for _, w := range workers {
@@ -490,6 +491,12 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	if err != nil || *verbose {
 		for _, w := range samples[:min(len(samples), 5)] {
 			fmt.Fprintln(os.Stderr, "   ", w)
+		}
+		if len(climbed) > 0 {
+			fmt.Fprintf(os.Stderr, "    asked the registry for a blob their tree's head sends (the first %d of each worker):\n", climbedKept)
+			for _, c := range climbed {
+				fmt.Fprintln(os.Stderr, "     ", c)
+			}
 		}
 		sizes := map[string]int64{}
 		for _, img := range s.images {

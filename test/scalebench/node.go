@@ -350,7 +350,13 @@ type warnCounter struct {
 	mu                   sync.Mutex
 	samples              []string
 	asideWhy             map[string]int64 // the peers set aside by what was asked and why
+	// climbed are the nodes that asked the registry for a blob their tree's head
+	// sends (peers: its ancestors could not), with why (the first few).
+	climbed []string
 }
+
+// climbedKept is how many registry turns past the tree a worker keeps to print.
+const climbedKept = 8
 
 // urlOrAddrs are the parts of an error naming a request's URL or a connection's
 // addresses (Get "https://…": , https://…: , write tcp a->b: ).
@@ -409,6 +415,17 @@ func (w *warnCounter) Fire(e *logrus.Entry) error {
 		w.mu.Unlock()
 	case strings.Contains(e.Message, "not served whole"):
 		w.cut.Add(1)
+	case strings.Contains(e.Message, "asking the registry for a blob"):
+		w.mu.Lock()
+		if len(w.climbed) < climbedKept {
+			why := urlOrAddrs.ReplaceAllString(fmt.Sprint(e.Data[logrus.ErrorKey]), "")
+			if len(why) > 600 {
+				why = why[:600] + "…"
+			}
+			w.climbed = append(w.climbed, fmt.Sprintf("%v %.19v: %s", e.Data["node"], e.Data["blob"], strings.ReplaceAll(why, "\n", "; ")))
+		}
+		w.mu.Unlock()
+		return nil
 	default:
 		w.other.Add(1)
 	}

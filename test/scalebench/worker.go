@@ -72,6 +72,7 @@ type workerFinal struct {
 	Slow     int64 // requests to peers that timed out and were asked again (peers.Stats.Slow)
 	AsideWhy map[string]int64
 	Samples  []string
+	Climbed  []string
 	Served   []servedEntry // what its nodes sent peers, by blob and asker
 }
 
@@ -192,6 +193,7 @@ func runWorker() error {
 	warn.mu.Lock()
 	final.Samples = warn.samples
 	final.AsideWhy = warn.asideWhy
+	final.Climbed = warn.climbed
 	warn.mu.Unlock()
 	return sendLine(os.Stdout, "final", final)
 }
