@@ -18,9 +18,9 @@ import (
 )
 
 // Server serves the mirror to other nodes: only to clients presenting a node's
-// certificate, at most MaxServing blobs at once, and as many manifest requests (more
-// get 503: the client asks the next node; a request waits up to slotWait for its turn),
-// at most BytesPerSecond in all (0: no limit).
+// certificate, at most MaxServing blobs at once, and as many manifests (more get 503:
+// the client asks the next node; a request waits up to slotWait for its turn), at most
+// BytesPerSecond in all (0: no limit).
 //
 // A blob's requests share one slot: down a blob's tree a node serves each blob it
 // passes on to its children (Source.Fanout of them) while it arrives, all reading the
@@ -31,9 +31,12 @@ import (
 // onto the nodes above, whose slots filled in turn. Requests sharing a slot are bounded
 // too: at most joinedPerSlot times MaxServing blob requests at once.
 //
-// Manifests have slots of their own: a blob request may wait on a manifest from a peer
-// (the chain above the blob), and that peer's blob slots may all be taken by requests
-// waiting on this node.
+// Manifests have slots of their own, shared the same way by the requests for one
+// manifest: a blob request may wait on a manifest from a peer (the chain above the
+// blob), and that peer's blob slots may all be taken by requests waiting on this node.
+// A slot a manifest request had the head of a manifest's order (which every node asks)
+// serve max_serving of them while it fetched the manifest, and turn the rest away (503)
+// to ask again every pinPoll: at 500 nodes, peers busy for a whole minute, set aside.
 type Server struct {
 	Mirror http.Handler // the mirror's handler for peers (chained, filling from the registry)
 	// SeedsDir holds the node's seed records: what they name is the node's answer at
@@ -52,11 +55,13 @@ type Server struct {
 	held                 *heldServer
 
 	mu      sync.Mutex
-	serving map[string]*slot // by blob digest
-	blobs   int              // blob requests being served (under mu)
+	serving map[string]*slot // by kind and digest ("blobs/sha256:…")
+	// blobs and manifests count the requests being served, or waiting for their slot
+	// (under mu).
+	blobs, manifests int
 }
 
-// slot is one blob being served, shared by its requests.
+// slot is one blob or manifest being served, shared by its requests.
 type slot struct {
 	refs  int           // requests holding or waiting for it (under Server.mu)
 	ready chan struct{} // closed once the slot is taken (ok) or not
@@ -67,6 +72,11 @@ type slot struct {
 // node's children (the fanout) and the nodes climbing past a dead or busy node share
 // a blob's slot; a star (every node asking the head) needs more.
 const joinedPerSlot = 8
+
+// joinedPerManifestSlot bounds the manifest requests served at once: MaxServing times
+// this. Every node asks the head of a manifest's order for it (a manifest is small),
+// so one manifest's slot is shared by about as many requests as there are nodes.
+const joinedPerManifestSlot = 32
 
 // slotWait is how long a request waits for one of the MaxServing slots: short, as a
 // node asking for a blob goes on to the next node above it in the blob's tree at a 503
@@ -125,9 +135,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// then the client asks the next node.
 	var release func()
 	if strings.Contains(r.URL.Path, "/manifests/") {
-		release = s.take(r.Context(), s.manifestSlots)
+		release = s.takeShared(r.Context(), s.manifestSlots, joinedPerManifestSlot, &s.manifests, "manifests/"+path.Base(r.URL.Path))
 	} else {
-		release = s.takeBlob(r.Context(), path.Base(r.URL.Path))
+		release = s.takeShared(r.Context(), s.slots, joinedPerSlot, &s.blobs, "blobs/"+path.Base(r.URL.Path))
 	}
 	if release == nil {
 		if r.Context().Err() == nil {
@@ -140,46 +150,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.Mirror.ServeHTTP(&limitedWriter{ResponseWriter: w, ctx: r.Context(), limiter: s.limiter, chunk: PaceChunk(s.BytesPerSecond), stats: s.Stats}, r)
 }
 
-// take is one of slots, waited for up to slotWait; nil when none came.
-func (s *Server) take(ctx context.Context, slots chan struct{}) (release func()) {
-	wait := time.NewTimer(slotWait)
-	defer wait.Stop()
-	select {
-	case slots <- struct{}{}:
-		return func() { <-slots }
-	case <-wait.C:
-	case <-ctx.Done():
-	}
-	return nil
-}
-
-// takeBlob is the slot of blob d: joined when d is being served already, else one of
-// the MaxServing taken as take does; nil when none came or joinedPerSlot times
-// MaxServing blob requests are being served.
-func (s *Server) takeBlob(ctx context.Context, d string) (release func()) {
+// takeShared is the slot of key (a kind and a digest) among slots: joined when key is
+// being served already, else one of slots, waited for up to slotWait; nil when none
+// came or joined times as many requests as slots (counted in n) are being served.
+func (s *Server) takeShared(ctx context.Context, slots chan struct{}, joined int, n *int, key string) (release func()) {
 	s.mu.Lock()
-	if s.blobs >= joinedPerSlot*cap(s.slots) {
+	if *n >= joined*cap(slots) {
 		s.mu.Unlock()
 		return nil
 	}
-	s.blobs++
-	sl := s.serving[d]
+	*n++
+	sl := s.serving[key]
 	first := sl == nil
 	if first {
 		sl = &slot{ready: make(chan struct{})}
-		s.serving[d] = sl
+		s.serving[key] = sl
 	}
 	sl.refs++
 	s.mu.Unlock()
 	drop := func() {
 		s.mu.Lock()
-		s.blobs--
+		*n--
 		if sl.refs--; sl.refs == 0 {
-			if s.serving[d] == sl {
-				delete(s.serving, d)
+			if s.serving[key] == sl {
+				delete(s.serving, key)
 			}
 			if sl.ok {
-				<-s.slots
+				<-slots
 			}
 		}
 		s.mu.Unlock()
@@ -187,7 +184,7 @@ func (s *Server) takeBlob(ctx context.Context, d string) (release func()) {
 	if first {
 		wait := time.NewTimer(slotWait)
 		select {
-		case s.slots <- struct{}{}:
+		case slots <- struct{}{}:
 			sl.ok = true
 		case <-wait.C:
 		case <-ctx.Done():
@@ -196,8 +193,8 @@ func (s *Server) takeBlob(ctx context.Context, d string) (release func()) {
 		if !sl.ok {
 			// The requests that joined it get a 503 too; the next starts afresh.
 			s.mu.Lock()
-			if s.serving[d] == sl {
-				delete(s.serving, d)
+			if s.serving[key] == sl {
+				delete(s.serving, key)
 			}
 			s.mu.Unlock()
 		}
