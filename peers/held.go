@@ -151,16 +151,14 @@ type holdings struct {
 	// requests under way (at most heldAtOnce).
 	queue  []heldJob
 	asking int
-	// fetches counts the summaries asked of peers (a test's measure); most, the most
-	// asked at once.
-	fetches, most int
+	// fetches counts the summaries asked of peers (a test's measure).
+	fetches int
 }
 
-// heldJob is a summary to ask for: node's, s, held with etag.
+// heldJob is a summary to ask for: node's, s.
 type heldJob struct {
 	node string
 	s    *summary
-	etag string
 }
 
 // summary is one peer's summary.
@@ -237,7 +235,7 @@ func (h *holdings) of(ctx context.Context, nodes []string, d digest.Digest) []st
 		if s.at.IsZero() {
 			waits = append(waits, s.done)
 		}
-		h.queue = append(h.queue, heldJob{n, s, s.etag})
+		h.queue = append(h.queue, heldJob{n, s})
 	}
 	for h.asking < heldAtOnce && len(h.queue) > 0 {
 		h.asking++
@@ -283,9 +281,9 @@ func (h *holdings) work() {
 		j := h.queue[0]
 		h.queue = h.queue[1:]
 		h.fetches++
-		h.most = max(h.most, h.asking)
+		etag := j.s.etag // no other fetch of it runs (done is open)
 		h.mu.Unlock()
-		h.fetch(j.node, j.s, j.etag)
+		h.fetch(j.node, j.s, etag)
 		h.mu.Lock()
 	}
 	h.asking--

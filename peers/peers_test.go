@@ -1308,7 +1308,6 @@ func TestOneBusyEpisodeSeenByManyFetchesSetsAsideOnce(t *testing.T) {
 	}
 }
 
-// countWarns counts the lines logged at Warn.
 // countWarns counts the set-asides logged.
 type countWarns struct{ n *atomic.Int32 }
 

@@ -72,9 +72,12 @@ func (r *resumer) next() error {
 		}
 		node := t.node
 		if node == self && !r.plan.heads() {
-			// One copy more from the registry: say whom the tree had and why they did
-			// not send it.
-			r.s.Log.WithError(errors.Join(r.errs...)).WithField("blob", r.d.String()).Warn("peers: asking the registry for a blob this node's ancestors in its tree should send")
+			// One copy more from the registry: say why the tree did not send it.
+			why := errors.Join(r.errs...)
+			if why == nil {
+				why = errors.New("every node above it in the blob's tree is set aside")
+			}
+			r.s.Log.WithError(why).WithField("blob", r.d.String()).Warn("peers: asking the registry for a blob this node's ancestors in its tree should send")
 		}
 		ctx, cancelCause := context.WithCancelCause(r.ctx)
 		cancel := func() { cancelCause(nil) }

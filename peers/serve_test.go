@@ -1,18 +1,12 @@
 package peers
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/go-digest"
-
-	"github.com/imagepin/imagepin/test/testcerts"
 )
 
 // Requests for one manifest share its slot, as a blob's do: the head of a manifest's
@@ -25,7 +19,7 @@ func TestRequestsForOneManifestShareItsSlot(t *testing.T) {
 	old := slotWait
 	slotWait = 100 * time.Millisecond
 	t.Cleanup(func() { slotWait = old })
-	node := nodeConnection(t)
+	node := c0(t)
 	release := make(chan struct{})
 	s := &Server{Mirror: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-release // fetching the manifest
@@ -53,31 +47,4 @@ func TestRequestsForOneManifestShareItsSlot(t *testing.T) {
 			t.Errorf("a request for the manifest being served: %d, want 200", code)
 		}
 	}
-}
-
-// nodeConnection is a TLS connection's state as a node's client certificate leaves it.
-func nodeConnection(t *testing.T) *tls.ConnectionState {
-	t.Helper()
-	dir := t.TempDir()
-	ca, err := testcerts.NewCA(dir, "kubelet-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	file, err := ca.Node(dir, "worker-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(data)
-	if block == nil {
-		t.Fatal("no certificate in", file)
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}
 }

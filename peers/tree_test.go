@@ -1,6 +1,8 @@
 package peers
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -503,4 +505,75 @@ func TestASetAsidePeerMovesNoNodeInTheTree(t *testing.T) {
 			t.Errorf("%s (the node at %d, %v set aside): asks %v, want %v", c.name, c.self, c.aside, got, want)
 		}
 	}
+}
+
+// A node asking the registry for a blob its tree's head sends (every node above it set
+// aside: one copy more from the registry) logs why, once; the head's own turn at the
+// registry, the tree's one copy, logs nothing.
+func TestAskingTheRegistryPastTheTreeIsLogged(t *testing.T) {
+	reg := newRegistry(t, 1, 64<<10)
+	c := newCluster(t, reg, 2)
+	md := digest.FromBytes(reg.manifest)
+	var d digest.Digest
+	for d = range reg.blobs {
+		break
+	}
+	head, reader := c.headAndOther(d)
+	headLog, readerLog := &registryTurns{}, &registryTurns{}
+	head.src.Log, reader.src.Log = headLog.logger(), readerLog.logger()
+	read := func(nd *node) {
+		t.Helper()
+		rc, _, err := nd.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(b, reg.blobs[d]) {
+			t.Fatalf("the blob: %d bytes, %v", len(b), err)
+		}
+	}
+	read(head)
+	if n := len(headLog.entries()); n != 0 {
+		t.Errorf("the head's turn at the registry logged %d warnings, want none", n)
+	}
+	reader.src.wrongBytes(head.addr, errors.New("test: sent wrong bytes"))
+	read(reader)
+	got := readerLog.entries()
+	if len(got) != 1 {
+		t.Fatalf("a node past its set-aside head logged %d warnings of asking the registry, want 1", len(got))
+	}
+	if got[0].Data["blob"] != d.String() || !strings.Contains(fmt.Sprint(got[0].Data[logrus.ErrorKey]), "set aside") {
+		t.Errorf("the warning names blob %v and says %q; want %s, and that the nodes above are set aside", got[0].Data["blob"], got[0].Data[logrus.ErrorKey], d)
+	}
+}
+
+// registryTurns keeps the warnings of a node asking the registry past its tree.
+type registryTurns struct {
+	mu   sync.Mutex
+	seen []*logrus.Entry
+}
+
+func (r *registryTurns) logger() *logrus.Logger {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	log.AddHook(r)
+	return log
+}
+
+func (r *registryTurns) Levels() []logrus.Level { return []logrus.Level{logrus.WarnLevel} }
+
+func (r *registryTurns) Fire(e *logrus.Entry) error {
+	if strings.Contains(e.Message, "asking the registry for a blob") {
+		r.mu.Lock()
+		r.seen = append(r.seen, e)
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+func (r *registryTurns) entries() []*logrus.Entry {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
 }
