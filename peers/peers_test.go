@@ -1027,20 +1027,12 @@ func TestAPeerWorkingOnItsAnswerIsWaitedFor(t *testing.T) {
 		slow = 1
 	}
 	md := digest.FromBytes(reg.manifest)
-	rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || !bytes.Equal(b, reg.blobs[d]) {
-		t.Fatalf("the blob: %d bytes, %v", len(b), err)
-	}
+	readWhole(t, reader, reg, md, d)
 	if reader.src.isAside(head.addr) {
 		t.Fatal("a peer working on its answer was set aside")
 	}
-	if reader.stats.FromPeers.Load() != int64(len(b)) {
-		t.Fatalf("%d bytes from the peer, want the blob's %d", reader.stats.FromPeers.Load(), len(b))
+	if reader.stats.FromPeers.Load() != int64(len(reg.blobs[d])) {
+		t.Fatalf("%d bytes from the peer, want the blob's %d", reader.stats.FromPeers.Load(), len(reg.blobs[d]))
 	}
 }
 
@@ -1130,6 +1122,21 @@ func (c *cluster) headAndOther(d digest.Digest) (head, other *node) {
 		return c.nodes[0], c.nodes[1]
 	}
 	return c.nodes[1], c.nodes[0]
+}
+
+// readWhole reads blob d of reg's image (manifest md) through nd's Source, and fails
+// the test unless every byte of it came.
+func readWhole(t *testing.T, nd *node, reg *fakeRegistry, md, d digest.Digest) {
+	t.Helper()
+	rc, _, err := nd.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(b, reg.blobs[d]) {
+		t.Fatalf("the blob: %d bytes, %v", len(b), err)
+	}
 }
 
 // A peer answering 503 for ever costs one busy window (busyWait), then is set aside:

@@ -1,9 +1,6 @@
 package peers
 
 import (
-	"bytes"
-	"context"
-	"io"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -52,15 +49,7 @@ func TestASenderCutAfterTheLastByte(t *testing.T) {
 	}
 	head, reader := c.nodes[index(order[0])], c.nodes[index(order[2])]
 	cutter.Store(int32(index(order[1])))
-	rc, _, err := reader.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil || !bytes.Equal(b, reg.blobs[d]) {
-		t.Fatalf("the blob: %d bytes, %v", len(b), err)
-	}
+	readWhole(t, reader, reg, md, d)
 	if reader.src.isAside(head.addr) {
 		t.Fatalf("the head, asked after a sender cut after the last byte, was set aside (for %s)", reader.src.asideFor(head.addr).Round(1e9))
 	}

@@ -1,8 +1,6 @@
 package peers
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -521,24 +519,12 @@ func TestAskingTheRegistryPastTheTreeIsLogged(t *testing.T) {
 	head, reader := c.headAndOther(d)
 	headLog, readerLog := &registryTurns{}, &registryTurns{}
 	head.src.Log, reader.src.Log = headLog.logger(), readerLog.logger()
-	read := func(nd *node) {
-		t.Helper()
-		rc, _, err := nd.src.Blob(context.Background(), repo, []digest.Digest{md}, d, int64(len(reg.blobs[d])))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(rc)
-		rc.Close()
-		if err != nil || !bytes.Equal(b, reg.blobs[d]) {
-			t.Fatalf("the blob: %d bytes, %v", len(b), err)
-		}
-	}
-	read(head)
+	readWhole(t, head, reg, md, d)
 	if n := len(headLog.entries()); n != 0 {
 		t.Errorf("the head's turn at the registry logged %d warnings, want none", n)
 	}
 	reader.src.wrongBytes(head.addr, errors.New("test: sent wrong bytes"))
-	read(reader)
+	readWhole(t, reader, reg, md, d)
 	got := readerLog.entries()
 	if len(got) != 1 {
 		t.Fatalf("a node past its set-aside head logged %d warnings of asking the registry, want 1", len(got))
