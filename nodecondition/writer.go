@@ -99,8 +99,12 @@ type Writer struct {
 
 	mu     sync.Mutex
 	want   *Condition
+	gen    int64 // counts Updates that changed want
 	poke   chan struct{}
 	writes atomic.Int64
+	// waitingOn: the last gen Run acted on before it waited (tests wait for it to
+	// catch up before they move a fake clock).
+	waitingOn atomic.Int64
 }
 
 // New returns a writer; Update feeds it, Run writes.
@@ -117,6 +121,7 @@ func (w *Writer) Update(n status.Node) {
 	}
 	w.mu.Lock()
 	w.want = &c
+	w.gen++
 	w.mu.Unlock()
 	select {
 	case w.poke <- struct{}{}:
@@ -127,10 +132,10 @@ func (w *Writer) Update(n status.Node) {
 // Writes counts successful writes.
 func (w *Writer) Writes() int64 { return w.writes.Load() }
 
-func (w *Writer) current() *Condition {
+func (w *Writer) current() (*Condition, int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.want
+	return w.want, w.gen
 }
 
 // state is what Run knows of the API's side; only Run's goroutine touches it.
@@ -170,7 +175,8 @@ func (w *Writer) Run(ctx context.Context) error {
 	}()
 	for {
 		var wait <-chan time.Time
-		if want := w.current(); want != nil {
+		want, gen := w.current()
+		if want != nil {
 			now := w.cfg.Clock.Now()
 			due := s.at.Add(w.cfg.Heartbeat)
 			if s.inAPI == nil || *s.inAPI != *want {
@@ -248,6 +254,7 @@ func (w *Writer) Run(ctx context.Context) error {
 			}
 			wait = w.cfg.Clock.After(due.Sub(now))
 		}
+		w.waitingOn.Store(gen)
 		select {
 		case <-ctx.Done():
 			return nil

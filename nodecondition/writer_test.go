@@ -48,6 +48,7 @@ type rig struct {
 	events   *record.FakeRecorder
 	attempts atomic.Int64
 	down     atomic.Bool
+	running  bool
 }
 
 func newRig(t *testing.T, objs ...runtime.Object) *rig {
@@ -69,6 +70,7 @@ func newRig(t *testing.T, objs ...runtime.Object) *rig {
 }
 
 func (r *rig) run() {
+	r.running = true
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.w.Run(ctx); close(done) }()
@@ -85,6 +87,21 @@ func eventually(t *testing.T, what string, f func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// update feeds the writer and, once it runs, waits for it to have acted on the update
+// (read the clock and waited on it again): a step of the fake clock taken before that
+// would pass a due time the writer has not asked for yet.
+func (r *rig) update(n status.Node) {
+	r.t.Helper()
+	r.w.Update(n)
+	if !r.running {
+		return
+	}
+	r.w.mu.Lock()
+	gen := r.w.gen
+	r.w.mu.Unlock()
+	eventually(r.t, "the writer acting on the update", func() bool { return r.w.waitingOn.Load() == gen })
 }
 
 // idle waits for the writer to have made n attempts and to wait on the clock again.
@@ -122,11 +139,11 @@ var (
 func TestWriteKeepsTheKubeletsConditions(t *testing.T) {
 	r := newRig(t, kubeletNode())
 	before := kubeletNode().Status.Conditions
-	r.w.Update(pullingNode)
+	r.update(pullingNode)
 	r.run()
 	r.idle("the first write", 1)
 	r.clock.Step(2 * time.Second)
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.idle("the second write", 2)
 
 	n := r.node()
@@ -179,12 +196,12 @@ func TestWriteKeepsTheKubeletsConditions(t *testing.T) {
 // is written, once.
 func TestOutageThenRecovery(t *testing.T) {
 	r := newRig(t, kubeletNode())
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.run()
 	r.idle("the first write", 1)
 
 	r.down.Store(true)
-	r.w.Update(pullingNode)
+	r.update(pullingNode)
 	r.clock.Step(2 * time.Second)
 	r.idle("a failed write", 2)
 	// Ten minutes of outage: 2 s doubling to 2 min is 2+4+8+16+32+64+120+120+120+120 s.
@@ -193,9 +210,9 @@ func TestOutageThenRecovery(t *testing.T) {
 		t.Fatalf("%d attempts in ten minutes of outage; want a backoff", n)
 	}
 	// Meanwhile the set became Ready again and then failed: the latest wins.
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	failed := nodeWith(status.Set{Name: "base", Phase: status.Failed})
-	r.w.Update(failed)
+	r.update(failed)
 	r.down.Store(false)
 	attempts := r.attempts.Load()
 	r.clock.Step(2 * time.Minute)
@@ -226,7 +243,7 @@ func lastEvent(r *record.FakeRecorder) string {
 // per MinInterval, ending with the latest.
 func TestWritesAreBounded(t *testing.T) {
 	r := newRig(t, kubeletNode())
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.run()
 	r.idle("the first write", 1)
 	for i := range 12 {
@@ -245,16 +262,16 @@ func TestWritesAreBounded(t *testing.T) {
 	start := r.attempts.Load()
 	for i := range 1000 {
 		if i%2 == 0 {
-			r.w.Update(pullingNode)
+			r.update(pullingNode)
 		} else {
-			r.w.Update(readyNode)
+			r.update(readyNode)
 		}
 		if i%100 == 99 {
 			r.clock.Step(time.Second)
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	r.w.Update(pullingNode)
+	r.update(pullingNode)
 	r.clock.Step(2 * time.Second)
 	eventually(t, "the latest written", func() bool { c := r.ours(); return c.Status == corev1.ConditionFalse })
 	if n := r.attempts.Load() - start; n > 7 {
@@ -268,19 +285,19 @@ func TestWritesAreBounded(t *testing.T) {
 // alone still waits, and so does a change of status within MinInterval of the last.
 func TestAChangeOfStatusIsNotHeldBackByTheWriteBefore(t *testing.T) {
 	r := newRig(t, kubeletNode())
-	r.w.Update(pullingNode)
+	r.update(pullingNode)
 	r.run()
 	r.idle("the first write", 1)
-	r.w.Update(nodeWith(status.Set{Name: "base", Phase: status.Pulling, ImagesReady: 2, ImagesTotal: 3}))
+	r.update(nodeWith(status.Set{Name: "base", Phase: status.Pulling, ImagesReady: 2, ImagesTotal: 3}))
 	time.Sleep(20 * time.Millisecond)
 	r.idle("the message's change waiting", 1)
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.idle("True written without the clock moving", 2)
 	eventually(t, "True in the API", func() bool { return r.ours().Status == corev1.ConditionTrue })
 	if c := r.ours(); !c.LastTransitionTime.Time.Equal(t0) {
 		t.Fatalf("condition %+v", c)
 	}
-	r.w.Update(pullingNode)
+	r.update(pullingNode)
 	time.Sleep(20 * time.Millisecond)
 	r.idle("False again waiting for MinInterval after True", 2)
 	r.clock.Step(2 * time.Second)
@@ -296,7 +313,7 @@ func TestRestartKeepsTheTransitionTime(t *testing.T) {
 	node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{Type: Type, Status: corev1.ConditionTrue,
 		Reason: ReasonAllSetsReady, LastHeartbeatTime: since, LastTransitionTime: since})
 	r := newRig(t, node)
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.run()
 	r.idle("the first write", 1)
 	c := r.ours()
@@ -312,7 +329,7 @@ func TestRestartKeepsTheTransitionTime(t *testing.T) {
 // sets are Ready before it knows which target it.
 func TestNothingBeforeTheFirstSync(t *testing.T) {
 	r := newRig(t, kubeletNode())
-	r.w.Update(status.Node{WaitingForClusterSync: true, Faults: []string{status.FaultWaitingForClusterSync}})
+	r.update(status.Node{WaitingForClusterSync: true, Faults: []string{status.FaultWaitingForClusterSync}})
 	r.run()
 	time.Sleep(50 * time.Millisecond)
 	r.clock.Step(time.Hour)
@@ -334,7 +351,7 @@ func readyInAPI() *corev1.Node {
 // for up to StartupGrace: no False, no Event, if they are Ready within it; False after it.
 func TestStartupGraceKeepsTrue(t *testing.T) {
 	r := newRig(t, readyInAPI())
-	r.w.Update(pullingNode)
+	r.update(pullingNode)
 	r.run()
 	eventually(t, "the writer waiting", r.clock.HasWaiters)
 	r.clock.Step(30 * time.Second)
@@ -342,7 +359,7 @@ func TestStartupGraceKeepsTrue(t *testing.T) {
 	if n := r.attempts.Load(); n != 0 {
 		t.Fatalf("%d writes within the grace", n)
 	}
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.idle("the True written", 1)
 	if c := r.ours(); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Time.Equal(t0.Add(-time.Hour)) {
 		t.Fatalf("condition %+v", c)
@@ -352,7 +369,7 @@ func TestStartupGraceKeepsTrue(t *testing.T) {
 	}
 
 	r = newRig(t, readyInAPI())
-	r.w.Update(pullingNode)
+	r.update(pullingNode)
 	r.run()
 	eventually(t, "the writer waiting", r.clock.HasWaiters)
 	r.clock.Step(time.Minute)
@@ -363,7 +380,7 @@ func TestStartupGraceKeepsTrue(t *testing.T) {
 
 	// A Failed set is news at once.
 	r = newRig(t, readyInAPI())
-	r.w.Update(nodeWith(status.Set{Name: "base", Phase: status.Failed}))
+	r.update(nodeWith(status.Set{Name: "base", Phase: status.Failed}))
 	r.run()
 	r.idle("the Failed written", 1)
 	if c := r.ours(); c.Reason != ReasonSetsDegraded {
@@ -379,7 +396,7 @@ func TestANodeRegisteredLateIsWrittenWithinMinInterval(t *testing.T) {
 	r := newRig(t)
 	gets := r.countGets()
 	r.w.cfg.JoinWait = time.Hour
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.run()
 	eventually(t, "the first try", func() bool { return gets.Load() == 1 && r.clock.HasWaiters() })
 	// Ten minutes without a Node: a try every 2 s.
@@ -414,7 +431,7 @@ func TestAKubeconfigWrittenLateIsUsedWithinMinInterval(t *testing.T) {
 	})
 	r.w.newRecorder = func(kubernetes.Interface) (record.EventRecorder, func()) { return r.events, func() {} }
 	r.w.cfg.JoinWait = time.Hour
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.run()
 	eventually(t, "the first try", func() bool { return tries.Load() == 1 && r.clock.HasWaiters() })
 	r.tenMinutes()
@@ -450,7 +467,7 @@ func TestANodeThatNeverAppearsIsBackedOffAfterJoinWait(t *testing.T) {
 	gets := r.countGets()
 	log, hook := logtest.NewNullLogger()
 	r.w.cfg.Log, r.w.cfg.JoinWait = log, time.Minute
-	r.w.Update(readyNode)
+	r.update(readyNode)
 	r.run()
 	eventually(t, "the first try", func() bool { return gets.Load() == 1 && r.clock.HasWaiters() })
 	r.tenMinutes()
