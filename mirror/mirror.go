@@ -179,8 +179,9 @@ func (m *Mirror) Handler(src Source, stats *Stats) http.Handler {
 // manifest this node has not served yet. Blobs are filled from peers (package peers:
 // only the nodes above this one in the blob's order, then the registry, so requests
 // never go round between nodes), and so are the manifests of a chain this node lacks,
-// except for a request a peer made for another peer (HopHeader) or for what this node
-// holds only (StoredOnlyHeader): those from registry alone.
+// except for a request marked HopHeader (a peer asks so of a node weighing less than
+// itself in the manifest's order, which may wait on it) or for what this node holds
+// only (StoredOnlyHeader): those from registry alone.
 func (m *Mirror) PeerHandler(registry, peers Source, stats *Stats) http.Handler {
 	return &handler{m: m, src: peers, manifests: peers, hop: registry, chained: true, stats: stats}
 }
@@ -190,7 +191,9 @@ func (m *Mirror) PeerHandler(registry, peers Source, stats *Stats) http.Handler 
 // asks so of nodes below it in a blob's order (package peers), which may wait on it.
 const StoredOnlyHeader = "Imagepin-Stored-Only"
 
-// HopHeader marks a peer's request made to answer another peer's.
+// HopHeader marks a peer's request for a manifest to be answered from the store or the
+// registry alone, asking no peer: a peer asks so of a node weighing less than itself in
+// the manifest's order (package peers).
 const HopHeader = "Imagepin-Hop"
 
 // ChainHeader carries, on a peer's request, the manifests above the digest asked for,

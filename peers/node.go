@@ -208,7 +208,7 @@ func (n *Node) share(reg mirror.Source) error {
 	src.Fanout = n.cfg.Fanout
 	n.local = n.mirror.Handler(src, &n.Served)
 	n.keep.src = src
-	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir, Held: n.heldDigests,
+	n.server = &Server{Mirror: n.mirror.PeerHandler(reg, src, &mirror.Stats{}), SeedsDir: n.cfg.SeedsDir, Held: n.heldDigests,
 		MaxServing: n.cfg.MaxServing, BytesPerSecond: n.cfg.ServeBytesPerSecond, Stats: &n.Bytes, Log: log}
 	n.serverTLS = serverTLS
 	log.WithField("address", n.cfg.Address).WithField("peers", len(n.cfg.Nodes)).Info("[peers] sharing pinned images with other nodes")

@@ -240,7 +240,7 @@ func newClusterOpts(t testing.TB, reg *fakeRegistry, n int, o clusterOpts) *clus
 		}
 		src := nd.src
 		nd.local = httptest.NewServer(m.Handler(src, &mirror.Stats{}))
-		var peerHandler http.Handler = m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{})
+		var peerHandler http.Handler = m.PeerHandler(reg, src, &mirror.Stats{})
 		if wrap != nil {
 			peerHandler = wrap(i, peerHandler)
 		}
@@ -1090,7 +1090,7 @@ func TestALayerAskedAsAManifestIsNotThere(t *testing.T) {
 	if layer == "" {
 		t.Fatal("no layer over 4 MiB")
 	}
-	if _, _, err := asker.src.Forwarding().Manifest(context.Background(), repo, []digest.Digest{md}, layer, -1); err == nil {
+	if _, _, err := asker.src.Manifest(context.Background(), repo, []digest.Digest{md}, layer, -1); err == nil {
 		t.Fatal("a layer was taken for a manifest")
 	}
 	if asker.src.isAside(holder.addr) {

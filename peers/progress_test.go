@@ -233,7 +233,7 @@ func TestA102AfterTheStallBoundFiredBringsNothingBack(t *testing.T) {
 	t.Cleanup(func() { stallAfter = old })
 	s := NewSource("", func() []string { return nil }, nil, &http.Client{Transport: lateTransport{}}, &Stats{}, logrus.New())
 	d := digest.FromString("x")
-	resp, err := s.get(context.Background(), "peer.example:1", repo, "blobs", nil, d, 0, false)
+	resp, err := s.get(context.Background(), "peer.example:1", repo, "blobs", nil, d, 0, false, false)
 	if err == nil {
 		b, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()

@@ -53,14 +53,14 @@ func TestARequestQueuedBehindOthersIsNotSilent(t *testing.T) {
 	src := NewSource("", func() []string { return []string{node} }, nil, srv.Client(), &Stats{}, logrus.New())
 
 	t.Run("behind others", func(t *testing.T) {
-		resp, err := src.get(context.Background(), node, repo, "blobs", nil, busy, 0, false)
+		resp, err := src.get(context.Background(), node, repo, "blobs", nil, busy, 0, false, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		go io.Copy(io.Discard, resp.Body)
 		start := time.Now()
-		resp2, err := src.get(context.Background(), node, repo, "blobs", nil, late, 0, false)
+		resp2, err := src.get(context.Background(), node, repo, "blobs", nil, late, 0, false, false)
 		if err != nil {
 			t.Fatalf("a request behind another's bytes on the peer's connection was left after %s: %v", time.Since(start).Round(time.Millisecond), err)
 		}
@@ -70,7 +70,7 @@ func TestARequestQueuedBehindOthersIsNotSilent(t *testing.T) {
 	t.Run("alone", func(t *testing.T) {
 		time.Sleep(2 * stallAfter) // nothing heard from the peer for longer than the bound
 		start := time.Now()
-		_, err := src.get(context.Background(), node, repo, "blobs", nil, never, 0, false)
+		_, err := src.get(context.Background(), node, repo, "blobs", nil, never, 0, false, false)
 		if !errors.Is(err, errSilent) {
 			t.Fatalf("a peer sending nothing on any request: %v, want it silent", err)
 		}
@@ -80,14 +80,14 @@ func TestARequestQueuedBehindOthersIsNotSilent(t *testing.T) {
 	})
 
 	t.Run("hanging one while answering others", func(t *testing.T) {
-		resp, err := src.get(context.Background(), node, repo, "blobs", nil, busy, 0, false)
+		resp, err := src.get(context.Background(), node, repo, "blobs", nil, busy, 0, false, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		go io.Copy(io.Discard, resp.Body)
 		start := time.Now()
-		_, err = src.get(context.Background(), node, repo, "blobs", nil, never, 0, false)
+		_, err = src.get(context.Background(), node, repo, "blobs", nil, never, 0, false, false)
 		if !errors.Is(err, errSilent) {
 			t.Fatalf("a request the peer hangs while answering another: %v, want it silent", err)
 		}

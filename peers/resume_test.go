@@ -1,10 +1,12 @@
 package peers
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -53,4 +55,106 @@ func TestASenderCutAfterTheLastByte(t *testing.T) {
 	if reader.src.isAside(head.addr) {
 		t.Fatalf("the head, asked after a sender cut after the last byte, was set aside (for %s)", reader.src.asideFor(head.addr).Round(1e9))
 	}
+}
+
+// An ancestor whose stream stops midway, its connection silent too, is slow, not bad
+// (a node waiting on its own parent, or short of CPU, looks so): it is asked again
+// from where it stopped, for up to busyWait from its first stall with no byte since.
+// Stalling once, it sends the rest: the registry sends the blob once (to the head), and
+// nobody is set aside. Silent for ever, it is set aside after busyWait and the blob
+// comes from the registry.
+func TestAnAncestorStallingMidBlob(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		stalls   int64 // the head's blob answers that stall
+		fromReg  int   // the registry's answers for the blob
+		setAside bool
+	}{{"once", 1, 1, false}, {"for ever", 1 << 30, 2, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			oldStall, oldBusy := stallAfter, busyWait
+			stallAfter, busyWait = 200*time.Millisecond, 1500*time.Millisecond
+			t.Cleanup(func() { stallAfter, busyWait = oldStall, oldBusy })
+			reg := newRegistry(t, 1, 512<<10)
+			md := digest.FromBytes(reg.manifest)
+			var d digest.Digest // the layer, not the config
+			for b := range reg.blobs {
+				if len(reg.blobs[b]) > len(reg.blobs[d]) {
+					d = b
+				}
+			}
+			var stalled atomic.Int64
+			staller := atomic.Int32{}
+			staller.Store(-1)
+			wrap := func(i int, h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if int(staller.Load()) != i || !strings.HasSuffix(r.URL.Path, "/blobs/"+d.String()) || stalled.Load() >= tc.stalls {
+						h.ServeHTTP(w, r)
+						return
+					}
+					// The first answer stops after a quarter of the blob, those after it
+					// (asked from there) before their first byte.
+					left := 0
+					if stalled.Add(1) == 1 {
+						left = 128 << 10
+					}
+					h.ServeHTTP(&stallingWriter{ResponseWriter: w, left: left, done: r.Context().Done()}, r)
+				})
+			}
+			c := newClusterOpts(t, reg, 2, clusterOpts{wrapServer: wrap})
+			head, reader := c.headAndOther(d)
+			if err := c.pull(head); err != nil { // the head holds the blob
+				t.Fatal(err)
+			}
+			for i, nd := range c.nodes {
+				if nd == head {
+					staller.Store(int32(i))
+				}
+			}
+			start := time.Now()
+			readWhole(t, reader, reg, md, d)
+			took := time.Since(start)
+			if n := stalled.Load(); n < 2 && tc.setAside || n < 1 {
+				t.Fatalf("the head stalled %d times: nothing was tested", n)
+			}
+			if got := reader.src.isAside(head.addr); got != tc.setAside {
+				t.Fatalf("the stalling head set aside: %v, want %v (after %s)", got, tc.setAside, took.Round(time.Millisecond))
+			}
+			if got := reg.calls[d]; got != tc.fromReg {
+				t.Fatalf("the registry answered %d requests for the blob, want %d", got, tc.fromReg)
+			}
+			if reader.stats.Slow.Load() == 0 {
+				t.Fatal("the stall was not counted as a slow peer")
+			}
+			if tc.setAside && (took < busyWait || took > busyWait+3*time.Second) {
+				t.Fatalf("the read took %s behind an ancestor silent for ever, want about busyWait (%s)", took.Round(time.Millisecond), busyWait)
+			}
+			t.Logf("%s: the head stalled %d times, the read took %s", tc.name, stalled.Load(), took.Round(time.Millisecond))
+		})
+	}
+}
+
+// stallingWriter passes left bytes of an answer, then sends its headers and what it
+// passed, and stops until done.
+type stallingWriter struct {
+	http.ResponseWriter
+	left int
+	done <-chan struct{}
+}
+
+func (s *stallingWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *stallingWriter) Write(p []byte) (int, error) {
+	if len(p) <= s.left {
+		n, err := s.ResponseWriter.Write(p)
+		s.left -= n
+		return n, err
+	}
+	n, _ := s.ResponseWriter.Write(p[:s.left])
+	s.left = 0
+	http.NewResponseController(s.ResponseWriter).Flush()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+	}
+	return n, errors.New("stalled")
 }

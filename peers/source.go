@@ -43,9 +43,6 @@ type Source struct {
 	Fanout int
 
 	*health
-	// hop marks requests made for a peer's request (Forwarding): their receiver asks
-	// no further peer.
-	hop bool
 }
 
 // NewSource is a Source (see its fields).
@@ -53,15 +50,6 @@ func NewSource(self string, nodes func() []string, registry mirror.Source, clien
 	return &Source{Self: self, Nodes: nodes, Registry: registry, Client: client, Stats: stats, Log: log,
 		health: &health{bad: map[string]time.Time{}, refusing: map[string]*refusal{}, notPinning: map[[2]string]time.Time{},
 			busyTimes: map[string]int{}, busyUntil: map[string]time.Time{}, held: newHoldings(client, log)}}
-}
-
-// Forwarding is this Source for what a node needs to answer a peer's request (the
-// manifests above what it asks for): a peer asked by it answers from its store or the
-// registry, never asking a third node, so requests never go round between nodes.
-func (s *Source) Forwarding() *Source {
-	f := *s
-	f.hop = true
-	return &f
 }
 
 // asking is how a peer is asked.
@@ -88,7 +76,7 @@ const (
 
 // ask is get, asking again as how says (root: the pinned manifest the request leads
 // to).
-func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, how asking) (*http.Response, error) {
+func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, how asking, hop bool) (*http.Response, error) {
 	root := d
 	if len(chain) > 0 {
 		root = chain[len(chain)-1]
@@ -114,7 +102,7 @@ func (s *Source) ask(ctx context.Context, node, repo, kind string, chain []diges
 			}
 			continue
 		}
-		resp, err := s.get(ctx, node, repo, kind, chain, d, from, how == storedOnly || how == holding)
+		resp, err := s.get(ctx, node, repo, kind, chain, d, from, how == storedOnly || how == holding, hop)
 		if how >= once {
 			return resp, err
 		}
@@ -286,7 +274,7 @@ var (
 	busyAsideMax = 10 * time.Minute
 )
 
-func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, stored bool) (*http.Response, error) {
+func (s *Source) get(ctx context.Context, node, repo, kind string, chain []digest.Digest, d digest.Digest, from int64, stored, hop bool) (*http.Response, error) {
 	url := "https://" + node + "/v2/" + mirror.PathFor(repo) + "/" + kind + "/" + d.String()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -299,8 +287,7 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		}
 		req.Header.Set(mirror.ChainHeader, strings.Join(parts, ","))
 	}
-	// A blob is asked for only up its tree (Blob): its requests need no hop mark.
-	if s.hop && kind == "manifests" || stored {
+	if hop || stored {
 		req.Header.Set(mirror.HopHeader, "1")
 	}
 	if stored {
@@ -390,13 +377,20 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 	return nil, fmt.Errorf("%s: %s", url, resp.Status)
 }
 
-// Manifest asks the nodes in d's order, checking what each sends against d, and reading
-// none past size (the index's, when chain[0] gives one; -1: maxManifest). At this
-// node's turn (the registry's) it asks the nodes whose seeds hold d (HeldPath) and are
-// not set aside first, then the registry. A node set aside comes after the registry
-// and is asked once (a holder for what it holds only): it is not waited on, busy or
-// not pinning yet, until its time is up. The holders this node knows of already
-// (summaries it has) are asked before the order.
+// Manifest asks this node's ancestors in d's tree (laid as a blob's is), nearest first:
+// each fills it the same way while it answers, so a manifest's head sends it to its
+// children only, not to every node. Then the nodes in d's order, then the registry at
+// this node's turn; each answer is checked against d and read no further than size
+// (the index's, when chain[0] gives one; -1: maxManifest). At the registry's turn it
+// asks the nodes whose seeds hold d (HeldPath) and are not set aside first. A node
+// set aside comes after the registry and is asked once (a holder for what it holds
+// only): it is not waited on, busy or not pinning yet, until its time is up. The
+// holders this node knows of already (summaries it has) are asked before all.
+//
+// Only a node weighing more in d's order (an ancestor, or before this node) is asked
+// to fill the manifest from its own peers: the others are asked for what they hold or
+// their registry has (mirror.HopHeader). Every request that travels on goes to a node
+// weighing more, so none ever comes back to a node that waits on it.
 //
 // The peers' summaries are fetched at the registry's turn only: a node getting the
 // manifest from a node before it in the order (the head, which asks the holders
@@ -406,25 +400,46 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Digest, d digest.Digest, size int64) ([]byte, string, error) {
 	var errs []error
 	asked := map[string]bool{}
+	fromPeer := func(node string, how asking, hop bool, why string) ([]byte, string, bool) {
+		asked[node] = true
+		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, how, hop)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("peer %s%s: %w", node, why, err))
+			return nil, "", false
+		}
+		s.Stats.FromPeers.Add(int64(len(data)))
+		return data, mt, true
+	}
 	fromHolders := func(holders []string) ([]byte, string, bool) {
 		for _, node := range holders {
 			if asked[node] || ctx.Err() != nil {
 				continue
 			}
-			asked[node] = true
-			data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, holding)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("peer %s (its seeds hold it): %w", node, err))
-				continue
+			if data, mt, ok := fromPeer(node, holding, true, " (its seeds hold it)"); ok {
+				return data, mt, true
 			}
-			s.Stats.FromPeers.Add(int64(len(data)))
-			return data, mt, true
 		}
 		return nil, "", false
 	}
 	known, _ := s.holders(ctx, d, false)
 	if data, mt, ok := fromHolders(known); ok {
 		return data, mt, nil
+	}
+	order, pos := s.tree(d)
+	heavier := make(map[string]bool, pos)
+	for _, n := range order[:min(pos, len(order))] {
+		heavier[n] = true
+	}
+	for _, node := range s.ancestors(d) {
+		if ctx.Err() != nil {
+			return nil, "", ctx.Err()
+		}
+		if asked[node] {
+			continue
+		}
+		if data, mt, ok := fromPeer(node, waiting, false, ""); ok {
+			return data, mt, nil
+		}
 	}
 	var asideHolders []string
 	for _, node := range s.order(d) {
@@ -450,7 +465,6 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			errs = append(errs, fmt.Errorf("registry: %w", err))
 			continue
 		}
-		asked[node] = true
 		how := waiting
 		if s.isAside(node) {
 			how = once
@@ -458,13 +472,9 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 				how = storedOnly
 			}
 		}
-		data, mt, err := s.peerManifest(ctx, node, repo, chain, d, size, how)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("peer %s: %w", node, err))
-			continue
+		if data, mt, ok := fromPeer(node, how, !heavier[node], ""); ok {
+			return data, mt, nil
 		}
-		s.Stats.FromPeers.Add(int64(len(data)))
-		return data, mt, nil
 	}
 	return nil, "", errors.Join(errs...)
 }
@@ -516,10 +526,10 @@ func (s *Source) holders(ctx context.Context, d digest.Digest, fetch bool) (live
 // sending is left after stallAfter, and every request joined to the fetch with it)
 // and at most size bytes (-1: maxManifest); it sets the peer aside when it fails, for
 // corruptFor when it sends another size or bytes that do not match d.
-func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, size int64, how asking) ([]byte, string, error) {
+func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, size int64, how asking, hop bool) ([]byte, string, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, how)
+	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, how, hop)
 	if err != nil {
 		if !errors.Is(err, errNotThere) && parent.Err() == nil {
 			s.setAside(node, failedFor, err)

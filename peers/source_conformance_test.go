@@ -95,7 +95,7 @@ func conformanceCluster(t *testing.T, o *sourcetest.Origin, n int, among bool) *
 		// Last: the fills under way end before their stores go (a node's fill may read
 		// from another node).
 		t.Cleanup(m.Close)
-		server := &Server{Mirror: m.PeerHandler(reg, src.Forwarding(), &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
+		server := &Server{Mirror: m.PeerHandler(reg, src, &mirror.Stats{}), MaxServing: 4, Stats: stats, Log: log}
 		server.init()
 		peer := &http.Server{Handler: server, TLSConfig: srvTLS}
 		go peer.ServeTLS(listeners[i], "", "")

@@ -133,7 +133,7 @@ func TestAPeerThatNeverListensCostsStartWaitOnce(t *testing.T) {
 		if _, _, err := nd.src.Manifest(t.Context(), repo, nil, digest.FromBytes(reg.manifest), -1); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := nd.src.ask(t.Context(), dead.addr, repo, "blobs", nil, c.largest(), 0, climbing); err == nil {
+		if _, err := nd.src.ask(t.Context(), dead.addr, repo, "blobs", nil, c.largest(), 0, climbing, false); err == nil {
 			t.Fatal("a stopped peer answered")
 		}
 	}

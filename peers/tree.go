@@ -191,6 +191,12 @@ func (p *plan) heads() bool {
 	return pos == 0
 }
 
+// again has node, an ancestor just asked, asked again next (it stalled: slow, not bad).
+func (p *plan) again(node string) {
+	delete(p.asked, node)
+	p.chain = append([]string{node}, p.chain...)
+}
+
 // busyNow notes that node, an ancestor, was busy.
 func (p *plan) busyNow(node string) {
 	if len(p.busy) == 0 && p.busySince.IsZero() {

@@ -563,3 +563,60 @@ func (r *registryTurns) entries() []*logrus.Entry {
 	defer r.mu.Unlock()
 	return slices.Clone(r.seen)
 }
+
+// Nine nodes pulling one image at once, fanout 2: the manifest goes down its own
+// tree, as a blob does. Each node asks its parent in the manifest's order (which asks
+// its own, up to the head, which asks the registry once), so the head sends it to its
+// two children, not to every node. Every request that travels on goes to a node
+// weighing more; a node weighing less is asked for what it holds or its registry has
+// only (mirror.HopHeader).
+func TestAManifestGoesDownItsTree(t *testing.T) {
+	reg := newRegistry(t, 2, 64<<10)
+	md := digest.FromBytes(reg.manifest)
+	var mu sync.Mutex
+	served := map[[2]int]int{} // {server, asker} → manifest requests that may travel on
+	var hops int
+	wrap := func(i int, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/manifests/"+md.String()) && r.TLS != nil {
+				name, err := nodecert.Name(r.TLS.VerifiedChains)
+				var asker int
+				if _, serr := fmt.Sscanf(name, "node-%d", &asker); err == nil && serr == nil {
+					mu.Lock()
+					if r.Header.Get(mirror.HopHeader) != "" {
+						hops++
+					} else {
+						served[[2]int{i, asker}]++
+					}
+					mu.Unlock()
+				}
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	c := newClusterOpts(t, reg, 9, clusterOpts{wrap: wrap, fanout: 2, maxServing: 64})
+	c.pullAll()
+	if n := reg.calls[md]; n != 1 {
+		t.Fatalf("the registry was asked %d times for the manifest, want once for the cluster", n)
+	}
+	order := Order(md, c.addrs())
+	pos := func(i int) int { return slices.Index(order, c.nodes[i].addr) }
+	askers := map[int][]int{}
+	for k := range served {
+		server, asker := k[0], k[1]
+		askers[server] = append(askers[server], asker)
+		if (pos(asker)-1)/2 != pos(server) {
+			t.Errorf("node-%d at %d asked node-%d at %d for the manifest: not its parent in the manifest's tree", asker, pos(asker), server, pos(server))
+		}
+	}
+	for server, a := range askers {
+		if len(a) > 2 {
+			t.Errorf("node-%d (at %d in the manifest's order) sent the manifest to %d nodes, want its 2 children at most", server, pos(server), len(a))
+		}
+	}
+	head := slices.Index(c.addrs(), order[0])
+	t.Logf("the head sent the manifest to %v; %d requests for what a node holds (hops)", askers[head], hops)
+	if len(askers[head]) == 0 {
+		t.Fatal("nobody asked the head for the manifest: nothing was tested")
+	}
+}

@@ -31,8 +31,6 @@ import (
 // setFanout gives a node's peers.Source the fanout of the k-ary tree a blob spreads
 // along over the rendezvous order (k ≥ N: every node reads from the first, a star). It
 // says whether the Source has the knob (it does; the "star" mode is the baseline).
-//
-// It must be called before s.Forwarding() (which copies the Source).
 func setFanout(s *peers.Source, k int) bool {
 	s.Fanout = k
 	return true
@@ -122,7 +120,7 @@ func newNode(dir string, i int, c creds, o nodeOptions) (*node, error) {
 	if o.upBPS > 0 && (bps == 0 || o.upBPS < bps) {
 		bps = o.upBPS
 	}
-	n.server = &peers.Server{Mirror: n.served.wrap(m.PeerHandler(reg, n.src.Forwarding(), &mirror.Stats{})), MaxServing: o.maxServing,
+	n.server = &peers.Server{Mirror: n.served.wrap(m.PeerHandler(reg, n.src, &mirror.Stats{})), MaxServing: o.maxServing,
 		BytesPerSecond: bps, Stats: n.stats, Log: entry.WithField("part", "peers")}
 	n.serverTLS = serverTLS
 	n.peerHTTP = client
