@@ -45,9 +45,6 @@ type resumer struct {
 	plan   *plan  // who is left to ask
 	node   string // who is sending now
 	how    asking // how node was asked
-	// stalledSince: cur's sender stalled (errStalled) and was asked again, with no
-	// byte from it since then.
-	stalledSince time.Time
 	cur    io.ReadCloser
 	reqCtx context.Context // cur's request's
 	cancel context.CancelFunc
@@ -64,6 +61,9 @@ type resumer struct {
 	senders  []string
 	verifier digest.Verifier
 	errs     []error
+	// stalledSince: cur's sender stalled (errStalled) and was asked again, with no
+	// byte from it since then.
+	stalledSince time.Time
 }
 
 // next opens the next node that answers, at r.off.
