@@ -62,8 +62,9 @@ type resumer struct {
 	verifier digest.Verifier
 	errs     []error
 	// stalledSince: cur's sender stalled (errStalled) and was asked again, with no
-	// byte from it since then.
+	// byte from it since then. cuts: the answers it ended itself while relaying.
 	stalledSince time.Time
+	cuts         int
 }
 
 // next opens the next node that answers, at r.off.
@@ -107,7 +108,7 @@ func (r *resumer) next() error {
 			continue
 		}
 		if node != r.node {
-			r.stalledSince = time.Time{}
+			r.stalledSince, r.cuts = time.Time{}, 0
 		}
 		r.node, r.how, r.cur, r.cancel, r.reqCtx = node, t.how, body, cancel, ctx
 		r.quiet.Store(time.Now().UnixNano())
@@ -325,6 +326,15 @@ func (r *resumer) Read(p []byte) (int, error) {
 				// one copy more from the registry (at 500 nodes on 2 CPUs, the head's
 				// first child did so once a run in two).
 				r.s.Stats.Slow.Add(1)
+				r.plan.again(r.node)
+			case resetBySender(err) && r.how == climbing && !r.fromStore && r.cuts == 0:
+				// An ancestor relaying the blob ended the answer itself: it is up, and
+				// its own source failed (it cuts what it relays rather than stall its
+				// children); it goes on from its next source, so it is asked once more
+				// from where it stopped before it is set aside. At 500 nodes on 2 CPUs,
+				// a third of the peers set aside were such cuts, each moving the
+				// children up the tree and their grandparents to more uploads.
+				r.cuts++
 				r.plan.again(r.node)
 			default:
 				r.s.setAside(r.node, failedFor, err)

@@ -158,3 +158,87 @@ func (s *stallingWriter) Write(p []byte) (int, error) {
 	}
 	return n, errors.New("stalled")
 }
+
+// An ancestor relaying a blob that ends the answer itself midway (its own source
+// failed; it goes on from its next one) is up: it is asked once more from where it
+// stopped, not set aside, and the node never goes to the registry itself. Cut a
+// second time, it is set aside and the next is asked.
+func TestAnAncestorCuttingItsRelay(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cuts     int64
+		setAside bool
+	}{{"once", 1, false}, {"twice", 2, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := newRegistry(t, 1, 1<<20)
+			reg.delay = 5 * time.Millisecond // a relay, not the head's own copy
+			md := digest.FromBytes(reg.manifest)
+			var d digest.Digest // the layer
+			for b := range reg.blobs {
+				if len(reg.blobs[b]) > len(reg.blobs[d]) {
+					d = b
+				}
+			}
+			var cut atomic.Int64
+			cutter := atomic.Int32{}
+			cutter.Store(-1)
+			wrap := func(i int, h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if int(cutter.Load()) != i || !strings.HasSuffix(r.URL.Path, "/blobs/"+d.String()) || cut.Load() >= tc.cuts {
+						h.ServeHTTP(w, r)
+						return
+					}
+					cut.Add(1)
+					h.ServeHTTP(&cuttingWriter{ResponseWriter: w, left: 128 << 10}, r)
+				})
+			}
+			c := newClusterOpts(t, reg, 2, clusterOpts{wrapServer: wrap})
+			head, reader := c.headAndOther(d)
+			for i, nd := range c.nodes {
+				if nd == head {
+					cutter.Store(int32(i))
+				}
+			}
+			// The head pulls the image too: its fill goes on past a reader's cut.
+			done := make(chan error, 1)
+			go func() { done <- c.pull(head) }()
+			readWhole(t, reader, reg, md, d)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if n := cut.Load(); n != tc.cuts {
+				t.Fatalf("the head cut %d answers, want %d: nothing was tested", n, tc.cuts)
+			}
+			if got := reader.src.isAside(head.addr); got != tc.setAside {
+				t.Fatalf("the head set aside: %v, want %v", got, tc.setAside)
+			}
+			reg.mu.Lock()
+			calls := reg.calls[d]
+			reg.mu.Unlock()
+			// The head's fill; and, past the head set aside, the reader's own.
+			if want := int(tc.cuts); calls != want {
+				t.Fatalf("the registry answered %d requests for the blob, want %d", calls, want)
+			}
+		})
+	}
+}
+
+// cuttingWriter passes left bytes of an answer, then ends it (an HTTP/2 stream reset,
+// as a handler ending its answer midway sends).
+type cuttingWriter struct {
+	http.ResponseWriter
+	left int
+}
+
+func (c *cuttingWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c *cuttingWriter) Write(p []byte) (int, error) {
+	if len(p) <= c.left {
+		n, err := c.ResponseWriter.Write(p)
+		c.left -= n
+		return n, err
+	}
+	c.ResponseWriter.Write(p[:c.left])
+	http.NewResponseController(c.ResponseWriter).Flush()
+	panic(http.ErrAbortHandler)
+}
