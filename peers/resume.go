@@ -326,16 +326,18 @@ func (r *resumer) Read(p []byte) (int, error) {
 				// one copy more from the registry (at 500 nodes on 2 CPUs, the head's
 				// first child did so once a run in two).
 				r.s.Stats.Slow.Add(1)
-				r.plan.again(r.node)
-			case resetBySender(err) && r.how == climbing && !r.fromStore && r.cuts == 0:
-				// An ancestor relaying the blob ended the answer itself: it is up, and
-				// its own source failed (it cuts what it relays rather than stall its
-				// children); it goes on from its next source, so it is asked once more
-				// from where it stopped before it is set aside. At 500 nodes on 2 CPUs,
-				// a third of the peers set aside were such cuts, each moving the
-				// children up the tree and their grandparents to more uploads.
+				r.plan.again(turn{r.node, climbing})
+			case (resetBySender(err) || errors.Is(err, io.ErrUnexpectedEOF)) && r.how == climbing && !r.fromStore && r.cuts == 0:
+				// An ancestor relaying the blob ended the answer itself (a reset, or its
+				// end before the last byte): it is up, and its own source failed (it
+				// cuts what it relays rather than stall its children); it goes on from
+				// its next source, so it is asked once more from where it stopped before
+				// it is set aside. At 500 nodes on 2 CPUs, two thirds of the peers set
+				// aside were such cuts, each moving the children up the tree and their
+				// grandparents to more uploads. Asked once: one that went down refuses
+				// the connection, and is not waited for as a peer starting.
 				r.cuts++
-				r.plan.again(r.node)
+				r.plan.again(turn{r.node, once})
 			default:
 				r.s.setAside(r.node, failedFor, err)
 			}

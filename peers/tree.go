@@ -110,10 +110,17 @@ type plan struct {
 	busySince time.Time
 	climbed   bool   // the registry's turn came
 	rest      []turn // after the registry
+	first     []turn // asked before all else (again)
 }
 
 // next is the next turn, false when none is left.
 func (p *plan) next(ctx context.Context) (turn, bool) {
+	if len(p.first) > 0 {
+		t := p.first[0]
+		p.first = p.first[1:]
+		p.asked[t.node] = true
+		return t, true
+	}
 	for !p.climbed {
 		for len(p.chain) > 0 {
 			n := p.chain[0]
@@ -191,10 +198,10 @@ func (p *plan) heads() bool {
 	return pos == 0
 }
 
-// again has node, an ancestor just asked, asked again next (it stalled: slow, not bad).
-func (p *plan) again(node string) {
-	delete(p.asked, node)
-	p.chain = append([]string{node}, p.chain...)
+// again has t.node, just asked, asked again next, as t says (it stalled or cut its
+// answer: slow, not bad).
+func (p *plan) again(t turn) {
+	p.first = append(p.first, t)
 }
 
 // busyNow notes that node, an ancestor, was busy.
