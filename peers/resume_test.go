@@ -3,6 +3,7 @@ package peers
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -241,4 +242,51 @@ func (c *cuttingWriter) Write(p []byte) (int, error) {
 	c.ResponseWriter.Write(p[:c.left])
 	http.NewResponseController(c.ResponseWriter).Flush()
 	panic(http.ErrAbortHandler)
+}
+
+// A peer that ends its answer for a manifest before the length it announced (it is up:
+// a peer gone refuses the connection) is asked once more, not set aside; cutting it a
+// second time, it is set aside and the manifest comes from the next.
+func TestAPeerCuttingAManifestShort(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cuts     int64
+		setAside bool
+	}{{"once", 1, false}, {"twice", 2, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := newRegistry(t, 1, 64<<10)
+			md := digest.FromBytes(reg.manifest)
+			var cut atomic.Int64
+			cutter := atomic.Int32{}
+			cutter.Store(-1)
+			wrap := func(i int, h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if int(cutter.Load()) != i || !strings.HasSuffix(r.URL.Path, "/manifests/"+md.String()) || cut.Load() >= tc.cuts {
+						h.ServeHTTP(w, r)
+						return
+					}
+					cut.Add(1)
+					w.Header().Set("Content-Length", strconv.Itoa(len(reg.manifest)))
+					w.WriteHeader(http.StatusOK)
+					w.Write(reg.manifest[:len(reg.manifest)/2]) // and the handler returns
+				})
+			}
+			c := newClusterWith(t, reg, 2, wrap)
+			head, reader := c.headAndOther(md)
+			for i, nd := range c.nodes {
+				if nd == head {
+					cutter.Store(int32(i))
+				}
+			}
+			if err := c.getManifest(reader); err != nil {
+				t.Fatal(err)
+			}
+			if n := cut.Load(); n != tc.cuts {
+				t.Fatalf("the head cut %d answers, want %d: nothing was tested", n, tc.cuts)
+			}
+			if got := reader.src.isAside(head.addr); got != tc.setAside {
+				t.Fatalf("the head set aside: %v, want %v", got, tc.setAside)
+			}
+		})
+	}
 }

@@ -527,6 +527,21 @@ func (s *Source) holders(ctx context.Context, d digest.Digest, fetch bool) (live
 // and at most size bytes (-1: maxManifest); it sets the peer aside when it fails, for
 // corruptFor when it sends another size or bytes that do not match d.
 func (s *Source) peerManifest(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, size int64, how asking, hop bool) ([]byte, string, error) {
+	data, mt, err := s.peerManifestOnce(parent, node, repo, chain, d, size, how, hop, true)
+	if errors.Is(err, errCutShort) {
+		// It ended the answer before its last byte: it is up (a peer gone refuses the
+		// connection), asked once more before it is set aside.
+		return s.peerManifestOnce(parent, node, repo, chain, d, size, once, hop, false)
+	}
+	return data, mt, err
+}
+
+// errCutShort: a peer's answer ended before the length it announced.
+var errCutShort = errors.New("the answer ended before its announced length")
+
+// peerManifestOnce is one request of peerManifest; with cutOnce, an answer cut short is
+// errCutShort and the peer is not set aside for it.
+func (s *Source) peerManifestOnce(parent context.Context, node, repo string, chain []digest.Digest, d digest.Digest, size int64, how asking, hop, cutOnce bool) ([]byte, string, error) {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	resp, err := s.ask(ctx, node, repo, "manifests", chain, d, 0, how, hop)
@@ -567,6 +582,8 @@ func (s *Source) peerManifest(parent context.Context, node, repo string, chain [
 	case err != nil && ctx.Err() != nil:
 		err = fmt.Errorf("sent nothing for %s: %w", stallAfter, err)
 		s.setAside(node, failedFor, err)
+	case cutOnce && errors.Is(err, io.ErrUnexpectedEOF):
+		err = fmt.Errorf("%w: %w", errCutShort, err)
 	case err != nil:
 		s.setAside(node, failedFor, err)
 	case int64(len(data)) > limit:
