@@ -77,39 +77,19 @@ func TestAnAncestorStallingMidBlob(t *testing.T) {
 			t.Cleanup(func() { stallAfter, busyWait = oldStall, oldBusy })
 			reg := newRegistry(t, 1, 512<<10)
 			md := digest.FromBytes(reg.manifest)
-			var d digest.Digest // the layer, not the config
-			for b := range reg.blobs {
-				if len(reg.blobs[b]) > len(reg.blobs[d]) {
-					d = b
-				}
-			}
-			var stalled atomic.Int64
-			staller := atomic.Int32{}
-			staller.Store(-1)
-			wrap := func(i int, h http.Handler) http.Handler {
-				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if int(staller.Load()) != i || !strings.HasSuffix(r.URL.Path, "/blobs/"+d.String()) || stalled.Load() >= tc.stalls {
-						h.ServeHTTP(w, r)
-						return
-					}
+			d := reg.largest() // the layer, not the config
+			c, head, reader, stalled := misbehavingHead(t, reg, d, "/blobs/"+d.String(), tc.stalls,
+				func(k int64, w http.ResponseWriter, r *http.Request, h http.Handler) {
 					// The first answer stops after a quarter of the blob, those after it
 					// (asked from there) before their first byte.
 					left := 0
-					if stalled.Add(1) == 1 {
+					if k == 1 {
 						left = 128 << 10
 					}
 					h.ServeHTTP(&stallingWriter{ResponseWriter: w, left: left, done: r.Context().Done()}, r)
 				})
-			}
-			c := newClusterOpts(t, reg, 2, clusterOpts{wrapServer: wrap})
-			head, reader := c.headAndOther(d)
 			if err := c.pull(head); err != nil { // the head holds the blob
 				t.Fatal(err)
-			}
-			for i, nd := range c.nodes {
-				if nd == head {
-					staller.Store(int32(i))
-				}
 			}
 			start := time.Now()
 			readWhole(t, reader, reg, md, d)
@@ -165,41 +145,16 @@ func (s *stallingWriter) Write(p []byte) (int, error) {
 // stopped, not set aside, and the node never goes to the registry itself. Cut a
 // second time, it is set aside and the next is asked.
 func TestAnAncestorCuttingItsRelay(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		cuts     int64
-		setAside bool
-	}{{"once", 1, false}, {"twice", 2, true}} {
+	for _, tc := range cutOnceOrTwice {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := newRegistry(t, 1, 1<<20)
 			reg.delay = 5 * time.Millisecond // a relay, not the head's own copy
 			md := digest.FromBytes(reg.manifest)
-			var d digest.Digest // the layer
-			for b := range reg.blobs {
-				if len(reg.blobs[b]) > len(reg.blobs[d]) {
-					d = b
-				}
-			}
-			var cut atomic.Int64
-			cutter := atomic.Int32{}
-			cutter.Store(-1)
-			wrap := func(i int, h http.Handler) http.Handler {
-				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if int(cutter.Load()) != i || !strings.HasSuffix(r.URL.Path, "/blobs/"+d.String()) || cut.Load() >= tc.cuts {
-						h.ServeHTTP(w, r)
-						return
-					}
-					cut.Add(1)
+			d := reg.largest() // the layer, not the config
+			c, head, reader, cut := misbehavingHead(t, reg, d, "/blobs/"+d.String(), tc.cuts,
+				func(_ int64, w http.ResponseWriter, r *http.Request, h http.Handler) {
 					h.ServeHTTP(&cuttingWriter{ResponseWriter: w, left: 128 << 10}, r)
 				})
-			}
-			c := newClusterOpts(t, reg, 2, clusterOpts{wrapServer: wrap})
-			head, reader := c.headAndOther(d)
-			for i, nd := range c.nodes {
-				if nd == head {
-					cutter.Store(int32(i))
-				}
-			}
 			// The head pulls the image too: its fill goes on past a reader's cut.
 			done := make(chan error, 1)
 			go func() { done <- c.pull(head) }()
@@ -244,40 +199,28 @@ func (c *cuttingWriter) Write(p []byte) (int, error) {
 	panic(http.ErrAbortHandler)
 }
 
+// cutOnceOrTwice: a sender that cuts its answer once is asked again; twice, it is set
+// aside.
+var cutOnceOrTwice = []struct {
+	name     string
+	cuts     int64
+	setAside bool
+}{{"once", 1, false}, {"twice", 2, true}}
+
 // A peer that ends its answer for a manifest before the length it announced (it is up:
 // a peer gone refuses the connection) is asked once more, not set aside; cutting it a
 // second time, it is set aside and the manifest comes from the next.
 func TestAPeerCuttingAManifestShort(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		cuts     int64
-		setAside bool
-	}{{"once", 1, false}, {"twice", 2, true}} {
+	for _, tc := range cutOnceOrTwice {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := newRegistry(t, 1, 64<<10)
 			md := digest.FromBytes(reg.manifest)
-			var cut atomic.Int64
-			cutter := atomic.Int32{}
-			cutter.Store(-1)
-			wrap := func(i int, h http.Handler) http.Handler {
-				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if int(cutter.Load()) != i || !strings.HasSuffix(r.URL.Path, "/manifests/"+md.String()) || cut.Load() >= tc.cuts {
-						h.ServeHTTP(w, r)
-						return
-					}
-					cut.Add(1)
+			c, head, reader, cut := misbehavingHead(t, reg, md, "/manifests/"+md.String(), tc.cuts,
+				func(_ int64, w http.ResponseWriter, _ *http.Request, _ http.Handler) {
 					w.Header().Set("Content-Length", strconv.Itoa(len(reg.manifest)))
 					w.WriteHeader(http.StatusOK)
 					w.Write(reg.manifest[:len(reg.manifest)/2]) // and the handler returns
 				})
-			}
-			c := newClusterWith(t, reg, 2, wrap)
-			head, reader := c.headAndOther(md)
-			for i, nd := range c.nodes {
-				if nd == head {
-					cutter.Store(int32(i))
-				}
-			}
 			if err := c.getManifest(reader); err != nil {
 				t.Fatal(err)
 			}
@@ -289,4 +232,28 @@ func TestAPeerCuttingAManifestShort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// misbehavingHead is a cluster of two nodes over reg in which the head of key's order
+// answers its first n requests whose path ends in suffix with bad (k counts them from
+// 1), the others as usual. It returns the cluster, the head, the other node, and how
+// many answers bad gave.
+func misbehavingHead(t *testing.T, reg *fakeRegistry, key digest.Digest, suffix string, n int64,
+	bad func(k int64, w http.ResponseWriter, r *http.Request, h http.Handler)) (c *cluster, head, other *node, badly *atomic.Int64) {
+	badly = new(atomic.Int64)
+	var at atomic.Int32
+	at.Store(-1)
+	wrap := func(i int, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if int(at.Load()) != i || !strings.HasSuffix(r.URL.Path, suffix) || badly.Load() >= n {
+				h.ServeHTTP(w, r)
+				return
+			}
+			bad(badly.Add(1), w, r, h)
+		})
+	}
+	c = newClusterOpts(t, reg, 2, clusterOpts{wrapServer: wrap})
+	head, other = c.headAndOther(key)
+	at.Store(int32(c.index(head.addr)))
+	return c, head, other, badly
 }

@@ -106,10 +106,13 @@ func (c *cluster) getManifest(nd *node) error {
 }
 
 // largest is the image's largest blob.
-func (c *cluster) largest() digest.Digest {
+func (c *cluster) largest() digest.Digest { return c.reg.largest() }
+
+// largest is the registry's largest blob.
+func (r *fakeRegistry) largest() digest.Digest {
 	var out digest.Digest
-	for d, b := range c.reg.blobs {
-		if out == "" || len(b) > len(c.reg.blobs[out]) {
+	for d, b := range r.blobs {
+		if out == "" || len(b) > len(r.blobs[out]) {
 			out = d
 		}
 	}
