@@ -271,7 +271,11 @@ func TestAgentReportsItsBlobsAndTakesTheCountOfHolders(t *testing.T) {
 			return c != nil && c.Status == want && c.Reason == reason
 		}
 	}
-	n := h.waitFor("Ready, the holders not counted, the kubelet read", kubeletRead("apps", registry(status.Unknown, status.ReasonBlobHoldersUnknown)))
+	// Both sets loaded (the two files are read as they come): image a's blobs name both.
+	both := func(n status.Node) bool {
+		return kubeletRead("apps", registry(status.Unknown, status.ReasonBlobHoldersUnknown))(n) && n.Set("more") != nil
+	}
+	n := h.waitFor("Ready with both sets, the holders not counted, the kubelet read", both)
 	if c := n.Set("apps").Condition(status.ConditionRegistryIndependent); c.Message != "whether every blob of the images is held by 2 nodes cannot be told: no answer from the aggregator yet; this node's own pods start from its 2 images with the registry gone (imagePullCredentialsVerificationPolicy NeverVerifyPreloadedImages: pods start from these 2 images without the registry)" {
 		t.Fatalf("message %q", c.Message)
 	}
