@@ -69,7 +69,7 @@ func (b *bench) large(ctx context.Context) error {
 	width := conf.DefaultPullConcurrency
 	type row struct {
 		raw, ipd, ipdCPU, crioRawCPU, crioIpdCPU, admitted []time.Duration
-		bad                                    []string
+		bad                                                []string
 	}
 	rows := map[int]*row{}
 	for rep := 0; rep < *largeReps; rep++ {
