@@ -425,11 +425,6 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 	if data, mt, ok := fromHolders(known); ok {
 		return data, mt, nil
 	}
-	order, pos := s.tree(d)
-	heavier := make(map[string]bool, pos)
-	for _, n := range order[:min(pos, len(order))] {
-		heavier[n] = true
-	}
 	for _, node := range s.ancestors(d) {
 		if ctx.Err() != nil {
 			return nil, "", ctx.Err()
@@ -441,6 +436,10 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 			return data, mt, nil
 		}
 	}
+	// The tree did not send it: the nodes of the order, those weighing more asked to
+	// fill it, the others for what they have.
+	order, pos := s.tree(d)
+	heavier := func(n string) bool { i := slices.Index(order, n); return i >= 0 && i < pos }
 	var asideHolders []string
 	for _, node := range s.order(d) {
 		if ctx.Err() != nil {
@@ -472,7 +471,7 @@ func (s *Source) Manifest(ctx context.Context, repo string, chain []digest.Diges
 				how = storedOnly
 			}
 		}
-		if data, mt, ok := fromPeer(node, how, !heavier[node], ""); ok {
+		if data, mt, ok := fromPeer(node, how, !heavier(node), ""); ok {
 			return data, mt, nil
 		}
 	}

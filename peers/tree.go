@@ -115,10 +115,9 @@ type plan struct {
 
 // next is the next turn, false when none is left.
 func (p *plan) next(ctx context.Context) (turn, bool) {
-	if len(p.first) > 0 {
+	if len(p.first) > 0 { // asked already (again)
 		t := p.first[0]
 		p.first = p.first[1:]
-		p.asked[t.node] = true
 		return t, true
 	}
 	for !p.climbed {

@@ -515,10 +515,7 @@ func TestAskingTheRegistryPastTheTreeIsLogged(t *testing.T) {
 	reg := newRegistry(t, 1, 64<<10)
 	c := newCluster(t, reg, 2)
 	md := digest.FromBytes(reg.manifest)
-	var d digest.Digest
-	for d = range reg.blobs {
-		break
-	}
+	d := reg.largest()
 	head, reader := c.headAndOther(d)
 	headLog, readerLog := &registryTurns{}, &registryTurns{}
 	head.src.Log, reader.src.Log = headLog.logger(), readerLog.logger()
