@@ -620,3 +620,30 @@ func TestAManifestGoesDownItsTree(t *testing.T) {
 		t.Fatal("nobody asked the head for the manifest: nothing was tested")
 	}
 }
+
+// A node whose parent in a manifest's tree is gone asks its grandparent (the head
+// here), which fetches the manifest from the registry: the manifest still crosses the
+// registry link once, and the node gets it.
+func TestAManifestPastAParentThatIsGone(t *testing.T) {
+	old := startWait
+	startWait = 200 * time.Millisecond // a refusing peer is not waited for as one starting
+	t.Cleanup(func() { startWait = old })
+	reg := newRegistry(t, 1, 64<<10)
+	md := digest.FromBytes(reg.manifest)
+	c := newClusterOpts(t, reg, 7, clusterOpts{fanout: 2})
+	order := Order(md, c.addrs())
+	parent, asker := c.nodes[c.index(order[1])], c.nodes[c.index(order[3])]
+	parent.peer.Close()
+	if err := c.getManifest(asker); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.calls[md]; n != 1 {
+		t.Fatalf("the registry was asked %d times for the manifest, want once (by the head)", n)
+	}
+	if n := asker.stats.FromRegistry.Load(); n != 0 {
+		t.Fatalf("the node read %d bytes from the registry itself, past its grandparent", n)
+	}
+	if !asker.src.isAside(parent.addr) {
+		t.Fatal("the parent that is gone was not set aside")
+	}
+}
