@@ -90,7 +90,14 @@ type Config struct {
 	// runtime that fetches a shared layer once for each pull needing it at the same time
 	// (CRI-O, straight from the registry); the composition root decides.
 	OrderByLayers bool
-	PullTimeout   time.Duration
+	// PinWhileChecking: the images of a set the disk check has not judged yet are
+	// pinned while it runs (a pin of an image the node does not hold takes no room), so
+	// that the runtime has them in effect when the verdict lets the pulls start; a
+	// verdict that refuses the set takes those pins away at once (pins.go). Off when a
+	// pin lets the node-local mirror fill its store for peers: there a pin takes disk,
+	// and waits for the verdict. The composition root decides.
+	PinWhileChecking bool
+	PullTimeout      time.Duration
 	// RuntimeSocket is the CRI socket's path: a new socket (inode) means the runtime
 	// restarted, and may have wiped its storage, so every image is checked again.
 	RuntimeSocket string

@@ -96,6 +96,7 @@ func newHarness(t testing.TB) *harness {
 		InlineLabels: map[string]string{"node-role.kubernetes.io/worker": ""},
 		UnpinDelay:   300 * time.Millisecond, PullConcurrency: 2, PullTimeout: 5 * time.Second,
 		ConfirmTimeout: 2 * time.Second, MaxBackoff: 100 * time.Millisecond,
+		PinWhileChecking: true,
 	}
 	h.dropIn = crio.DropIn{MainConfig: filepath.Join(root, "crio", "crio.conf"), ConfigDir: filepath.Join(root, "crio", "crio.conf.d"), Cache: crio.NewFileCache()}
 	os.MkdirAll(h.cfg.SetsDir, 0o755)
@@ -782,6 +783,8 @@ func TestDueReleaseIsHandledWithoutAnotherEvent(t *testing.T) {
 type fakeDisk struct {
 	mu   sync.Mutex
 	mode string // "admit", "refuse", "fail", "hang"
+	// gate, when set, holds each check until it is closed (a check under way).
+	gate chan struct{}
 }
 
 func (d *fakeDisk) set(mode string) {
@@ -791,6 +794,16 @@ func (d *fakeDisk) set(mode string) {
 }
 
 func (d *fakeDisk) Check(ctx context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
+	d.mu.Lock()
+	gate := d.gate
+	d.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return diskcheck.Result{}, ctx.Err()
+		}
+	}
 	d.mu.Lock()
 	mode := d.mode
 	d.mu.Unlock()

@@ -60,6 +60,7 @@ func (d *mirrorDisk) Check(ctx context.Context, sets []diskcheck.SetRequest) (di
 func TestUnsizedImagesAreCheckedAgainOnceThePinsAreWritten(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.MaxBackoff = time.Hour
+	h.cfg.PinWhileChecking = false // [peers]: a pin lets the mirror fill its store
 	h.clock = testingclock.NewFakeClock(time.Now())
 	disk := &mirrorDisk{dropIns: h.dropIn.ConfigDir, clock: h.clock}
 	h.disk = disk

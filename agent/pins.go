@@ -20,25 +20,36 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 	now := a.deps.Clock.Now()
 	a.pins.faults = nil
 
-	wanted := a.keepPinned(desired, admitted)
+	wanted, unchecked := a.keepPinned(desired, admitted)
 	if a.deps.Tags != nil {
 		tags, conflicts := pinset.TagsOf(desired)
 		a.deps.Tags.Want(tags)
 		a.pins.faults = append(a.pins.faults, conflicts...)
 	}
 	for img := range wanted {
-		if released, ok := a.in.data.Pins[img]; !ok || !released.IsZero() {
+		released, ok := a.in.data.Pins[img]
+		if !ok || !released.IsZero() {
 			a.setPin(img, time.Time{})
 		}
+		a.markUnchecked(img, unchecked[img] && (!ok || a.in.data.Unchecked[img]))
 	}
 	for img, released := range a.in.data.Pins {
 		switch {
 		case wanted[img]:
+		case a.in.data.Unchecked[img] && !a.present(img):
+			// Pinned while the check ran, and the node does not hold it: nothing to keep.
+			delete(a.in.data.Pins, img)
+			a.markUnchecked(img, false)
+			a.sched.clear(unpinKey(img))
+			a.in.dataDirty = true
+			a.log.WithField("image", img).Info("unpinning an image pinned while the disk check ran: its set was refused (or left), and the node does not hold it")
 		case released.IsZero():
+			a.markUnchecked(img, false)
 			a.setPin(img, now)
 			a.log.WithField("image", img).WithField("unpin_in", a.cfg.UnpinDelay.String()).Info("image no longer wanted; keeping its pin for unpin_delay")
 		case now.Sub(released) >= a.cfg.UnpinDelay:
 			delete(a.in.data.Pins, img)
+			a.markUnchecked(img, false)
 			a.sched.clear(unpinKey(img))
 			a.in.dataDirty = true
 			a.log.WithField("image", img).Info("unpinning image")
@@ -132,22 +143,55 @@ func unpinKey(img string) string { return "unpin/" + img }
 // answered). The check gates only new pulls, and pins of images not on the node yet: a
 // node under disk pressure, a registry that does not answer, or a restart must never
 // unpin what a set still wants, least of all while the kubelet's image GC is deleting.
-func (a *Agent) keepPinned(desired, admitted []pinset.Set) map[string]bool {
+//
+// With Config.PinWhileChecking, an image of a set the check has not judged yet (a new
+// set, or an image an admitted set gained) is pinned too, as unchecked: only while
+// nothing else keeps it, and its pin goes at once when a verdict refuses the set (or
+// the set leaves) and the node does not hold the image.
+func (a *Agent) keepPinned(desired, admitted []pinset.Set) (wanted, unchecked map[string]bool) {
 	may := make(map[string]bool, len(admitted))
 	for _, s := range admitted {
 		may[s.Name] = true
 	}
-	wanted := map[string]bool{}
+	wanted, unchecked = map[string]bool{}, map[string]bool{}
 	for _, s := range desired {
+		v, judged := a.disk.verdicts[s.Name]
 		for _, ref := range s.Images {
 			_, pinned := a.in.data.Pins[ref]
-			img := a.pulls.images[ref]
-			if (may[s.Name] && a.disk.sized[s.Name][ref]) || pinned || (img != nil && img.present) {
+			sized := a.disk.sized[s.Name][ref]
+			switch {
+			case (may[s.Name] && sized) || (pinned && !a.in.data.Unchecked[ref]) || a.present(ref):
 				wanted[ref] = true
+				delete(unchecked, ref)
+			case wanted[ref]:
+			case a.cfg.PinWhileChecking && (!judged || (v.Admitted && !sized)):
+				wanted[ref], unchecked[ref] = true, true
 			}
 		}
 	}
-	return wanted
+	return wanted, unchecked
+}
+
+// present says whether the runtime holds ref, as last looked.
+func (a *Agent) present(ref string) bool {
+	img := a.pulls.images[ref]
+	return img != nil && img.present
+}
+
+// markUnchecked records whether img's pin is unchecked (keepPinned).
+func (a *Agent) markUnchecked(img string, unchecked bool) {
+	if a.in.data.Unchecked[img] == unchecked {
+		return
+	}
+	if unchecked {
+		if a.in.data.Unchecked == nil {
+			a.in.data.Unchecked = map[string]bool{}
+		}
+		a.in.data.Unchecked[img] = true
+	} else {
+		delete(a.in.data.Unchecked, img)
+	}
+	a.in.dataDirty = true
 }
 
 // adoptHeld takes every pin the runtime holds for imagepind (CRI-O's managed drop-in on

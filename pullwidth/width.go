@@ -6,7 +6,10 @@
 //
 // A Controller starts at the widest it may use (pull_concurrency), or, when the disk
 // check found the registry near (LAN latency), at 8: a set that fits in a round or two
-// never waits for a ramp. It measures the throughput of rounds (as many
+// never waits for a ramp. It holds that width Hold rounds before its first probe: a
+// narrower width is never faster, only fewer connections, and one round (8 pulls) on a
+// busy node varies by more than the 5% a probe tells apart, so probing at once took 40
+// images on loopback from 8 at once to 2 (`make bench`, P1). It measures the throughput of rounds (as many
 // completions as the width, at least 8; bytes per second, images when sizes are
 // unknown) and probes: half the width, kept while the throughput stays within 5% of
 // what the widest measured width gave (the same speed for fewer connections), given up
@@ -78,7 +81,7 @@ const DefaultWidest = 64
 // New returns a controller between 1 and widest, starting at widest.
 func New(widest int) *Controller {
 	widest = max(widest, 1)
-	return &Controller{min: 1, max: widest, width: widest, holdLen: Hold, saturated: true, knownBytes: true}
+	return &Controller{min: 1, max: widest, width: widest, hold: Hold, holdLen: Hold, saturated: true, knownBytes: true}
 }
 
 // Near is the registry round trip (as the disk check measures it: the least time of a

@@ -161,3 +161,26 @@ func TestLinkSetsTheStart(t *testing.T) {
 		t.Fatal("a near start above the widest")
 	}
 }
+
+// The starting width is held Hold rounds before the first probe: a 40-image set from a
+// near registry is pulled 8 at once throughout, however its rounds vary.
+func TestHoldsTheStartingWidthBeforeProbing(t *testing.T) {
+	c := New(64)
+	c.Link(time.Millisecond)
+	now := time.Unix(0, 0)
+	c.Done(now, 1<<20) // opens the first round
+	for i := 1; i <= Hold*MinRound; i++ {
+		now = now.Add(time.Duration(100+i%7*10) * time.Millisecond)
+		c.Done(now, 1<<20)
+		if c.Width() != NearWidth {
+			t.Fatalf("after %d pulls: width %d, want the start's %d held", i, c.Width(), NearWidth)
+		}
+	}
+	for i := 0; i < MinRound; i++ {
+		now = now.Add(100 * time.Millisecond)
+		c.Done(now, 1<<20)
+	}
+	if c.Width() != NearWidth/2 {
+		t.Fatalf("after the hold: width %d, want a probe at %d", c.Width(), NearWidth/2)
+	}
+}

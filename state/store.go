@@ -19,6 +19,9 @@ import (
 type Data struct {
 	// Pins maps each pattern imagepind pinned to the last time a set wanted it.
 	Pins map[string]time.Time `json:"pins,omitempty"`
+	// Unchecked are the pins written while the disk check had not judged any set
+	// wanting the image: a verdict refusing it takes them away at once.
+	Unchecked map[string]bool `json:"unchecked,omitempty"`
 	// Labels are the last good contents of the labels file.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Completed maps a set name to the uid and spec hash it was last Ready with.

@@ -156,9 +156,11 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 		UnpinDelay:      cfg.UnpinDelay.D(),
 		PullConcurrency: cfg.EffectivePullConcurrency(),
 		OrderByLayers:   OrderByLayers(cfg, runtimeName),
-		PullTimeout:     cfg.CRI.PullTimeout.D(),
-		RuntimeSocket:   socket,
-		Heartbeat:       opts.Heartbeat,
+		// With [peers] a pin lets the node-local mirror fill its store for peers.
+		PinWhileChecking: !cfg.Peers.Enabled,
+		PullTimeout:      cfg.CRI.PullTimeout.D(),
+		RuntimeSocket:    socket,
+		Heartbeat:        opts.Heartbeat,
 	}, agent.Deps{
 		Runtime:  client,
 		Pinners:  map[string]pin.Pinner{runtimeName: pinner},

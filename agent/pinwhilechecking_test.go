@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/imagepin/imagepin/status"
+)
+
+// While the disk check of a new set runs, its images are pinned and the pins confirmed
+// (a pin of an image the node does not hold takes no room), and nothing is pulled; the
+// verdict admits the set and the pulls start with the pins in effect, no reload more.
+func TestPinsWhileTheCheckRuns(t *testing.T) {
+	h := newHarness(t)
+	disk := &fakeDisk{mode: "admit", gate: make(chan struct{})}
+	h.disk = disk
+	a, b := img("a", 1), img("b", 2)
+	h.available(a, b)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a, b))
+	h.waitFor("pinned while the check runs", func(status.Node) bool {
+		p := h.rt.Pinned()
+		return slices.Contains(p, a) && slices.Contains(p, b)
+	})
+	h.pass()
+	if h.rt.PullCount(a)+h.rt.PullCount(b) != 0 || h.rt.Present(a) {
+		t.Fatalf("pulled before the verdict: a %d, b %d", h.rt.PullCount(a), h.rt.PullCount(b))
+	}
+	n := h.latestStatus()
+	if s := n.Set("s"); s == nil || s.Phase == status.Ready {
+		t.Fatalf("Ready before the verdict: %+v", s)
+	}
+	reloads := h.rt.ReloadCount()
+	close(disk.gate)
+	h.waitFor("Ready", phase("s", status.Ready))
+	if h.rt.ReloadCount() != reloads {
+		t.Fatalf("the verdict reloaded the runtime again (%d→%d): the pins were in effect", reloads, h.rt.ReloadCount())
+	}
+	if p := h.rt.Pinned(); !slices.Contains(p, a) || !slices.Contains(p, b) {
+		t.Fatalf("pinned %v", p)
+	}
+}
+
+// A verdict refusing the set takes away at once (not after unpin_delay) the pins
+// written while it ran; an image of the set the node holds keeps its pin, as always.
+func TestPinsWhileTheCheckRunsGoWhenItRefuses(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.UnpinDelay = time.Hour
+	disk := &fakeDisk{mode: "refuse", gate: make(chan struct{})}
+	h.disk = disk
+	a, b, c := img("a", 1), img("b", 2), img("c", 3)
+	h.available(a, b, c)
+	if _, err := h.rt.PullImage(t.Context(), c, nil); err != nil { // the kubelet pulled it
+		t.Fatal(err)
+	}
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a, b, c))
+	h.waitFor("pinned while the check runs", func(status.Node) bool {
+		p := h.rt.Pinned()
+		return slices.Contains(p, a) && slices.Contains(p, b) && slices.Contains(p, c)
+	})
+	close(disk.gate)
+	n := h.waitFor("refused", phase("s", status.Failed))
+	if c := n.Set("s").Condition(status.ConditionReady); c.Reason != status.ReasonInsufficientDiskSpace {
+		t.Fatalf("%+v", c)
+	}
+	h.waitFor("unpinned at once", func(status.Node) bool {
+		p := h.rt.Pinned()
+		return !slices.Contains(p, a) && !slices.Contains(p, b)
+	})
+	h.pass()
+	if p := h.rt.Pinned(); !slices.Contains(p, c) {
+		t.Fatalf("the image present lost its pin: %v", p)
+	}
+	if h.rt.PullCount(a)+h.rt.PullCount(b) != 0 || h.rt.PullCount(c) != 1 {
+		t.Fatalf("a refused set pulled: a %d, b %d", h.rt.PullCount(a), h.rt.PullCount(b))
+	}
+	d, err := h.store.Load()
+	if err != nil || len(d.Unchecked) != 0 || len(d.Pins) != 1 {
+		t.Fatalf("state: pins %v, unchecked %v, %v", d.Pins, d.Unchecked, err)
+	}
+}
+
+// Without PinWhileChecking (a node whose pins let the node-local mirror fill its store)
+// nothing missing is pinned before the verdict.
+func TestNoPinsWhileTheCheckRunsWhenTheyTakeDisk(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PinWhileChecking = false
+	disk := &fakeDisk{mode: "admit", gate: make(chan struct{})}
+	h.disk = disk
+	a := img("a", 1)
+	h.available(a)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.pass()
+	h.pass()
+	if p := h.rt.Pinned(); slices.Contains(p, a) {
+		t.Fatalf("pinned before the verdict: %v", p)
+	}
+	close(disk.gate)
+	h.waitFor("Ready", phase("s", status.Ready))
+	if p := h.rt.Pinned(); !slices.Contains(p, a) {
+		t.Fatalf("pinned %v", p)
+	}
+}
