@@ -26,6 +26,8 @@ type Stats struct {
 	// byImage are FromRegistry by pinned image ("repo@digest" of the pinned manifest
 	// the bytes belong to).
 	byImage sync.Map // string → *atomic.Int64
+	// conns count what ended or broke the node's peer connections (ConnEvents).
+	conns connEvents
 }
 
 // RegistryBytes are the bytes fetched from registries for the pinned image ref.

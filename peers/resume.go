@@ -101,6 +101,11 @@ func (r *resumer) next() error {
 				// Set aside meanwhile, found sending wrong bytes for another blob.
 			case errors.Is(err, mirror.ErrSize):
 				r.s.wrongBytes(node, err)
+			case resetBySender(err) && t.how == climbing && r.cuts == 0:
+				// An ancestor that reset its answer before its first byte, its own
+				// source failed: asked once more, as one cutting its relay midway (read).
+				r.cuts++
+				r.plan.again(turn{node, once})
 			default:
 				r.s.setAside(node, failedFor, err)
 			}
@@ -205,6 +210,12 @@ const heldBack = mirror.HoldBack + 32<<10
 // error's type: its text, fixed since HTTP/2 came to net/http, tells.
 func resetBySender(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "; received from peer")
+}
+
+// lostConnection tells whether err, a body's read, is its connection ending (every
+// answer on it ends "unexpected EOF"), not a reset the sender sent.
+func lostConnection(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) && !resetBySender(err)
 }
 
 func name(node string) string {
@@ -316,26 +327,31 @@ func (r *resumer) Read(p []byte) (int, error) {
 					r.culprit = len(r.senders)
 				}
 				r.s.wrongBytes(r.node, fmt.Errorf("stopped %d bytes before the end of %s, sent from its own copy: the copy does not match its digest: %w", left, r.d, err))
-			case errors.Is(context.Cause(r.reqCtx), errStalled) && r.how == climbing && r.stalled() < busyWait:
+			case (errors.Is(context.Cause(r.reqCtx), errStalled) || lostConnection(err)) && r.how == climbing && r.stalled() < busyWait:
 				// An ancestor whose stream stopped midway, its connection silent too, is
 				// slow, not bad, as one slow to answer is: it is most likely waiting on
-				// its own parent, or short of CPU. It is asked again from where it
-				// stopped (it sends what it holds and joins its own fetch) for up to
-				// busyWait from its first stall with no byte since. Climbing past it
-				// would have its parent send one copy more, or this node head the blob:
-				// one copy more from the registry (at 500 nodes on 2 CPUs, the head's
-				// first child did so once a run in two).
+				// its own parent, or short of CPU. So is one whose connection ended
+				// midway (its HTTP/2 server drops a connection whose first frames it
+				// has not read 2 s after the handshake; one gone refuses the next). It
+				// is asked again from where it stopped (it sends what it holds and joins
+				// its own fetch) for up to busyWait from its first stall with no byte
+				// since. Climbing past it would have its parent send one copy more, or
+				// this node head the blob: one copy more from the registry (at 500
+				// nodes on 2 CPUs, the head's first child did so once a run in two).
 				r.s.Stats.Slow.Add(1)
+				if lostConnection(err) {
+					r.s.Stats.conns.add("client: connection ended during an answer")
+				}
 				r.plan.again(turn{r.node, climbing})
-			case (resetBySender(err) || errors.Is(err, io.ErrUnexpectedEOF)) && r.how == climbing && !r.fromStore && r.cuts == 0:
-				// An ancestor relaying the blob ended the answer itself (a reset, or its
-				// end before the last byte): it is up, and its own source failed (it
-				// cuts what it relays rather than stall its children); it goes on from
-				// its next source, so it is asked once more from where it stopped before
-				// it is set aside. At 500 nodes on 2 CPUs, two thirds of the peers set
-				// aside were such cuts, each moving the children up the tree and their
-				// grandparents to more uploads. Asked once: one that went down refuses
-				// the connection, and is not waited for as a peer starting.
+			case resetBySender(err) && r.how == climbing && !r.fromStore && r.cuts == 0:
+				// An ancestor relaying the blob reset the answer itself: it is up, and
+				// its own source failed (it cuts what it relays rather than stall its
+				// children); it goes on from its next source, so it is asked once more
+				// from where it stopped before it is set aside. At 500 nodes on 2 CPUs,
+				// two thirds of the peers set aside were such cuts, each moving the
+				// children up the tree and their grandparents to more uploads. Asked
+				// once: one that went down refuses the connection, and is not waited
+				// for as a peer starting.
 				r.cuts++
 				r.plan.again(turn{r.node, once})
 			default:

@@ -360,6 +360,7 @@ func (s *Server) Serve(ctx context.Context, address string, tlsConfig *tls.Confi
 		// A peer's requests share one connection (Client): as many at once as the
 		// serving bound lets wait (Server).
 		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: 1000}}
+	s.serverConnEvents(srv)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

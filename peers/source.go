@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -352,6 +353,16 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		case timedOut(ctx, err):
 			s.Stats.Slow.Add(1)
 			err = fmt.Errorf("%w: %w", errSlow, err)
+		case ctx.Err() == nil && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE)):
+			// The connection ended before the answer (or while the request was sent),
+			// with every request on it: Go's
+			// HTTP/2 server drops a connection whose first frames it has not read 2 s
+			// after the handshake, which a peer short of CPU does (at 500 nodes on 2
+			// CPUs every "unexpected EOF" set-aside was one). A peer gone refuses the
+			// next connection: this one is slow, asked again.
+			s.Stats.Slow.Add(1)
+			s.Stats.conns.add("client: connection ended before an answer")
+			err = fmt.Errorf("%s: the connection ended before its answer: %w: %w", url, err, errSlow)
 		}
 		cancel(nil)
 		return nil, err

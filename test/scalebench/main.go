@@ -150,6 +150,8 @@ type result struct {
 	procs    int      // worker processes
 	ups      []int64  // what each node sent its peers
 	asideWhy map[string]int64
+	// connEvents are what ended or broke the nodes' peer connections.
+	connEvents map[string]int64
 	// registryDone is when the link had carried 99% of its bytes of the run.
 	registryDone time.Duration
 	// tcp are the machine's TCP counters over the run (/proc/net/netstat: a listener's
@@ -306,6 +308,9 @@ func run() error {
 				fmt.Fprintf(os.Stderr, "    %d worker process(es); open files in one at most: %s\n", res.procs, res.fds)
 				fmt.Fprintf(os.Stderr, "    uploads ÷ one copy: %s; the registry link had carried 99%% of its bytes after %s\n",
 					uploads(res.ups, s.bytes), res.registryDone.Round(250*time.Millisecond))
+				if len(res.connEvents) > 0 {
+					fmt.Fprintf(os.Stderr, "    peer connections ended or broken: %v\n", res.connEvents)
+				}
 				if len(res.asideWhy) > 0 {
 					fmt.Fprintf(os.Stderr, "    peers set aside: %v\n", res.asideWhy)
 				}
@@ -470,6 +475,12 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 			c.HandFailed += v.HandFailed
 			c.HandNanos += v.HandNanos
 			res.purposes[k] = c
+		}
+		for k, v := range f.ConnEvents {
+			if res.connEvents == nil {
+				res.connEvents = map[string]int64{}
+			}
+			res.connEvents[k] += v
 		}
 		for k, v := range f.AsideWhy {
 			if res.asideWhy == nil {

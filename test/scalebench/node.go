@@ -371,6 +371,13 @@ func asideKind(e *logrus.Entry) string {
 	case strings.Contains(why, "/blobs/"):
 		what = "blob"
 	}
+	// A request that failed before its answer's headers names its URL (Get "…": ); one
+	// whose answer's body failed does not.
+	if strings.Contains(why, "Get \"https://") {
+		what += " (request)"
+	} else {
+		what += " (body)"
+	}
 	// The reason, not the URL or the addresses it came from.
 	why = urlOrAddrs.ReplaceAllString(why, "")
 	switch {

@@ -71,9 +71,11 @@ type workerFinal struct {
 	Purposes map[string]purposeCount
 	Slow     int64 // requests to peers that timed out and were asked again (peers.Stats.Slow)
 	AsideWhy map[string]int64
-	Samples  []string
-	Climbed  []string
-	Served   []servedEntry // what its nodes sent peers, by blob and asker
+	// ConnEvents are what ended or broke its nodes' peer connections (peers.Stats).
+	ConnEvents map[string]int64
+	Samples    []string
+	Climbed    []string
+	Served     []servedEntry // what its nodes sent peers, by blob and asker
 }
 
 // runWorker is a worker process (-worker).
@@ -189,6 +191,12 @@ func runWorker() error {
 		final.Served = append(final.Served, nd.served.entries(w.Lo+i)...)
 		final.ToPeers = append(final.ToPeers, nd.stats.ToPeers.Load())
 		final.Slow += nd.stats.Slow.Load()
+		for k, v := range nd.stats.ConnEvents() {
+			if final.ConnEvents == nil {
+				final.ConnEvents = map[string]int64{}
+			}
+			final.ConnEvents[k] += v
+		}
 	}
 	warn.mu.Lock()
 	final.Samples = warn.samples
