@@ -79,11 +79,13 @@ type serverLog struct {
 func (l serverLog) Write(p []byte) (int, error) {
 	line := string(bytes.TrimSpace(p))
 	kind := line
-	// "http: TLS handshake error from 10.0.0.5:41234: EOF": the kind without the address.
+	// "http: TLS handshake error from 10.0.0.5:41234: EOF", "timeout waiting for
+	// SETTINGS frames from 10.0.0.5:41234": the kind without the address.
 	if i := strings.Index(line, " from "); i >= 0 {
+		kind = line[:i]
 		rest := line[i+len(" from "):]
 		if j := strings.Index(rest, ": "); j >= 0 {
-			kind = line[:i] + ": " + rest[j+2:]
+			kind += ": " + rest[j+2:]
 		}
 	}
 	if len(kind) > 80 {

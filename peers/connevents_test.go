@@ -68,3 +68,20 @@ func TestServerConnEventsAreCounted(t *testing.T) {
 	}
 	t.Fatalf("events %v, want %v and a handshake error", stats.ConnEvents(), want)
 }
+
+// Go's server's log lines are counted by kind, the peer's address left out.
+func TestServerLogLinesAreCountedByKind(t *testing.T) {
+	stats := &Stats{}
+	l := serverLog{stats: stats, s: &Server{}}
+	for _, line := range []string{
+		"http: TLS handshake error from 127.0.0.1:41234: EOF\n",
+		"http: TLS handshake error from 10.0.0.5:1: EOF\n",
+		"timeout waiting for SETTINGS frames from 127.0.0.1:32876\n",
+	} {
+		l.Write([]byte(line))
+	}
+	got := stats.ConnEvents()
+	if len(got) != 2 || got["server http: TLS handshake error: EOF"] != 2 || got["server timeout waiting for SETTINGS frames"] != 1 {
+		t.Fatalf("%v", got)
+	}
+}
