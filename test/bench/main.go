@@ -45,6 +45,7 @@ var (
 	sections = flag.String("sections", "preload,large,latency,disk,release,peers,seed,cluster-rollout", "what to measure: preload, large (2000-image set), latency (also idle, [peers] off and on), disk, release, peers (several nodes behind one shared link), seed (imagepinctl seed against cp), cluster-rollout (a whole cluster: rollout and node join with the registry gone)")
 	costN    = flag.Int("cost-images", 500, "images for the disk check cost")
 	keep     = flag.Bool("keep", false, "keep the working directory (logs) for a look afterwards")
+	gcHigh   = flag.Int("gc-high-threshold", 0, "imagepind's [disk] gc_high_threshold_percent (0: its default, the kubelet's 85%); 100 leaves this machine's disk room for the P1 set's most (no Range request in the disk check)")
 )
 
 func want(section string) bool { return strings.Contains(","+*sections+",", ","+section+",") }
@@ -300,8 +301,12 @@ func (n *node) cleanup() {
 // imagepindConfig is the runtime part of an imagepind config for this node.
 func (n *node) imagepindConfig() string {
 	if n.crio != nil {
+		disk := n.crio.DiskConfig()
+		if *gcHigh > 0 {
+			disk += fmt.Sprintf("gc_high_threshold_percent = %d\n", *gcHigh)
+		}
 		return fmt.Sprintf("[cri]\nendpoint = \"unix://%s\"\n", n.socket) +
-			fmt.Sprintf("[crio]\nconfig = %q\nconfig_dir = %q\nreload = \"signal\"\n", n.crio.Config, n.crio.ConfigDir) + n.crio.DiskConfig()
+			fmt.Sprintf("[crio]\nconfig = %q\nconfig_dir = %q\nreload = \"signal\"\n", n.crio.Config, n.crio.ConfigDir) + disk
 	}
 	return fmt.Sprintf("[cri]\nendpoint = \"unix://%s\"\n[containerd]\nconfig_path = %q\n", n.socket, n.ctr.HostsDir)
 }
@@ -366,7 +371,9 @@ func (b *bench) preload(ctx context.Context, l link, runtime string) error {
 		fmt.Printf("| %s | %.2f s | %s | %.3f× |\n", m.name, med.Seconds(), runs(results[i]), float64(med)/float64(best))
 	}
 	fmt.Println()
-	if ipd := median(results[imagepindAt]); best > 0 {
+	if *gcHigh > 0 {
+		fmt.Printf("imagepind ran with gc_high_threshold_percent = %d (-gc-high-threshold), not the default the goal is measured with.\n\n", *gcHigh)
+	} else if ipd := median(results[imagepindAt]); best > 0 {
 		b.goals.Measured(goalP1(runtime, l), goals.Measurement{Value: float64(ipd) / float64(best), Detail: fmt.Sprintf("imagepind %.2f s", ipd.Seconds()),
 			Baseline: fmt.Sprintf("the best raw CRI width (%s): %.2f s", strings.TrimPrefix(bestName, "CRI PullImage, "), best.Seconds())})
 	}
