@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -212,10 +213,12 @@ func resetBySender(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "; received from peer")
 }
 
-// lostConnection tells whether err, a body's read, is its connection ending (every
-// answer on it ends "unexpected EOF"), not a reset the sender sent.
+// lostConnection tells whether err, a request's or its body's on a connection made, is
+// that connection ending (every answer on it ends "unexpected EOF", or "connection
+// reset" when the peer closed it with bytes unread; "broken pipe" while writing), not a
+// stream reset the sender sent.
 func lostConnection(err error) bool {
-	return errors.Is(err, io.ErrUnexpectedEOF) && !resetBySender(err)
+	return (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) && !resetBySender(err)
 }
 
 func name(node string) string {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -353,9 +352,10 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		case timedOut(ctx, err):
 			s.Stats.Slow.Add(1)
 			err = fmt.Errorf("%w: %w", errSlow, err)
-		case ctx.Err() == nil && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE)):
+		case ctx.Err() == nil && connected.Load() && lostConnection(err):
 			// The connection ended before the answer (or while the request was sent),
-			// with every request on it: Go's
+			// with every request on it (a FIN, or a reset when the peer closed it with
+			// bytes unread): Go's
 			// HTTP/2 server drops a connection whose first frames it has not read 2 s
 			// after the handshake, which a peer short of CPU does (at 500 nodes on 2
 			// CPUs every "unexpected EOF" set-aside was one). A peer gone refuses the
