@@ -27,11 +27,10 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 		a.pins.faults = append(a.pins.faults, conflicts...)
 	}
 	for img := range wanted {
-		released, ok := a.in.data.Pins[img]
-		if !ok || !released.IsZero() {
+		if released, ok := a.in.data.Pins[img]; !ok || !released.IsZero() {
 			a.setPin(img, time.Time{})
 		}
-		a.markUnchecked(img, unchecked[img] && (!ok || a.in.data.Unchecked[img]))
+		a.markUnchecked(img, unchecked[img])
 	}
 	for img, released := range a.in.data.Pins {
 		switch {

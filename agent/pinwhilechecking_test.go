@@ -104,3 +104,32 @@ func TestNoPinsWhileTheCheckRunsWhenTheyTakeDisk(t *testing.T) {
 		t.Fatalf("pinned %v", p)
 	}
 }
+
+// A restart while the check runs keeps what the pins written meanwhile are: the state
+// says they are unchecked, so the verdict after the restart that refuses the set takes
+// them away at once too (not after unpin_delay, as pins the state does not know).
+func TestPinsWhileTheCheckRunsSurviveARestart(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.UnpinDelay = time.Hour
+	disk := &fakeDisk{mode: "refuse", gate: make(chan struct{})}
+	h.disk = disk
+	a := img("a", 1)
+	h.available(a)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.waitFor("pinned while the check runs", func(status.Node) bool { return slices.Contains(h.rt.Pinned(), a) })
+	h.stop() // the check never answered
+	if d, err := h.store.Load(); err != nil || !d.Unchecked[a] {
+		t.Fatalf("the state does not say the pin is unchecked: %v, %v", d.Unchecked, err)
+	}
+
+	disk.mu.Lock()
+	disk.gate = nil
+	disk.mu.Unlock()
+	h.start()
+	h.waitFor("refused", phase("s", status.Failed))
+	h.waitFor("unpinned at once", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), a) })
+	if h.rt.PullCount(a) != 0 {
+		t.Fatalf("a refused set pulled %d times", h.rt.PullCount(a))
+	}
+}

@@ -355,11 +355,10 @@ func (s *Source) get(ctx context.Context, node, repo, kind string, chain []diges
 		case ctx.Err() == nil && connected.Load() && lostConnection(err):
 			// The connection ended before the answer (or while the request was sent),
 			// with every request on it (a FIN, or a reset when the peer closed it with
-			// bytes unread): Go's
-			// HTTP/2 server drops a connection whose first frames it has not read 2 s
-			// after the handshake, which a peer short of CPU does (at 500 nodes on 2
-			// CPUs every "unexpected EOF" set-aside was one). A peer gone refuses the
-			// next connection: this one is slow, asked again.
+			// bytes unread): Go's HTTP/2 server drops a connection whose first frames
+			// it has not read 2 s after the handshake, which a peer short of CPU does
+			// (at 500 nodes on 2 CPUs every "unexpected EOF" set-aside was one). A peer
+			// gone refuses the next connection: this one is slow, asked again.
 			s.Stats.Slow.Add(1)
 			s.Stats.conns.add("client: connection ended before an answer")
 			err = fmt.Errorf("%s: the connection ended before its answer: %w: %w", url, err, errSlow)
@@ -592,7 +591,7 @@ func (s *Source) peerManifestOnce(parent context.Context, node, repo string, cha
 	case err != nil && ctx.Err() != nil:
 		err = fmt.Errorf("sent nothing for %s: %w", stallAfter, err)
 		s.setAside(node, failedFor, err)
-	case cutOnce && errors.Is(err, io.ErrUnexpectedEOF):
+	case cutOnce && lostConnection(err):
 		err = fmt.Errorf("%w: %w", errCutShort, err)
 	case err != nil:
 		s.setAside(node, failedFor, err)

@@ -1,34 +1,33 @@
 // Package pullwidth finds how many pulls to run at once. The best width depends on the
 // link and the runtime, and no constant suits them all: behind a link that limits each
 // connection (a far registry, a satellite) every extra pull adds throughput up to the
-// widest; on loopback CRI-O is CPU-bound and anything from 2 up is alike; behind a shared
-// bottleneck extra pulls only queue; an overloaded registry answers errors.
+// widest; on loopback CRI-O is CPU-bound and anything from 4 up is about alike; behind
+// a shared bottleneck extra pulls only queue; an overloaded registry answers errors.
 //
 // A Controller starts at the widest it may use (pull_concurrency), or, when the disk
 // check found the registry near (LAN latency), at 8: a set that fits in a round or two
 // never waits for a ramp. It holds that width Hold rounds before its first probe: a
 // narrower width is never faster, only fewer connections, and one round (8 pulls) on a
 // busy node varies by more than the 5% a probe tells apart, so probing at once took 40
-// images on loopback from 8 at once to 2 (`make bench`, P1). It measures the throughput of rounds (as many
-// completions as the width, at least 8; bytes per second, images when sizes are
-// unknown) and probes: half the width, kept while the throughput stays within 5% of
-// what the widest measured width gave (the same speed for fewer connections), given up
-// when it drops; after a hold, twice the width, kept when the throughput grows by 10% or
-// more. A probe that fails doubles the hold before the next (8 rounds, up to 128): a
-// width that is right is seldom disturbed. Probes never go below 2 pulls (one alone is
-// the kubelet's serial pull, never the fastest). After each change one round is let
-// pass unmeasured, for the pulls started at the old width to finish. A transient pull
-// error (network, 5xx, throttling, a timeout) halves the width at once, down to 1, and
-// holds it. Rounds in which the
-// agent had no more work to give (the set's tail, a disk check pending) measure
-// nothing and decide nothing.
+// images on loopback from 8 at once to 2 (`make bench`, P1). It measures the throughput
+// of rounds (as many completions as the width, at least 8; bytes per second, images
+// when sizes are unknown) and probes: half the width, kept while the throughput stays
+// within 5% of what the widest measured width gave (the same speed for fewer
+// connections), given up when it drops; after a hold, twice the width, kept when the
+// throughput grows by 10% or more. A probe that fails doubles the hold before the next
+// (8 rounds, up to 128): a width that is right is seldom disturbed. Probes never go
+// below 2 pulls (one alone is the kubelet's serial pull, never the fastest). After each
+// change one round is let pass unmeasured, for the pulls started at the old width to
+// finish. A transient pull error (network, 5xx, throttling, a timeout) halves the width
+// at once, down to 1, and holds it. Rounds in which the agent had no more work to give
+// (the set's tail, a disk check pending) measure nothing and decide nothing.
 package pullwidth
 
 import "time"
 
 const (
-	// Hold is how many rounds a width is kept after an error or a first failed probe;
-	// MaxHold after many.
+	// Hold is how many rounds a width is kept at the start, after an error, or after a
+	// first failed probe; MaxHold after many.
 	Hold    = 8
 	MaxHold = 128
 	// probeFloor is the narrowest a probe goes.
