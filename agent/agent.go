@@ -356,7 +356,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			a.deps.Idle()
 		}
 		timer.Reset(wait)
-		quick := false // only pull results came: dispatch now, the full pass when due
+		quick := false // only pull results (or runtime events during pulls) came: dispatch now, the full pass when due
 	idle:
 		select {
 		case <-ctx.Done():
@@ -367,6 +367,16 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 		case <-triggers:
 			a.in.dirty = true
 		case <-a.runtimeEvents:
+			// While pulls stream in, the runtime reports every image they create
+			// (containerd: a record without the pin label, which the pull's worker labels
+			// as it returns): the pass that looks at them comes with the next one due, as
+			// for pull results, not one per image. The pinner keeps what changed until then.
+			if a.pulls.inflight > 0 {
+				if next := a.passStart.Add(a.passEvery()); a.deps.Clock.Now().Before(next) {
+					a.sched.set(passKey, next)
+					quick = true
+				}
+			}
 		case <-a.lookNow:
 			a.lookedNow()
 		case <-a.sourcesChanged:

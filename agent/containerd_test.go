@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/imagepin/imagepin/status"
 	"github.com/imagepin/imagepin/test/fakeruntime"
@@ -84,4 +86,40 @@ func TestContainerdRestartKeepsLabels(t *testing.T) {
 		t.Fatal("a restart with a lost state unpinned at once")
 	}
 	h.waitFor("released after unpin_delay", func(status.Node) bool { return !h.rt.Labeled(a) })
+}
+
+// While pulls stream in, containerd reports each image record they create (without the
+// pin label, which the pull's worker sets as it returns): those events wait for the
+// next full pass due, as pull results do, rather than each bringing a pass of its own
+// on the loop (which delayed the next pulls' start by a label write each). Labels are
+// all in place at Ready all the same.
+func TestContainerdEventsDuringPullsShareAPass(t *testing.T) {
+	h := newContainerdHarness(t)
+	h.cfg.PullConcurrency = 4
+	var imgs []string
+	for i := 0; i < 24; i++ {
+		imgs = append(imgs, img(fmt.Sprintf("app-%02d", i), i+1))
+	}
+	h.available(imgs...)
+	h.rt.PullDelay = 30 * time.Millisecond
+	obs := &countingObserver{}
+	h.observer = obs
+	h.start()
+	h.waitFor("the first pass", func(status.Node) bool { return obs.count() > 0 })
+	before := obs.count()
+	h.writeFile("s.yaml", setDoc("s", imgs...))
+	h.waitFor("Ready", phase("s", status.Ready))
+	// 24 pulls, 4 at once, 30 ms each: about 180 ms of pulls, so a pass every 200 ms
+	// (fullPassEvery) plus those of the set's change, the check, the last pull: a few.
+	// One pass per image's create event made it 24 and more.
+	n := obs.count() - before
+	t.Logf("%d full passes for %d pulls", n, len(imgs))
+	if n >= len(imgs)/2 {
+		t.Fatalf("%d full passes for %d pulls: the runtime's events each brought one", n, len(imgs))
+	}
+	for _, ref := range imgs {
+		if !h.rt.Labeled(ref) {
+			t.Fatalf("%s not labelled at Ready", ref)
+		}
+	}
 }
