@@ -28,7 +28,7 @@ type Runtime = cri.ImageService
 // DiskChecker decides which sets fit on the node before anything is pulled
 // (diskcheck.Checker), checking them in the order given (name order).
 type DiskChecker interface {
-	Check(ctx context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error)
+	Check(ctx context.Context, sets []diskcheck.SetRequest, early func(diskcheck.Early)) (diskcheck.Result, error)
 }
 
 // Observer receives the events metrics count. Results: pulls "success", "transient",
@@ -444,10 +444,10 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	// runtime may have said an image is gone: a missing image needs the disk check.
 	a.refreshPresence(ctx, desired)
 	admitted = a.checkDisk(desired)
-	a.disk.lastAdmitted = admitted
+	a.disk.lastAdmitted = a.disk.pullable(desired, admitted)
 	a.pulls.dispatchFrom = 0 // a full pass looks at every image
 	if a.pinsInEffect() {
-		a.dispatchPulls(admitted)
+		a.dispatchPulls(a.disk.lastAdmitted)
 	}
 	a.publish(desired)
 	a.saveState()

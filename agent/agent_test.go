@@ -785,6 +785,9 @@ type fakeDisk struct {
 	mode string // "admit", "refuse", "fail", "hang"
 	// gate, when set, holds each check until it is closed (a check under way).
 	gate chan struct{}
+	// early, when set, is what each check offers to be pulled before its verdict
+	// (diskcheck.Early), of the first set missing any of them, before the gate.
+	early []string
 }
 
 func (d *fakeDisk) set(mode string) {
@@ -793,10 +796,24 @@ func (d *fakeDisk) set(mode string) {
 	d.mu.Unlock()
 }
 
-func (d *fakeDisk) Check(ctx context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
+func (d *fakeDisk) Check(ctx context.Context, sets []diskcheck.SetRequest, early func(diskcheck.Early)) (diskcheck.Result, error) {
 	d.mu.Lock()
-	gate := d.gate
+	gate, offer := d.gate, d.early
 	d.mu.Unlock()
+	if early != nil && len(offer) > 0 {
+		for _, s := range sets {
+			var imgs []string
+			for _, ref := range s.Missing {
+				if slices.Contains(offer, ref) {
+					imgs = append(imgs, ref)
+				}
+			}
+			if len(imgs) > 0 {
+				early(diskcheck.Early{Set: s.Name, Images: imgs})
+				break
+			}
+		}
+	}
 	if gate != nil {
 		select {
 		case <-gate:

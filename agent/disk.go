@@ -27,6 +27,9 @@ func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 		for _, ref := range s.Images {
 			if img := a.pulls.images[ref]; img == nil || !img.present {
 				r.Missing = append(r.Missing, ref)
+				if img != nil && img.inflight && a.in.data.PulledEarly[ref] {
+					r.Pulling = append(r.Pulling, ref)
+				}
 			} else {
 				r.Present = append(r.Present, ref)
 			}
@@ -42,16 +45,68 @@ func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 	a.disk.running, a.disk.started = true, now
 	a.disk.lastReqs = reqs
 	a.background(diskCheckTimeout, func(ctx context.Context) func() {
-		res, err := a.deps.Disk.Check(ctx, reqs)
+		var early func(diskcheck.Early)
+		if a.cfg.PinWhileChecking {
+			early = func(e diskcheck.Early) {
+				select {
+				case a.done <- func() { a.diskEarly(e) }:
+				case <-ctx.Done():
+				}
+			}
+		}
+		res, err := a.deps.Disk.Check(ctx, reqs, early)
 		return func() { a.diskChecked(reqs, res, err) }
 	})
 	return a.disk.admitted(desired)
+}
+
+// diskEarly takes what the check under way says may be pulled before its verdict, on
+// the loop: those pulls start now (their pins are written while the check runs, see
+// keepPinned), the rest at the verdict.
+func (a *Agent) diskEarly(e diskcheck.Early) {
+	if !a.disk.running {
+		return
+	}
+	a.disk.early = e
+	a.disk.earlyImages = make(map[string]bool, len(e.Images))
+	for _, ref := range e.Images {
+		a.disk.earlyImages[ref] = true
+	}
+	a.log.WithField("set", e.Set).WithField("images", len(e.Images)).
+		Info("pulling images while the disk check sizes the set: their layers fit the room even at the most they could need")
+}
+
+// pullable are the sets pulls may start for: the admitted ones, and the set whose
+// images the check under way lets be pulled before its verdict.
+func (d *diskState) pullable(desired, admitted []pinset.Set) []pinset.Set {
+	if d.early.Set == "" || slices.ContainsFunc(admitted, func(s pinset.Set) bool { return s.Name == d.early.Set }) {
+		return admitted
+	}
+	for _, s := range desired {
+		if s.Name == d.early.Set {
+			return append(slices.Clip(admitted), s)
+		}
+	}
+	return admitted
+}
+
+// pullAllowed says whether ref of set may be pulled now, and whether only as an early
+// pull (before a verdict counting it), with the layers to order it by.
+func (d *diskState) pullAllowed(set, ref string) (ok, early bool, layers []string) {
+	if v := d.verdicts[set]; v.Admitted && d.sized[set][ref] {
+		return true, false, v.Layers[ref]
+	}
+	if d.early.Set == set && d.earlyImages[ref] {
+		return true, true, d.early.Layers[ref]
+	}
+	return false, false, nil
 }
 
 // diskChecked takes a disk check's answer to reqs, on the loop.
 func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, err error) {
 	now := a.deps.Clock.Now()
 	a.disk.running = false
+	a.disk.early, a.disk.earlyImages = diskcheck.Early{}, nil
 	a.disk.err = err
 	if err != nil {
 		a.log.WithError(err).Warn("disk check failed; keeping earlier verdicts")

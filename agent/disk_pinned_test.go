@@ -26,7 +26,7 @@ type mirrorDisk struct {
 	at      []time.Time // when each check ran, on the agent's clock
 }
 
-func (d *mirrorDisk) Check(ctx context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
+func (d *mirrorDisk) Check(ctx context.Context, sets []diskcheck.SetRequest, _ func(diskcheck.Early)) (diskcheck.Result, error) {
 	d.mu.Lock()
 	d.at = append(d.at, d.clock.Now())
 	d.mu.Unlock()

@@ -16,7 +16,7 @@ type askedDisk struct {
 	asked [][]diskcheck.SetRequest
 }
 
-func (d *askedDisk) Check(_ context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
+func (d *askedDisk) Check(_ context.Context, sets []diskcheck.SetRequest, _ func(diskcheck.Early)) (diskcheck.Result, error) {
 	d.mu.Lock()
 	d.asked = append(d.asked, sets)
 	d.mu.Unlock()

@@ -18,7 +18,7 @@ import (
 // the manifests (an image it has no layers for is named with none).
 type layerDisk struct{ layers map[string][]string }
 
-func (d *layerDisk) Check(_ context.Context, sets []diskcheck.SetRequest) (diskcheck.Result, error) {
+func (d *layerDisk) Check(_ context.Context, sets []diskcheck.SetRequest, _ func(diskcheck.Early)) (diskcheck.Result, error) {
 	res := diskcheck.Result{Verdicts: map[string]diskcheck.Verdict{}}
 	for _, s := range sets {
 		v := diskcheck.Verdict{Admitted: true, Layers: map[string][]string{},

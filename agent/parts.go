@@ -89,14 +89,18 @@ type pullState struct {
 // diskState is the disk check: each set's verdict and the check in flight.
 type diskState struct {
 	verdicts     map[string]diskcheck.Verdict
-	lastAdmitted []pinset.Set // the admitted sets of the last full pass
-	err          error
-	retry        retry
-	running      bool                       // a check is in flight
-	sized        map[string]map[string]bool // per set, the images its verdict counted
-	started      time.Time
-	lastReqs     []diskcheck.SetRequest
-	imageFS      status.ImageFilesystem
+	lastAdmitted []pinset.Set // the sets pulls may start for, as of the last full pass
+	// early is what the check under way says may be pulled before its verdict
+	// (diskcheck.Early; zero: nothing), and earlyImages its images.
+	early       diskcheck.Early
+	earlyImages map[string]bool
+	err         error
+	retry       retry
+	running     bool                       // a check is in flight
+	sized       map[string]map[string]bool // per set, the images its verdict counted
+	started     time.Time
+	lastReqs    []diskcheck.SetRequest
+	imageFS     status.ImageFilesystem
 }
 
 // releaseParts is the expansion of release sets (spec.releaseImage) into images.

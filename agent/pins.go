@@ -31,17 +31,22 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 			a.setPin(img, time.Time{})
 		}
 		a.markUnchecked(img, unchecked[img])
+		if !unchecked[img] {
+			a.markPulledEarly(img, false) // a verdict counts it now
+		}
 	}
+	a.forgetPulledEarly(desired)
 	for img, released := range a.in.data.Pins {
 		switch {
 		case wanted[img]:
-		case a.in.data.Unchecked[img] && !a.present(img):
-			// Pinned while the check ran, and the node does not hold it: nothing to keep.
+		case a.in.data.Unchecked[img] && (!a.present(img) || a.in.data.PulledEarly[img]):
+			// Pinned while the check ran, and the node does not hold it (or holds it
+			// only because it was pulled before the verdict): nothing to keep.
 			delete(a.in.data.Pins, img)
 			a.markUnchecked(img, false)
 			a.sched.clear(unpinKey(img))
 			a.in.dataDirty = true
-			a.log.WithField("image", img).Info("unpinning an image pinned while the disk check ran: its set was refused (or left), and the node does not hold it")
+			a.log.WithField("image", img).Info("unpinning an image pinned while the disk check ran: its set was refused (or left), and the node did not hold it before")
 		case released.IsZero():
 			a.markUnchecked(img, false)
 			a.setPin(img, now)
@@ -144,9 +149,11 @@ func unpinKey(img string) string { return "unpin/" + img }
 // unpin what a set still wants, least of all while the kubelet's image GC is deleting.
 //
 // With Config.PinWhileChecking, an image of a set the check has not judged yet (a new
-// set, or an image an admitted set gained) is pinned too, as unchecked: only while
-// nothing else keeps it, and its pin goes at once when a verdict refuses the set (or
-// the set leaves) and the node does not hold the image.
+// set, or an image an admitted set gained), or that the check under way lets be pulled
+// before its verdict (a set refused before, checked again), is pinned too, as
+// unchecked: only while nothing else keeps it, and its pin goes at once when a verdict
+// refuses the set (or the set leaves) and the node does not hold the image, or holds it
+// only for having pulled it early (state.Data.PulledEarly).
 func (a *Agent) keepPinned(desired, admitted []pinset.Set) (wanted, unchecked map[string]bool) {
 	may := make(map[string]bool, len(admitted))
 	for _, s := range admitted {
@@ -159,11 +166,11 @@ func (a *Agent) keepPinned(desired, admitted []pinset.Set) (wanted, unchecked ma
 			_, pinned := a.in.data.Pins[ref]
 			sized := a.disk.sized[s.Name][ref]
 			switch {
-			case (may[s.Name] && sized) || (pinned && !a.in.data.Unchecked[ref]) || a.present(ref):
+			case (may[s.Name] && sized) || (pinned && !a.in.data.Unchecked[ref]) || (a.present(ref) && !a.in.data.PulledEarly[ref]):
 				wanted[ref] = true
 				delete(unchecked, ref)
 			case wanted[ref]:
-			case a.cfg.PinWhileChecking && (!judged || (v.Admitted && !sized)):
+			case a.cfg.PinWhileChecking && (!judged || (v.Admitted && !sized) || (a.disk.early.Set == s.Name && a.disk.earlyImages[ref])):
 				wanted[ref], unchecked[ref] = true, true
 			}
 		}
@@ -191,6 +198,42 @@ func (a *Agent) markUnchecked(img string, unchecked bool) {
 		delete(a.in.data.Unchecked, img)
 	}
 	a.in.dataDirty = true
+}
+
+// markPulledEarly records whether img was pulled before the verdict of the check that
+// counts it (state.Data.PulledEarly).
+func (a *Agent) markPulledEarly(img string, early bool) {
+	if a.in.data.PulledEarly[img] == early {
+		return
+	}
+	if early {
+		if a.in.data.PulledEarly == nil {
+			a.in.data.PulledEarly = map[string]bool{}
+		}
+		a.in.data.PulledEarly[img] = true
+	} else {
+		delete(a.in.data.PulledEarly, img)
+	}
+	a.in.dataDirty = true
+}
+
+// forgetPulledEarly drops the mark of images pulled early that no desired set names any
+// more: one a set names later is an image the node holds, as any other.
+func (a *Agent) forgetPulledEarly(desired []pinset.Set) {
+	if len(a.in.data.PulledEarly) == 0 {
+		return
+	}
+	named := map[string]bool{}
+	for _, s := range desired {
+		for _, ref := range s.Images {
+			named[ref] = true
+		}
+	}
+	for img := range a.in.data.PulledEarly {
+		if !named[img] {
+			a.markPulledEarly(img, false)
+		}
+	}
 }
 
 // adoptHeld takes every pin the runtime holds for imagepind (CRI-O's managed drop-in on

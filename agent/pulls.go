@@ -215,8 +215,10 @@ func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 			if img == nil || !img.checked || img.present || img.inflight || !img.retry.due(now) {
 				continue
 			}
-			if !a.disk.sized[s.Name][ref] {
-				// Missing since the last check: pull once a check has counted it.
+			ok, early, layers := a.disk.pullAllowed(s.Name, ref)
+			if !ok {
+				// Missing since the last check: pull once a check has counted it (or
+				// the check under way has let it be pulled before its verdict).
 				continue
 			}
 			v := a.disk.verdicts[s.Name]
@@ -229,7 +231,6 @@ func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 				continue
 			}
 			if a.cfg.OrderByLayers {
-				layers := v.Layers[ref]
 				if p := a.pulls.blockedBy(layers); p != nil {
 					// Another pull fetches one of its layers: start it when that pull
 					// ends (the scan comes back here then).
@@ -237,6 +238,9 @@ func (a *Agent) dispatchPulls(admitted []pinset.Set) {
 					continue
 				}
 				a.pulls.claim(img, ref, layers)
+			}
+			if early {
+				a.markPulledEarly(ref, true)
 			}
 			img.inflight = true
 			a.pulls.inflight++

@@ -54,7 +54,7 @@ func TestRangeRequestsOnlyWhenTheyCanChangeTheVerdict(t *testing.T) {
 		chk := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100}, res,
 			func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 		chk.statfs = func(string) (Space, error) { return Space{Capacity: 2 * avail, Available: avail}, nil }
-		out, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}})
+		out, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestTheLayersOfMostStakeAreSizedFirst(t *testing.T) {
 	chk := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100}, res,
 		func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	chk.statfs = func(string) (Space, error) { return Space{Capacity: 2 * room, Available: room}, nil }
-	out, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{refSmall, refLarge}}})
+	out, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{refSmall, refLarge}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestTheLayersOfMostStakeAreSizedFirst(t *testing.T) {
 	chk = New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100}, res,
 		func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	chk.statfs = func(string) (Space, error) { return Space{Capacity: 2 * room, Available: room - 1}, nil }
-	out, err = chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{refSmall, refLarge}}})
+	out, err = chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{refSmall, refLarge}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,9 @@ type resolved struct {
 
 // Check sizes every missing image (in parallel, cached), then admits sets in order
 // while their cumulative need fits under both the free space and the GC threshold.
-func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) {
+// early, when not nil, is told what may be pulled before the verdict (Early), once the
+// manifests are read, when the verdict waits for Range requests.
+func (r *Checker) Check(ctx context.Context, sets []SetRequest, early func(Early)) (Result, error) {
 	// The registries and the runtime's image filesystem are asked at once: neither
 	// waits for the other (ImageFsInfo can be slow on a busy runtime).
 	foundCh := make(chan map[string]resolved, 1)
@@ -139,6 +141,12 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 			verdicts = r.admit(sets, found, ad, false, most)
 			break
 		}
+		if round == 0 && early != nil {
+			if e, ok := r.early(sets, found, ad); ok {
+				early(e)
+				sets = withPulling(sets, e)
+			}
+		}
 		// First the layers with the most at stake, as many as would bring the most all
 		// the sets could need within the room were they to need their floor; if that does
 		// not decide, every layer left.
@@ -150,6 +158,80 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest) (Result, error) 
 	res.Verdicts = verdicts
 	res.RoundTrip = r.resolver.RoundTrip()
 	return res, nil
+}
+
+// early is what may be pulled before the verdict (Early): when one set alone misses
+// images and none is pulling any early already, that set's images in its order, each
+// while its layers not counted yet, at the most they could need, fit what is left of
+// the room. Never with the node-local mirror's store (Config.KeepsCompressed): there a
+// pin fills the store, and pins wait for the verdict.
+func (r *Checker) early(sets []SetRequest, found map[string]resolved, ad admission) (Early, bool) {
+	if r.cfg.KeepsCompressed {
+		return Early{}, false
+	}
+	var only *SetRequest
+	for i := range sets {
+		switch {
+		case len(sets[i].Pulling) > 0:
+			return Early{}, false
+		case len(sets[i].Missing) == 0:
+		case only != nil:
+			return Early{}, false
+		default:
+			only = &sets[i]
+		}
+	}
+	if only == nil {
+		return Early{}, false
+	}
+	room := ad.room()
+	e := Early{Set: only.Name, Layers: map[string][]string{}}
+	counted := map[string]bool{}
+	var used uint64
+	for _, image := range only.Missing {
+		f := found[image]
+		if f.err != nil || e.Layers[image] != nil {
+			continue
+		}
+		var most uint64
+		var fresh []string
+		for _, l := range f.img.Layers {
+			if counted[l.Digest] || l.Size <= 0 || slices.Contains(fresh, l.Digest) {
+				continue
+			}
+			fresh = append(fresh, l.Digest)
+			most = registry.AddSat(most, NeedMost(l, r.cfg.Multiplier))
+		}
+		if registry.AddSat(used, most) > room {
+			continue
+		}
+		used = registry.AddSat(used, most)
+		for _, d := range fresh {
+			counted[d] = true
+		}
+		e.Images = append(e.Images, image)
+		e.Layers[image] = layerDigests(f.img)
+	}
+	return e, len(e.Images) > 0
+}
+
+// withPulling is sets with e's images pulling (SetRequest.Pulling), copied.
+func withPulling(sets []SetRequest, e Early) []SetRequest {
+	out := slices.Clone(sets)
+	for i := range out {
+		if out[i].Name == e.Set {
+			out[i].Pulling = append(slices.Clone(out[i].Pulling), e.Images...)
+		}
+	}
+	return out
+}
+
+func layerDigests(img registry.Image) []string {
+	digests := make([]string, 0, len(img.Layers))
+	for _, l := range img.Layers {
+		digests = append(digests, l.Digest)
+	}
+	return digests
 }
 
 // presentOnly are the images of sets present on the node and not missing in any, each
@@ -233,9 +315,7 @@ func (r *Checker) unsettled(sets []SetRequest, found map[string]resolved) openLa
 					o.most = registry.AddSat(o.most, floor)
 					continue
 				}
-				at := l
-				at.Uncompressed = l.MaxUncompressed
-				most := Need(at, r.cfg.Multiplier)
+				most := NeedMost(l, r.cfg.Multiplier)
 				if r.cfg.KeepsCompressed {
 					most = registry.AddSat(most, uint64(l.Size))
 				}
@@ -335,11 +415,7 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 			}
 			sized++
 			v.Bytes[image] = f.img.Bytes()
-			digests := make([]string, 0, len(f.img.Layers))
-			for _, l := range f.img.Layers {
-				digests = append(digests, l.Digest)
-			}
-			v.Layers[image] = digests
+			v.Layers[image] = layerDigests(f.img)
 			for _, l := range f.img.Layers {
 				if counted[l.Digest] || newLayers[l.Digest] || l.Size <= 0 {
 					continue
@@ -416,6 +492,23 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 				counted[d] = true
 			}
 			cumulative = total
+		} else if len(s.Pulling) > 0 {
+			// Pulled before the verdict (Early): on the node whatever it says.
+			var pulling uint64
+			for _, image := range s.Pulling {
+				f := found[image]
+				if f.err != nil {
+					continue
+				}
+				for _, l := range f.img.Layers {
+					if !counted[l.Digest] && l.Size > 0 {
+						counted[l.Digest] = true
+						pulling = registry.AddSat(pulling, NeedMost(l, r.cfg.Multiplier))
+					}
+				}
+			}
+			cumulative = registry.AddSat(cumulative, pulling)
+			v.Condition.Message += fmt.Sprintf("; %d of its images pulled while the check ran (%s at most) stay on the node, unpinned, and count against the room", len(s.Pulling), bytesize.Human(pulling))
 		}
 		verdicts[s.Name] = v
 	}

@@ -40,7 +40,7 @@ func BenchmarkCheck500(b *testing.B) {
 					Platform: registry.Platform{OS: "linux", Architecture: "amd64"}, Concurrency: c.conc, NoUncompressedSizes: !c.ranges,
 					ConnectionPerImage: c.perImage}, nil)
 				chk := New(Config{NodeName: "b", Multiplier: 2}, r, func(context.Context) (string, error) { return f.Dir, nil })
-				res, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: refs}})
+				res, err := chk.Check(context.Background(), []SetRequest{{Name: "s", Missing: refs}}, nil)
 				if err != nil || len(res.Verdicts["s"].Bytes) != 500 {
 					b.Fatalf("%v %d", err, len(res.Verdicts["s"].Bytes))
 				}

@@ -43,7 +43,7 @@ func TestAdmissionCountsSharedLayersOnceAndRefusesInOrder(t *testing.T) {
 		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: threshold},
 			resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 		c.statfs = func(string) (Space, error) { return space, nil }
-		res, err := c.Check(context.Background(), sets)
+		res, err := c.Check(context.Background(), sets, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func TestZeroNeedIsNeverRefused(t *testing.T) {
 		{Name: "needs-space", Missing: []string{one}},
 		{Name: "present", Missing: nil},
 		{Name: "same-layers", Missing: []string{one}},
-	})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestKeepsCompressedAddsTheCompressedBytes(t *testing.T) {
 		// Room for the real need, not for the most the layers could hold: the uncompressed
 		// sizes are asked (TestRangeRequestsOnlyWhenTheyCanChangeTheVerdict).
 		c.statfs = func(string) (Space, error) { return Space{Capacity: 8 << 20, Available: 4 << 20}, nil }
-		res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Missing: []string{img1, img2}}})
+		res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Missing: []string{img1, img2}}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,7 +259,7 @@ func TestUnsizedImagesSayWhatTheyWaitFor(t *testing.T) {
 		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85, ThroughMirror: throughMirror},
 			resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 		c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
-		res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Missing: []string{sized, gone}}})
+		res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Missing: []string{sized, gone}}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

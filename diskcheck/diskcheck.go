@@ -17,6 +17,22 @@ type SetRequest struct {
 	// compressed blobs too, and the layers it lacks are counted (package peers' keeper
 	// fetches them).
 	Present []string
+	// Pulling are images of Missing being pulled before the set's verdict (Early): they
+	// take room whatever the verdict, so a set refused still counts them against the
+	// sets after it.
+	Pulling []string
+}
+
+// Early is what a check still under way has proven may be pulled before its verdict:
+// the images of the one set missing any whose layers, each at the most its Range
+// request could report, fit the room together. Pulling them leaves the image filesystem
+// below the GC threshold whatever the verdict; a set refused afterwards keeps them on
+// the node unpinned, and the check counts them against the sets after it.
+type Early struct {
+	Set    string
+	Images []string
+	// Layers maps each image to its layers' compressed digests (Verdict.Layers).
+	Layers map[string][]string
 }
 
 // Verdict is the check's answer for one set.
@@ -68,7 +84,7 @@ type Result struct {
 type AdmitAll struct{}
 
 // Check admits every set.
-func (AdmitAll) Check(_ context.Context, sets []SetRequest) (Result, error) {
+func (AdmitAll) Check(_ context.Context, sets []SetRequest, _ func(Early)) (Result, error) {
 	out := make(map[string]Verdict, len(sets))
 	for _, s := range sets {
 		out[s.Name] = Verdict{

@@ -66,7 +66,7 @@ func TestTheStoresGrowthCountsThePresentImages(t *testing.T) {
 		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100, KeepsCompressed: true, Store: store},
 			resolver(reg.files, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 		c.statfs = func(string) (Space, error) { return space, nil }
-		res, err := c.Check(context.Background(), sets)
+		res, err := c.Check(context.Background(), sets, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +106,7 @@ func TestPresentImagesCostNothingWithoutTheStore(t *testing.T) {
 	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100},
 		resolver(reg.files, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 30, Available: 1 << 29}, nil }
-	res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Present: []string{v1ref}}})
+	res, err := c.Check(context.Background(), []SetRequest{{Name: "a", Present: []string{v1ref}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestANeedNotAskedIsARange(t *testing.T) {
 	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100},
 		resolver(reg.files, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 41, Available: 1 << 40}, nil }
-	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}})
+	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestANeedNotAskedIsARange(t *testing.T) {
 	c.statfs = func(string) (Space, error) {
 		return Space{Capacity: 1 << 41, Available: uncompressedSize(t, l) + layerBytes(t, l)}, nil
 	}
-	res, err = c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}})
+	res, err = c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

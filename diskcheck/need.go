@@ -21,6 +21,16 @@ func Need(l registry.Layer, multiplier float64) uint64 {
 	return need
 }
 
+// NeedMost is Need with the layer's uncompressed size at the most its Range request
+// could report (Layer.MaxUncompressed) while it is not asked yet: the most pulling it can
+// take.
+func NeedMost(l registry.Layer, multiplier float64) uint64 {
+	if l.MaxUncompressed > 0 {
+		l.Uncompressed = l.MaxUncompressed
+	}
+	return Need(l, multiplier)
+}
+
 // mulSat is n × f (f ≥ 0), saturating at the largest uint64.
 func mulSat(n uint64, f float64) uint64 {
 	v := float64(n) * f

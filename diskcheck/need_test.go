@@ -41,7 +41,7 @@ func TestImplausibleHeaderNeedsTheFloor(t *testing.T) {
 	c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 85},
 		resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 	c.statfs = func(string) (Space, error) { return Space{Capacity: 10 << 30, Available: 5 << 30}, nil }
-	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}})
+	res, err := c.Check(context.Background(), []SetRequest{{Name: "s", Missing: []string{ref}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

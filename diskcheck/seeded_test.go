@@ -60,7 +60,7 @@ func TestSeededImagesAreSizedFromTheStore(t *testing.T) {
 		c := New(Config{NodeName: "n1", Multiplier: 2, GCHighThresholdPercent: 100, KeepsCompressed: true, ThroughMirror: true, Store: store},
 			resolver(f, registry.Platform{}, nil), func(context.Context) (string, error) { return "/var/lib/containers/storage", nil })
 		c.statfs = func(string) (Space, error) { return Space{Capacity: 1 << 40, Available: available}, nil }
-		res, err := c.Check(ctx, sets)
+		res, err := c.Check(ctx, sets, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

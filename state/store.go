@@ -22,6 +22,10 @@ type Data struct {
 	// Unchecked are the pins written while the disk check had not judged any set
 	// wanting the image: a verdict refusing it takes them away at once.
 	Unchecked map[string]bool `json:"unchecked,omitempty"`
+	// PulledEarly are unchecked images pulled before the check's verdict (the check
+	// proved they fit whatever it says): the node holds them, yet a verdict refusing
+	// their set takes their pins away at once, as for images it does not hold.
+	PulledEarly map[string]bool `json:"pulledEarly,omitempty"`
 	// Labels are the last good contents of the labels file.
 	Labels map[string]string `json:"labels,omitempty"`
 	// Completed maps a set name to the uid and spec hash it was last Ready with.

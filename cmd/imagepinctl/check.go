@@ -192,7 +192,7 @@ func check(ctx context.Context, cfg conf.Config, p registry.Platform, labels map
 		}
 	}
 	checker := diskcheck.New(dc, resolver, imageFS)
-	res, err := checker.Check(ctx, reqs)
+	res, err := checker.Check(ctx, reqs, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "imagepinctl check: %v\n", err)
 		return exitUsage

@@ -101,7 +101,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 		return nil
 	}
 	check := func() (int, uint64, error) {
-		res, err := checker.Check(ctx, sets)
+		res, err := checker.Check(ctx, sets, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -125,7 +125,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 			ConnectionPerImage: true}, nil),
 		func(context.Context) (string, error) { return dir, nil })
 	if err := measure("imagepin check, cold, a connection and a ping per image (containers/image's image source each: the old way)", func() (int, uint64, error) {
-		res, err := perImage.Check(ctx, sets)
+		res, err := perImage.Check(ctx, sets, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -140,7 +140,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 			NoUncompressedSizes: true}, nil),
 		func(context.Context) (string, error) { return dir, nil })
 	if err := measure("imagepin check, cold, manifests only (no uncompressed sizes: the baseline)", func() (int, uint64, error) {
-		res, err := manifestsOnly.Check(ctx, sets)
+		res, err := manifestsOnly.Check(ctx, sets, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -160,7 +160,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 	// The same set against a disk with room for the real need but not for the most its
 	// layers could hold: every distinct layer is sized (a Range request each).
 	var summed uint64
-	if res, err := checker.Check(ctx, sets); err == nil {
+	if res, err := checker.Check(ctx, sets, nil); err == nil {
 		for _, by := range res.Verdicts["release"].Bytes {
 			summed += by
 		}
@@ -174,7 +174,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 			CertsDir: filepath.Join(dir, "certs.d"), Platform: registry.Platform{OS: "linux", Architecture: "amd64"}}, nil),
 		func(context.Context) (string, error) { return dir, nil })
 	if err := measure(fmt.Sprintf("imagepin check, cold, the verdict close (%s of room: every distinct layer sized, a Range request each)", bytesize.Human(room)), func() (int, uint64, error) {
-		res, err := closeChecker.Check(ctx, sets)
+		res, err := closeChecker.Check(ctx, sets, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -208,7 +208,7 @@ func (b *bench) diskCost(ctx context.Context, n int) error {
 			chk := diskcheck.New(diskcheck.Config{NodeName: "bench", Multiplier: 2, GCHighThresholdPercent: 85}, r,
 				func(context.Context) (string, error) { return ldir, nil })
 			start := time.Now()
-			res, err := chk.Check(ctx, []diskcheck.SetRequest{{Name: "release", Missing: strings.Split(via, "\n")}})
+			res, err := chk.Check(ctx, []diskcheck.SetRequest{{Name: "release", Missing: strings.Split(via, "\n")}}, nil)
 			took := time.Since(start)
 			if err != nil || len(res.Verdicts["release"].Bytes) != n {
 				return nil, 0, fmt.Errorf("disk check behind %s: %v (%d sized)", l.name, err, len(res.Verdicts["release"].Bytes))

@@ -13,6 +13,7 @@ var phases = []struct {
 	name, msg string
 	last      bool
 }{
+	{"pulls before the verdict", "pulling images while the disk check sizes the set", false},
 	{"disk check admitted", "disk check admitted the set", false},
 	{"pins written", "pins written", false},
 	{"pins confirmed", "pins confirmed in effect", false},
