@@ -788,6 +788,8 @@ type fakeDisk struct {
 	// early, when set, is what each check offers to be pulled before its verdict
 	// (diskcheck.Early), of the first set missing any of them, before the gate.
 	early []string
+	// asked counts the checks, and askedEarly those the agent let offer early pulls.
+	asked, askedEarly int
 }
 
 func (d *fakeDisk) set(mode string) {
@@ -799,6 +801,10 @@ func (d *fakeDisk) set(mode string) {
 func (d *fakeDisk) Check(ctx context.Context, sets []diskcheck.SetRequest, early func(diskcheck.Early)) (diskcheck.Result, error) {
 	d.mu.Lock()
 	gate, offer := d.gate, d.early
+	d.asked++
+	if early != nil {
+		d.askedEarly++
+	}
 	d.mu.Unlock()
 	if early != nil && len(offer) > 0 {
 		for _, s := range sets {

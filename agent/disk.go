@@ -44,9 +44,10 @@ func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 	}
 	a.disk.running, a.disk.started = true, now
 	a.disk.lastReqs = reqs
+	mayPullEarly := a.mayPullEarly(reqs)
 	a.background(diskCheckTimeout, func(ctx context.Context) func() {
 		var early func(diskcheck.Early)
-		if a.cfg.PinWhileChecking {
+		if mayPullEarly {
 			early = func(e diskcheck.Early) {
 				select {
 				case a.done <- func() { a.diskEarly(e) }:
@@ -58,6 +59,22 @@ func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 		return func() { a.diskChecked(reqs, res, err) }
 	})
 	return a.disk.admitted(desired)
+}
+
+// mayPullEarly says whether the check of reqs may let images be pulled before its
+// verdict (diskcheck.Early): pins go in while it runs (Config.PinWhileChecking), no
+// pull is in flight, and no set missing images holds a verdict that lets its pulls go
+// on meanwhile: the check's room is then the early pulls' alone.
+func (a *Agent) mayPullEarly(reqs []diskcheck.SetRequest) bool {
+	if !a.cfg.PinWhileChecking || a.pulls.inflight > 0 {
+		return false
+	}
+	for _, r := range reqs {
+		if len(r.Missing) > 0 && a.disk.verdicts[r.Name].Admitted {
+			return false
+		}
+	}
+	return true
 }
 
 // diskEarly takes what the check under way says may be pulled before its verdict, on
@@ -72,6 +89,11 @@ func (a *Agent) diskEarly(e diskcheck.Early) {
 	for _, ref := range e.Images {
 		a.disk.earlyImages[ref] = true
 	}
+	// The pull width starts from how far the registry is, as at a verdict; the sizes
+	// let the first rounds be measured in bytes.
+	a.pulls.width.Link(e.RoundTrip)
+	a.observeWidth()
+	a.recordSizes(e.Bytes)
 	a.log.WithField("set", e.Set).WithField("images", len(e.Images)).
 		Info("pulling images while the disk check sizes the set: their layers fit the room even at the most they could need")
 }
@@ -140,18 +162,19 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 		if !v.Admitted || undecided || len(v.Unavailable) > 0 || len(v.Unsized) > 0 {
 			retry = true
 		}
-		for image, b := range v.Bytes {
-			if a.in.data.Sizes[image] != b {
-				if a.in.data.Sizes == nil {
-					a.in.data.Sizes = map[string]uint64{}
-				}
-				a.in.data.Sizes[image] = b
-				a.in.dataDirty = true
-			}
-		}
+		a.recordSizes(v.Bytes)
 		verdicts[name] = v
 	}
 	a.disk.verdicts = verdicts
+	// A set admitted now counts its images pulled early (present, or in its need): their
+	// pins are as any other's from here on.
+	for _, r := range reqs {
+		if verdicts[r.Name].Admitted {
+			for _, ref := range append(slices.Clip(r.Missing), r.Present...) {
+				a.markPulledEarly(ref, false)
+			}
+		}
+	}
 	// A verdict admits the pulls of the images it was asked about, no others: an image a
 	// set gained since waits for the check that counts it.
 	a.disk.sized = map[string]map[string]bool{}
@@ -166,6 +189,20 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 		a.disk.retry.fail(now, a.cfg.MaxBackoff, a.rand)
 	} else {
 		a.disk.retry.reset()
+	}
+}
+
+// recordSizes keeps the images' compressed bytes the disk check sized (status, the pull
+// width's rounds).
+func (a *Agent) recordSizes(bytes map[string]uint64) {
+	for image, b := range bytes {
+		if a.in.data.Sizes[image] != b {
+			if a.in.data.Sizes == nil {
+				a.in.data.Sizes = map[string]uint64{}
+			}
+			a.in.data.Sizes[image] = b
+			a.in.dataDirty = true
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,9 @@ func TestEarlyPullsStartBeforeTheVerdict(t *testing.T) {
 	h.start()
 	h.writeFile("s.yaml", setDoc("s", a, b, c))
 	h.waitFor("a and b pulled before the verdict", func(status.Node) bool { return h.rt.Present(a) && h.rt.Present(b) })
+	if !h.rt.PinnedAtPull(a) || !h.rt.PinnedAtPull(b) {
+		t.Fatal("pulled early before its pin was in effect")
+	}
 	h.pass()
 	if h.rt.PullCount(c) != 0 {
 		t.Fatal("c pulled before the verdict, which the check did not let")
@@ -64,7 +68,10 @@ func TestEarlyPullsLoseTheirPinsWhenTheVerdictRefuses(t *testing.T) {
 	h.writeFile("s.yaml", setDoc("s", a, b, held))
 	h.waitFor("a pulled before the verdict", func(status.Node) bool { return h.rt.Present(a) && slices.Contains(h.rt.Pinned(), a) })
 	close(disk.gate)
-	h.waitFor("refused", phase("s", status.Failed))
+	n := h.waitFor("refused", phase("s", status.Failed))
+	if msg := n.Set("s").Condition(status.ConditionFailed).Message; !strings.Contains(msg, "; the 1 images already present stay pinned; the 1 pulled while the check ran stay on the node, unpinned") {
+		t.Fatalf("refusal: %q", msg)
+	}
 	h.waitFor("a unpinned at once", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), a) })
 	h.pass()
 	if !h.rt.Present(a) {
@@ -138,6 +145,79 @@ func TestNoEarlyPullsWithoutPinsWhileChecking(t *testing.T) {
 	}
 	close(disk.gate)
 	h.waitFor("Ready", phase("s", status.Ready))
+	disk.mu.Lock()
+	defer disk.mu.Unlock()
+	if disk.asked == 0 || disk.askedEarly != 0 {
+		t.Fatalf("%d checks, %d of them allowed to offer early pulls", disk.asked, disk.askedEarly)
+	}
+}
+
+// No early pulls while pulls the check does not count can land meanwhile: an admitted
+// set still pulling gains an image, and the check of it is asked for no early pulls
+// (the room it measures would not hold them beside the pulls under way).
+func TestNoEarlyPullsWhilePullsRun(t *testing.T) {
+	h := newHarness(t)
+	a, b, c := img("a", 1), img("b", 2), img("c", 3)
+	disk := &fakeDisk{mode: "admit"}
+	h.disk = disk
+	h.available(a, b, c)
+	h.rt.PullDelay = 300 * time.Millisecond
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a, b))
+	h.waitFor("admitted, pulling", func(status.Node) bool { return h.rt.PullCount(a) > 0 })
+	disk.mu.Lock()
+	before := disk.asked
+	disk.mu.Unlock()
+	h.writeFile("s.yaml", setDoc("s", a, b, c))
+	h.waitFor("checked again", func(status.Node) bool {
+		disk.mu.Lock()
+		defer disk.mu.Unlock()
+		return disk.asked > before
+	})
+	disk.mu.Lock()
+	early := disk.askedEarly
+	disk.mu.Unlock()
+	if early != 1 { // the set's first check only
+		t.Fatalf("%d checks allowed to offer early pulls; want the first only", early)
+	}
+	h.waitFor("Ready", phase("s", status.Ready))
+}
+
+// Images pulled early, then a check that fails as a whole (no verdict), then one that
+// admits the set: the images are present by then, so that verdict does not name them
+// among those it counted, yet their pins are checked pins from then on. A later refusal
+// (the set gains an image past the room) keeps them pinned, as any pin that exists.
+func TestEarlyPullsAreOrdinaryPinsOnceAdmitted(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.UnpinDelay = time.Hour
+	h.cfg.MaxBackoff = 50 * time.Millisecond
+	a, b, c := img("a", 1), img("b", 2), img("c", 3)
+	disk := &fakeDisk{mode: "fail", gate: make(chan struct{}), early: []string{a}}
+	h.disk = disk
+	h.available(a, b, c)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a, b))
+	h.waitFor("a pulled before the verdict", func(status.Node) bool { return h.rt.Present(a) })
+	close(disk.gate)
+	h.waitFor("the check failed and is tried again", func(status.Node) bool {
+		disk.mu.Lock()
+		defer disk.mu.Unlock()
+		return disk.asked >= 2
+	})
+	disk.mu.Lock()
+	disk.mode, disk.early = "admit", nil
+	disk.mu.Unlock()
+	h.waitFor("Ready", phase("s", status.Ready))
+	if d, err := h.store.Load(); err != nil || len(d.PulledEarly) != 0 || len(d.Unchecked) != 0 {
+		t.Fatalf("state once admitted: early %v, unchecked %v, %v", d.PulledEarly, d.Unchecked, err)
+	}
+	disk.set("refuse")
+	h.writeFile("s.yaml", setDoc("s", a, b, c))
+	h.waitFor("refused", phase("s", status.Failed))
+	h.pass()
+	if p := h.rt.Pinned(); !slices.Contains(p, a) || !slices.Contains(p, b) {
+		t.Fatalf("a refusal unpinned what the set held: %v", p)
+	}
 }
 
 // A set refused before and checked again: what the new check lets be pulled early is
@@ -158,8 +238,8 @@ func TestEarlyPullsOfASetRefusedBeforeArePinned(t *testing.T) {
 	disk.mu.Unlock()
 	h.writeFile("s.yaml", setDoc("s", a, b)) // a change: checked again
 	h.waitFor("a pulled before the new verdict", func(status.Node) bool { return h.rt.Present(a) })
-	if p := h.rt.Pinned(); !slices.Contains(p, a) {
-		t.Fatalf("a pulled early without its pin: %v", p)
+	if !h.rt.PinnedAtPull(a) {
+		t.Fatalf("a pulled early without its pin in effect: %v", h.rt.Pinned())
 	}
 	close(disk.gate)
 	h.waitFor("a unpinned at once", func(status.Node) bool { return !slices.Contains(h.rt.Pinned(), a) })

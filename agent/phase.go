@@ -13,6 +13,9 @@ type setFacts struct {
 	Total, Ready int
 	// Absent counts images not known to be on the node: what the disk check gates.
 	Absent int
+	// PulledEarly counts images present only for having been pulled before the disk
+	// check's verdict (state.Data.PulledEarly): not pinned if it refuses the set.
+	PulledEarly int
 	// NotPinned counts images present but not yet reported pinned by the runtime.
 	NotPinned int
 	// Unavailable counts images that cannot be pulled (no endpoint serves them);
@@ -79,8 +82,11 @@ func decidePhase(f setFacts) phaseOutcome {
 		return phaseOutcome{f.Release.Phase, f.Release.Reason, f.Release.Message, f.Release.Phase != status.Failed}
 	case gated && f.DiskChecked && f.DiskCondition.Reason == status.ReasonInsufficientDiskSpace:
 		msg := f.DiskCondition.Message
-		if f.Absent < f.Total {
-			msg += fmt.Sprintf("; the %d images already present stay pinned", f.Total-f.Absent)
+		if held := f.Total - f.Absent - f.PulledEarly; held > 0 {
+			msg += fmt.Sprintf("; the %d images already present stay pinned", held)
+		}
+		if f.PulledEarly > 0 {
+			msg += fmt.Sprintf("; the %d pulled while the check ran stay on the node, unpinned", f.PulledEarly)
 		}
 		return phaseOutcome{status.Failed, status.ReasonInsufficientDiskSpace, msg, false}
 	case gated && !f.RuntimeUp:

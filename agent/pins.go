@@ -35,7 +35,6 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 			a.markPulledEarly(img, false) // a verdict counts it now
 		}
 	}
-	a.forgetPulledEarly(desired)
 	for img, released := range a.in.data.Pins {
 		switch {
 		case wanted[img]:
@@ -59,6 +58,10 @@ func (a *Agent) syncPins(ctx context.Context, desired, admitted []pinset.Set) {
 			a.log.WithField("image", img).Info("unpinning image")
 		}
 	}
+
+	// After the unpins: an image pulled early of a set that just left loses its pin at
+	// once above, then its mark.
+	a.forgetPulledEarly(desired)
 
 	if a.rt.pinner == nil {
 		// The runtime is not known yet (auto): nothing can be written; the pins wait.

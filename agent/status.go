@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"sort"
 	"time"
@@ -117,6 +118,9 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 	if len(a.pins.faults) > 0 {
 		f.LastPinFault = a.pins.faults[len(a.pins.faults)-1]
 	}
+	if a.disk.early.Set == s.Name {
+		f.DiskPending += fmt.Sprintf("; meanwhile pulling %d of its images, which fit the room whatever it says", len(a.disk.early.Images))
+	}
 	f.Release.Phase, f.Release.Reason, f.Release.Message, f.Release.Problem = a.rel.problem(s)
 
 	pinnedByRuntime := a.rt.support.PinnedField
@@ -142,6 +146,9 @@ func (a *Agent) setStatus(s pinset.Set, prev *status.Set) status.Set {
 			continue
 		}
 		if img.present {
+			if a.in.data.PulledEarly[ref] {
+				f.PulledEarly++
+			}
 			if pinnedByRuntime && !img.pinned {
 				rf.Unpinned = append(rf.Unpinned, ref)
 			}

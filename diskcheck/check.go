@@ -161,9 +161,9 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest, early func(Early
 }
 
 // early is what may be pulled before the verdict (Early): when one set alone misses
-// images and none is pulling any early already, that set's images in its order, each
-// while its layers not counted yet, at the most they could need, fit what is left of
-// the room. Never with the node-local mirror's store (Config.KeepsCompressed): there a
+// images and none is pulling any early already, that set's images taken in its order,
+// each whose layers not counted yet, at the most they could need, fit what is left of
+// the room (one that does not is skipped; a smaller one after it may fit). Never with the node-local mirror's store (Config.KeepsCompressed): there a
 // pin fills the store, and pins wait for the verdict.
 func (r *Checker) early(sets []SetRequest, found map[string]resolved, ad admission) (Early, bool) {
 	if r.cfg.KeepsCompressed {
@@ -185,7 +185,7 @@ func (r *Checker) early(sets []SetRequest, found map[string]resolved, ad admissi
 		return Early{}, false
 	}
 	room := ad.room()
-	e := Early{Set: only.Name, Layers: map[string][]string{}}
+	e := Early{Set: only.Name, Layers: map[string][]string{}, Bytes: map[string]uint64{}, RoundTrip: r.resolver.RoundTrip()}
 	counted := map[string]bool{}
 	var used uint64
 	for _, image := range only.Missing {
@@ -211,6 +211,7 @@ func (r *Checker) early(sets []SetRequest, found map[string]resolved, ad admissi
 		}
 		e.Images = append(e.Images, image)
 		e.Layers[image] = layerDigests(f.img)
+		e.Bytes[image] = f.img.Bytes()
 	}
 	return e, len(e.Images) > 0
 }
@@ -393,7 +394,9 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 	verdicts := map[string]Verdict{}
 	space, limit := ad.space, ad.limit
 	counted := map[string]bool{} // layer digests of admitted (or undecided) sets
-	var cumulative uint64        // their need so far
+	// Images pulled before their set's verdict (SetRequest.Pulling) take room whatever
+	// the verdicts: counted first, at their most, before any set is admitted.
+	cumulative, pulling := r.pulling(sets, found, counted)
 	for _, s := range sets {
 		v := Verdict{Bytes: map[string]uint64{}, Layers: map[string][]string{}, Unavailable: map[string]string{}, Unsized: map[string]string{}}
 		var layers, need, uncompressed uint64 // compressed bytes, need, of which sized uncompressed
@@ -492,27 +495,41 @@ func (r *Checker) admit(sets []SetRequest, found map[string]resolved, ad admissi
 				counted[d] = true
 			}
 			cumulative = total
-		} else if len(s.Pulling) > 0 {
-			// Pulled before the verdict (Early): on the node whatever it says.
-			var pulling uint64
-			for _, image := range s.Pulling {
-				f := found[image]
-				if f.err != nil {
-					continue
-				}
-				for _, l := range f.img.Layers {
-					if !counted[l.Digest] && l.Size > 0 {
-						counted[l.Digest] = true
-						pulling = registry.AddSat(pulling, NeedMost(l, r.cfg.Multiplier))
-					}
-				}
-			}
-			cumulative = registry.AddSat(cumulative, pulling)
-			v.Condition.Message += fmt.Sprintf("; %d of its images pulled while the check ran (%s at most) stay on the node, unpinned, and count against the room", len(s.Pulling), bytesize.Human(pulling))
+		}
+		switch p := pulling[s.Name]; {
+		case len(s.Pulling) == 0:
+		case v.Admitted:
+			v.Condition.Message += fmt.Sprintf("; and up to %d of its images pulled while the check ran, %s at most, counted before any set", len(s.Pulling), bytesize.Human(p))
+		default:
+			v.Condition.Message += fmt.Sprintf("; up to %d of its images pulled while the check ran (%s at most, counted before any set) stay on the node, unpinned", len(s.Pulling), bytesize.Human(p))
 		}
 		verdicts[s.Name] = v
 	}
 	return verdicts
+}
+
+// pulling counts the images pulled before their set's verdict (SetRequest.Pulling),
+// each layer once, at its most, into counted: their total, and each set's share.
+func (r *Checker) pulling(sets []SetRequest, found map[string]resolved, counted map[string]bool) (uint64, map[string]uint64) {
+	var total uint64
+	per := map[string]uint64{}
+	for _, s := range sets {
+		for _, image := range s.Pulling {
+			f := found[image]
+			if f.err != nil {
+				continue
+			}
+			for _, l := range f.img.Layers {
+				if !counted[l.Digest] && l.Size > 0 {
+					counted[l.Digest] = true
+					n := NeedMost(l, r.cfg.Multiplier)
+					total = registry.AddSat(total, n)
+					per[s.Name] = registry.AddSat(per[s.Name], n)
+				}
+			}
+		}
+	}
+	return total, per
 }
 
 // waitsFor says what a later check of an image not sized yet waits for.

@@ -18,21 +18,28 @@ type SetRequest struct {
 	// fetches them).
 	Present []string
 	// Pulling are images of Missing being pulled before the set's verdict (Early): they
-	// take room whatever the verdict, so a set refused still counts them against the
-	// sets after it.
+	// take room whatever the verdict, so the check counts them (at their most) before it
+	// admits any set.
 	Pulling []string
 }
 
 // Early is what a check still under way has proven may be pulled before its verdict:
 // the images of the one set missing any whose layers, each at the most its Range
-// request could report, fit the room together. Pulling them leaves the image filesystem
-// below the GC threshold whatever the verdict; a set refused afterwards keeps them on
-// the node unpinned, and the check counts them against the sets after it.
+// request could report (NeedMost), fit the room together. Pulling them keeps the image
+// filesystem within the room whatever the verdict, as far as the check can know a
+// layer's size at all (as for its verdict: a gzip trailer holds the size modulo 4 GiB,
+// and a layer of a format it cannot read counts at the multiplier). A set refused
+// afterwards keeps them on the node unpinned; until they land, a check counts them
+// first, before any set (SetRequest.Pulling).
 type Early struct {
 	Set    string
 	Images []string
-	// Layers maps each image to its layers' compressed digests (Verdict.Layers).
+	// Layers maps each image to its layers' compressed digests (Verdict.Layers), and
+	// Bytes to its compressed layer bytes (Verdict.Bytes).
 	Layers map[string][]string
+	Bytes  map[string]uint64
+	// RoundTrip is Result.RoundTrip so far: where the pull width starts.
+	RoundTrip time.Duration
 }
 
 // Verdict is the check's answer for one set.

@@ -51,7 +51,7 @@ func TestEarlyPullsFitTheRoomAtTheirMost(t *testing.T) {
 	if len(offers) != 1 || offers[0].Set != "s" || !slices.Equal(offers[0].Images, refs[:2]) || len(offers[0].Layers[refs[0]]) != 1 {
 		t.Fatalf("offers %+v; want the first two images of s", offers)
 	}
-	if v := res.Verdicts["s"]; !v.Admitted || strings.Contains(v.Condition.Message, "pulled while the check ran") {
+	if v := res.Verdicts["s"]; !v.Admitted || !strings.Contains(v.Condition.Message, "and up to 2 of its images pulled while the check ran") {
 		t.Fatalf("verdict %+v", v)
 	}
 	// Room for the three at their most: the manifests decide, nothing to offer.
@@ -89,10 +89,17 @@ func TestARefusedSetCountsWhatItPulledEarly(t *testing.T) {
 	}
 	sets[0].Pulling = []string{refX}
 	res, offers := earlyCheck(t, f, room, sets)
-	if a := res.Verdicts["a"]; a.Admitted || !strings.Contains(a.Condition.Message, "1 of its images pulled while the check ran") {
+	if a := res.Verdicts["a"]; a.Admitted || !strings.Contains(a.Condition.Message, "up to 1 of its images pulled while the check ran") {
 		t.Fatalf("a %+v", a)
 	}
 	if res.Verdicts["b"].Admitted || len(offers) != 0 {
 		t.Fatalf("b admitted beside what a pulled early (%+v); offers %+v", res.Verdicts["b"], offers)
+	}
+	// The set pulling early comes after the other by name: what it pulls still counts
+	// first, so the set before it is not admitted into that room either.
+	sets = []SetRequest{{Name: "b", Missing: []string{refY}}, {Name: "c", Missing: []string{refX, refBig}, Pulling: []string{refX}}}
+	res, _ = earlyCheck(t, f, room, sets)
+	if res.Verdicts["b"].Admitted || res.Verdicts["c"].Admitted {
+		t.Fatalf("b admitted before what c pulls early: b %+v, c %+v", res.Verdicts["b"], res.Verdicts["c"])
 	}
 }

@@ -47,6 +47,9 @@ type Runtime struct {
 	Auths map[string]string
 	// Concurrent and MaxConcurrent measure pull parallelism.
 	Concurrent, MaxConcurrent int
+	// pinnedAtPull records, per image, whether the patterns in effect pinned it when
+	// its last pull landed (CRI-O).
+	pinnedAtPull map[string]bool
 	// failReloads makes the next reloads fail; ignoreReloads makes them "succeed" without
 	// CRI-O re-reading its config (a reload CRI-O only logs as failed).
 	failReloads, ignoreReloads int
@@ -131,6 +134,14 @@ func (r *Runtime) emit(e containerd.ImageEvent) {
 	for _, fn := range r.subs {
 		go fn(e)
 	}
+}
+
+// PinnedAtPull says whether the pins in effect (CRI-O's patterns) pinned ref when its
+// last pull landed.
+func (r *Runtime) PinnedAtPull(ref string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pinnedAtPull[ref]
 }
 
 // Labeled says whether the image record carries the pinned label (containerd).
@@ -307,6 +318,13 @@ func (r *Runtime) PullImage(ctx context.Context, ref string, auth *pullcreds.Aut
 		return "", errDown
 	}
 	r.present[ref] = true
+	if r.matcher == nil {
+		r.matcher = pin.NewMatcher(r.pinned)
+	}
+	if r.pinnedAtPull == nil {
+		r.pinnedAtPull = map[string]bool{}
+	}
+	r.pinnedAtPull[ref] = r.matcher.Match(ref)
 	if r.Name == "containerd" {
 		// containerd 2.x's CRI pull stores the record through the transfer service, which
 		// replaces its labels: a pull of a pinned reference drops the pinned label.
