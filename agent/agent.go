@@ -97,7 +97,10 @@ type Config struct {
 	// pin lets the node-local mirror fill its store for peers: there a pin takes disk,
 	// and waits for the verdict. The composition root decides.
 	PinWhileChecking bool
-	PullTimeout      time.Duration
+	// PullEarly: with PinWhileChecking, the images the disk check under way proves fit
+	// whatever its verdict are pulled before it (diskcheck.Early, disk.go).
+	PullEarly   bool
+	PullTimeout time.Duration
 	// RuntimeSocket is the CRI socket's path: a new socket (inode) means the runtime
 	// restarted, and may have wiped its storage, so every image is checked again.
 	RuntimeSocket string

@@ -96,7 +96,7 @@ func newHarness(t testing.TB) *harness {
 		InlineLabels: map[string]string{"node-role.kubernetes.io/worker": ""},
 		UnpinDelay:   300 * time.Millisecond, PullConcurrency: 2, PullTimeout: 5 * time.Second,
 		ConfirmTimeout: 2 * time.Second, MaxBackoff: 100 * time.Millisecond,
-		PinWhileChecking: true,
+		PinWhileChecking: true, PullEarly: true,
 	}
 	h.dropIn = crio.DropIn{MainConfig: filepath.Join(root, "crio", "crio.conf"), ConfigDir: filepath.Join(root, "crio", "crio.conf.d"), Cache: crio.NewFileCache()}
 	os.MkdirAll(h.cfg.SetsDir, 0o755)

@@ -66,7 +66,7 @@ func (a *Agent) checkDisk(desired []pinset.Set) []pinset.Set {
 // pull is in flight, and no set missing images holds a verdict that lets its pulls go
 // on meanwhile: the check's room is then the early pulls' alone.
 func (a *Agent) mayPullEarly(reqs []diskcheck.SetRequest) bool {
-	if !a.cfg.PinWhileChecking || a.pulls.inflight > 0 {
+	if !a.cfg.PinWhileChecking || !a.cfg.PullEarly || a.pulls.inflight > 0 {
 		return false
 	}
 	for _, r := range reqs {

@@ -247,3 +247,28 @@ func TestEarlyPullsOfASetRefusedBeforeArePinned(t *testing.T) {
 		t.Fatal("b pulled")
 	}
 }
+
+// pull_while_checking = false: pins still go in while the check runs, but its check is
+// asked for no early pulls and nothing is pulled before the verdict.
+func TestNoEarlyPullsWhenTurnedOff(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PullEarly = false
+	a := img("a", 1)
+	disk := &fakeDisk{mode: "admit", gate: make(chan struct{}), early: []string{a}}
+	h.disk = disk
+	h.available(a)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.waitFor("pinned while the check runs", func(status.Node) bool { return slices.Contains(h.rt.Pinned(), a) })
+	h.pass()
+	if h.rt.PullCount(a) != 0 {
+		t.Fatal("pulled before the verdict")
+	}
+	close(disk.gate)
+	h.waitFor("Ready", phase("s", status.Ready))
+	disk.mu.Lock()
+	defer disk.mu.Unlock()
+	if disk.askedEarly != 0 {
+		t.Fatalf("%d checks allowed to offer early pulls", disk.askedEarly)
+	}
+}

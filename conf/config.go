@@ -324,6 +324,10 @@ type DiskConfig struct {
 	UncompressedSizes      bool   `toml:"uncompressed_sizes"`
 	GCHighThresholdPercent int    `toml:"gc_high_threshold_percent"`
 	KubeletConfig          string `toml:"kubelet_config"`
+	// PullWhileChecking: while the check asks uncompressed sizes, pull the images of a
+	// new set that fit the room whatever the verdict (without [peers]); false: nothing
+	// is pulled before the verdict.
+	PullWhileChecking bool `toml:"pull_while_checking"`
 }
 
 func (c DiskConfig) validate() error {
@@ -415,6 +419,7 @@ func Default() Config {
 			CertsDir:            "/etc/containers/certs.d",
 			LayerSizeMultiplier: 2.0,
 			UncompressedSizes:   true,
+			PullWhileChecking:   true,
 			KubeletConfig:       "/etc/kubernetes/kubelet.conf",
 		},
 		Peers: PeersConfig{MirrorAddress: "127.0.0.1:7443", TagAddress: "127.0.0.1:7445", Cert: "/var/lib/kubelet/pki/kubelet-server-current.pem",

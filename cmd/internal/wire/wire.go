@@ -158,6 +158,7 @@ func Agent(cfg conf.Config, store *state.Store, opts Options) (Built, error) {
 		OrderByLayers:   OrderByLayers(cfg, runtimeName),
 		// With [peers] a pin lets the node-local mirror fill its store for peers.
 		PinWhileChecking: !cfg.Peers.Enabled,
+		PullEarly:        !cfg.Peers.Enabled && cfg.Disk.PullWhileChecking,
 		PullTimeout:      cfg.CRI.PullTimeout.D(),
 		RuntimeSocket:    socket,
 		Heartbeat:        opts.Heartbeat,
