@@ -189,33 +189,25 @@ func (a *Agent) present(ref string) bool {
 
 // markUnchecked records whether img's pin is unchecked (keepPinned).
 func (a *Agent) markUnchecked(img string, unchecked bool) {
-	if a.in.data.Unchecked[img] == unchecked {
-		return
-	}
-	if unchecked {
-		if a.in.data.Unchecked == nil {
-			a.in.data.Unchecked = map[string]bool{}
-		}
-		a.in.data.Unchecked[img] = true
-	} else {
-		delete(a.in.data.Unchecked, img)
-	}
-	a.in.dataDirty = true
+	a.mark(&a.in.data.Unchecked, img, unchecked)
 }
 
 // markPulledEarly records whether img was pulled before the verdict of the check that
 // counts it (state.Data.PulledEarly).
-func (a *Agent) markPulledEarly(img string, early bool) {
-	if a.in.data.PulledEarly[img] == early {
+func (a *Agent) markPulledEarly(img string, early bool) { a.mark(&a.in.data.PulledEarly, img, early) }
+
+// mark records whether img is in the state's set m.
+func (a *Agent) mark(m *map[string]bool, img string, on bool) {
+	if (*m)[img] == on {
 		return
 	}
-	if early {
-		if a.in.data.PulledEarly == nil {
-			a.in.data.PulledEarly = map[string]bool{}
+	if on {
+		if *m == nil {
+			*m = map[string]bool{}
 		}
-		a.in.data.PulledEarly[img] = true
+		(*m)[img] = true
 	} else {
-		delete(a.in.data.PulledEarly, img)
+		delete(*m, img)
 	}
 	a.in.dataDirty = true
 }
