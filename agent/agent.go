@@ -374,12 +374,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			// (containerd: a record without the pin label, which the pull's worker labels
 			// as it returns): the pass that looks at them comes with the next one due, as
 			// for pull results, not one per image. The pinner keeps what changed until then.
-			if a.pulls.inflight > 0 {
-				if next := a.passStart.Add(a.passEvery()); a.deps.Clock.Now().Before(next) {
-					a.sched.set(passKey, next)
-					quick = true
-				}
-			}
+			quick = a.pulls.inflight > 0 && a.putPassOff()
 		case <-a.lookNow:
 			a.lookedNow()
 		case <-a.sourcesChanged:
@@ -408,10 +403,7 @@ func (a *Agent) Run(ctx context.Context, triggers <-chan struct{}) error {
 			// While pulls stream in, free workers get the next images at once, and the
 			// full pass (status, pins, presence: O(images)) runs at most every
 			// passEvery: a pass per result made a 2000-image set cost O(images²).
-			if next := a.passStart.Add(a.passEvery()); a.deps.Clock.Now().Before(next) {
-				a.sched.set(passKey, next)
-				quick = true
-			}
+			quick = a.putPassOff()
 		case <-timer.C():
 		}
 		full = !quick
@@ -478,6 +470,17 @@ const maxPassEvery = 2 * time.Second
 
 // passKey is the schedule's entry for a full pass put off while pull results stream in.
 const passKey = "pass"
+
+// putPassOff schedules the next full pass passEvery after the last one began and says
+// so, unless it is due already (then it runs now).
+func (a *Agent) putPassOff() bool {
+	next := a.passStart.Add(a.passEvery())
+	if !a.deps.Clock.Now().Before(next) {
+		return false
+	}
+	a.sched.set(passKey, next)
+	return true
+}
 
 // dispatchOnly hands free workers the next images of the sets admitted at the last full
 // pass, between full passes.

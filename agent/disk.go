@@ -166,15 +166,6 @@ func (a *Agent) diskChecked(reqs []diskcheck.SetRequest, res diskcheck.Result, e
 		verdicts[name] = v
 	}
 	a.disk.verdicts = verdicts
-	// A set admitted now counts its images pulled early (present, or in its need): their
-	// pins are as any other's from here on.
-	for _, r := range reqs {
-		if verdicts[r.Name].Admitted {
-			for _, ref := range append(slices.Clip(r.Missing), r.Present...) {
-				a.markPulledEarly(ref, false)
-			}
-		}
-	}
 	// A verdict admits the pulls of the images it was asked about, no others: an image a
 	// set gained since waits for the check that counts it.
 	a.disk.sized = map[string]map[string]bool{}

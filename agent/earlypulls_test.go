@@ -223,35 +223,28 @@ func TestEarlyPullsOfASetRefusedBeforeArePinned(t *testing.T) {
 	}
 }
 
-// Without PinWhileChecking (the node-local mirror fills its store from the pins), or
-// with pull_while_checking = false, the check is asked for no early pulls and nothing
-// is pulled before the verdict.
-func TestNoEarlyPullsWhenOff(t *testing.T) {
-	for _, c := range []struct {
-		name                string
-		pinWhile, pullEarly bool
-	}{{"no pins while the check runs", false, true}, {"pull_while_checking = false", true, false}} {
-		t.Run(c.name, func(t *testing.T) {
-			h := newHarness(t)
-			h.cfg.PinWhileChecking, h.cfg.PullEarly = c.pinWhile, c.pullEarly
-			a := img("a", 1)
-			disk := &fakeDisk{mode: "admit", gate: make(chan struct{}), early: []string{a}}
-			h.disk = disk
-			h.available(a)
-			h.start()
-			h.writeFile("s.yaml", setDoc("s", a))
-			h.pass()
-			h.pass()
-			if h.rt.PullCount(a) != 0 {
-				t.Fatal("pulled before the verdict")
-			}
-			close(disk.gate)
-			h.waitFor("Ready", phase("s", status.Ready))
-			disk.mu.Lock()
-			defer disk.mu.Unlock()
-			if disk.asked == 0 || disk.askedEarly != 0 {
-				t.Fatalf("%d checks, %d of them allowed to offer early pulls", disk.asked, disk.askedEarly)
-			}
-		})
+// pull_while_checking = false: pins still go in while the check runs, but the check
+// is asked for no early pulls and nothing is pulled before the verdict. (Without
+// PinWhileChecking: TestNoPinsWhileTheCheckRunsWhenTheyTakeDisk.)
+func TestNoEarlyPullsWhenTurnedOff(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PullEarly = false
+	a := img("a", 1)
+	disk := &fakeDisk{mode: "admit", gate: make(chan struct{}), early: []string{a}}
+	h.disk = disk
+	h.available(a)
+	h.start()
+	h.writeFile("s.yaml", setDoc("s", a))
+	h.waitFor("pinned while the check runs", func(status.Node) bool { return slices.Contains(h.rt.Pinned(), a) })
+	h.pass()
+	if h.rt.PullCount(a) != 0 {
+		t.Fatal("pulled before the verdict")
+	}
+	close(disk.gate)
+	h.waitFor("Ready", phase("s", status.Ready))
+	disk.mu.Lock()
+	defer disk.mu.Unlock()
+	if disk.asked == 0 || disk.askedEarly != 0 {
+		t.Fatalf("%d checks, %d of them allowed to offer early pulls", disk.asked, disk.askedEarly)
 	}
 }

@@ -169,7 +169,9 @@ func (a *Agent) keepPinned(desired, admitted []pinset.Set) (wanted, unchecked ma
 			_, pinned := a.in.data.Pins[ref]
 			sized := a.disk.sized[s.Name][ref]
 			switch {
-			case (may[s.Name] && sized) || (pinned && !a.in.data.Unchecked[ref]) || (a.present(ref) && !a.in.data.PulledEarly[ref]):
+			// An admitted set's image on the node is a checked pin, pulled early or not:
+			// the verdict counted it (in its need, or on the disk it measured).
+			case (may[s.Name] && (sized || a.present(ref))) || (pinned && !a.in.data.Unchecked[ref]) || (a.present(ref) && !a.in.data.PulledEarly[ref]):
 				wanted[ref] = true
 				delete(unchecked, ref)
 			case wanted[ref]:

@@ -83,13 +83,14 @@ func TestPinsWhileTheCheckRunsGoWhenItRefuses(t *testing.T) {
 }
 
 // Without PinWhileChecking (a node whose pins let the node-local mirror fill its store)
-// nothing missing is pinned before the verdict.
+// nothing missing is pinned before the verdict, nor pulled: the check is asked for no
+// early pulls, whatever it would offer.
 func TestNoPinsWhileTheCheckRunsWhenTheyTakeDisk(t *testing.T) {
 	h := newHarness(t)
 	h.cfg.PinWhileChecking = false
-	disk := &fakeDisk{mode: "admit", gate: make(chan struct{})}
-	h.disk = disk
 	a := img("a", 1)
+	disk := &fakeDisk{mode: "admit", gate: make(chan struct{}), early: []string{a}}
+	h.disk = disk
 	h.available(a)
 	h.start()
 	h.writeFile("s.yaml", setDoc("s", a))
@@ -98,10 +99,18 @@ func TestNoPinsWhileTheCheckRunsWhenTheyTakeDisk(t *testing.T) {
 	if p := h.rt.Pinned(); slices.Contains(p, a) {
 		t.Fatalf("pinned before the verdict: %v", p)
 	}
+	if h.rt.PullCount(a) != 0 {
+		t.Fatal("pulled before the verdict")
+	}
 	close(disk.gate)
 	h.waitFor("Ready", phase("s", status.Ready))
 	if p := h.rt.Pinned(); !slices.Contains(p, a) {
 		t.Fatalf("pinned %v", p)
+	}
+	disk.mu.Lock()
+	defer disk.mu.Unlock()
+	if disk.asked == 0 || disk.askedEarly != 0 {
+		t.Fatalf("%d checks, %d of them allowed to offer early pulls", disk.asked, disk.askedEarly)
 	}
 }
 

@@ -163,8 +163,9 @@ func (r *Checker) Check(ctx context.Context, sets []SetRequest, early func(Early
 // early is what may be pulled before the verdict (Early): when one set alone misses
 // images and none is pulling any early already, that set's images taken in its order,
 // each whose layers not counted yet, at the most they could need, fit what is left of
-// the room (one that does not is skipped; a smaller one after it may fit). Never with the node-local mirror's store (Config.KeepsCompressed): there a
-// pin fills the store, and pins wait for the verdict.
+// the room (one that does not is skipped; a smaller one after it may fit). Never with
+// the node-local mirror's store (Config.KeepsCompressed): there a pin fills the store,
+// and pins wait for the verdict.
 func (r *Checker) early(sets []SetRequest, found map[string]resolved, ad admission) (Early, bool) {
 	if r.cfg.KeepsCompressed {
 		return Early{}, false

@@ -54,6 +54,11 @@ func TestEarlyPullsFitTheRoomAtTheirMost(t *testing.T) {
 	if v := res.Verdicts["s"]; !v.Admitted || !strings.Contains(v.Condition.Message, "and up to 2 of its images pulled while the check ran") {
 		t.Fatalf("verdict %+v", v)
 	}
+	// An image its registry cannot serve is never offered: its size is not known.
+	gone := reg.Host + "/early/gone@sha256:" + strings.Repeat("0", 64)
+	if _, offers := earlyCheck(t, f, room, []SetRequest{{Name: "s", Missing: append([]string{gone}, refs...)}}); len(offers) != 1 || !slices.Equal(offers[0].Images, refs[:2]) {
+		t.Fatalf("with an image the registry cannot serve: offers %+v; want the first two others", offers)
+	}
 	// Room for the three at their most: the manifests decide, nothing to offer.
 	if res, offers := earlyCheck(t, f, 4*most, []SetRequest{{Name: "s", Missing: refs}}); len(offers) != 0 || !res.Verdicts["s"].Admitted {
 		t.Fatalf("plenty of room: offers %+v, %+v", offers, res.Verdicts["s"])
