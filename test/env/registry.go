@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -201,16 +200,6 @@ func (r *Registry) write(ctx context.Context, repo string, img v1.Image) (Image,
 // RandomLayer makes a layer to share between images.
 func RandomLayer(size int64) (v1.Layer, error) {
 	return random.Layer(size, "application/vnd.docker.image.rootfs.diff.tar.gzip")
-}
-
-// FreePort returns a free TCP port on 127.0.0.1.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // PushCompressible pushes an image of `layers` layers, each a tar holding size bytes of
