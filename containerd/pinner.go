@@ -52,12 +52,16 @@ type Pinner struct {
 	Record string
 	Log    logrus.FieldLogger
 
-	mu     sync.Mutex
-	loaded bool
-	ours   map[string]bool // labels imagepind set
-	want   map[string]bool // the last patterns written
-	failed int             // labels the last write could not set or remove
-	dirty  map[string]bool // wanted records an event says changed
+	mu sync.Mutex
+	// batchMu guards next, the references waiting for the record's next write.
+	batchMu sync.Mutex
+	next    *recordBatch
+	writes  int // of the record, for tests
+	loaded  bool
+	ours    map[string]bool // labels imagepind set
+	want    map[string]bool // the last patterns written
+	failed  int             // labels the last write could not set or remove
+	dirty   map[string]bool // wanted records an event says changed
 	// effective is the last list written, the same slice while it does not change.
 	effective []string
 	resync    bool // events were missed: look at every wanted record
@@ -93,6 +97,7 @@ func (p *Pinner) load() {
 }
 
 func (p *Pinner) save() error {
+	p.writes++
 	r := record{Labeled: make([]string, 0, len(p.ours))}
 	for ref := range p.ours {
 		r.Labeled = append(r.Labeled, ref)
@@ -285,20 +290,64 @@ func (p *Pinner) Pulled(ctx context.Context, ref string) (bool, error) {
 	if labels[PinnedLabel] == PinnedLabelValue {
 		return true, nil
 	}
-	p.mu.Lock()
-	if !p.ours[ref] {
-		p.ours[ref] = true
-		if err := p.save(); err != nil {
-			delete(p.ours, ref)
-			p.mu.Unlock()
-			return false, fmt.Errorf("record of containerd labels %s: %w", p.Record, err)
-		}
+	if err := p.record(ref); err != nil {
+		return false, fmt.Errorf("record of containerd labels %s: %w", p.Record, err)
 	}
-	p.mu.Unlock()
 	if err := p.Images.SetPinned(ctx, ref, true); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// recordBatch is references whose pulls returned while the record was being written:
+// the next write records them all (a group commit), so pulls that finish together
+// wait for one write of the record, not one each (a write is two fsyncs, and a pull
+// holds its slot until its label is set).
+type recordBatch struct {
+	refs []string
+	done chan struct{}
+	err  error
+}
+
+// record adds ref to the labels imagepind set, on disk, before its label is set.
+func (p *Pinner) record(ref string) error {
+	p.batchMu.Lock()
+	if p.next == nil {
+		p.next = &recordBatch{done: make(chan struct{})}
+	}
+	b := p.next
+	b.refs = append(b.refs, ref)
+	p.batchMu.Unlock()
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-b.done: // written by a caller of the same batch while this one waited
+		return b.err
+	default:
+	}
+	// The first of the batch to hold the lock writes it; none joins it after.
+	p.batchMu.Lock()
+	if p.next == b {
+		p.next = nil
+	}
+	p.batchMu.Unlock()
+	var added []string
+	for _, r := range b.refs {
+		if !p.ours[r] {
+			p.ours[r] = true
+			added = append(added, r)
+		}
+	}
+	if len(added) > 0 {
+		if b.err = p.save(); b.err != nil {
+			for _, r := range added {
+				delete(p.ours, r)
+			}
+		}
+	}
+	close(b.done)
+	return b.err
 }
 
 // Support is what a containerd version does with pins: the CRI plugin reads the pinned

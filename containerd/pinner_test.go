@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/imagepin/imagepin/containerd"
@@ -102,4 +103,98 @@ func TestSupportOf(t *testing.T) {
 			t.Errorf("%s: %+v %v", v, s, err)
 		}
 	}
+}
+
+// Pulls that return together share the record's writes (one write is two fsyncs), and
+// still no label is set before the record on disk holds its reference. A write that
+// fails fails every pull it would have recorded, and labels none of them.
+func TestPullsReturningTogetherShareRecordWrites(t *testing.T) {
+	ctx := context.Background()
+	const n = 32
+	var refs []string
+	for i := 0; i < n; i++ {
+		refs = append(refs, ref(i))
+	}
+	for _, broken := range []bool{false, true} {
+		rt := pulled(t, refs...)
+		record := filepath.Join(t.TempDir(), "labels.json")
+		if broken {
+			blocker := filepath.Join(t.TempDir(), "file")
+			os.WriteFile(blocker, nil, 0o644)
+			record = filepath.Join(blocker, "labels.json")
+		}
+		gate := &gatedImages{ImageLabels: rt, record: record, arrived: make(chan struct{}, n), open: make(chan struct{})}
+		p := &containerd.Pinner{Images: gate, Record: record}
+		if _, err := p.Write(ctx, refs, func(string) (bool, bool) { return false, false }); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, n)
+		for _, r := range refs {
+			go func() {
+				pinned, err := p.Pulled(ctx, r)
+				if err == nil && !pinned {
+					err = fmt.Errorf("%s not pinned", r)
+				}
+				errs <- err
+			}()
+		}
+		for i := 0; i < n; i++ {
+			<-gate.arrived
+		}
+		close(gate.open) // every pull returns at once
+		failed := 0
+		for i := 0; i < n; i++ {
+			if err := <-errs; err != nil {
+				if !broken {
+					t.Error(err)
+				}
+				failed++
+			}
+		}
+		if early, _ := gate.early.Load().(string); early != "" {
+			t.Fatalf("%s labelled before the record held it", early)
+		}
+		if broken {
+			for _, r := range refs {
+				if rt.Labeled(r) {
+					t.Fatalf("%s labelled with no record written", r)
+				}
+			}
+			if failed != n {
+				t.Fatalf("%d of %d pulls failed with an unwritable record", failed, n)
+			}
+			continue
+		}
+		if held := (&containerd.Pinner{Images: rt, Record: record}).Held(); len(held) != n {
+			t.Fatalf("the record holds %d of %d", len(held), n)
+		}
+		writes := p.RecordWrites()
+		t.Logf("%d pulls returning together: %d writes of the record", n, writes)
+		if writes > n/2 {
+			t.Fatalf("%d writes of the record for %d pulls returning together", writes, n)
+		}
+	}
+}
+
+// gatedImages holds every Labels call until open closes, and remembers a label set
+// before the record on disk held its reference.
+type gatedImages struct {
+	containerd.ImageLabels
+	record  string
+	arrived chan struct{}
+	open    chan struct{}
+	early   atomic.Value // string
+}
+
+func (g *gatedImages) Labels(ctx context.Context, name string) (map[string]string, error) {
+	g.arrived <- struct{}{}
+	<-g.open
+	return g.ImageLabels.Labels(ctx, name)
+}
+
+func (g *gatedImages) SetPinned(ctx context.Context, name string, pinned bool) error {
+	if pinned && !slices.Contains((&containerd.Pinner{Record: g.record}).Held(), name) {
+		g.early.Store(name)
+	}
+	return g.ImageLabels.SetPinned(ctx, name, pinned)
 }

@@ -72,6 +72,8 @@ type bench struct {
 	phaseRuns map[string]map[string][]time.Duration
 	// goals are the goals' figures, as the sections measure them.
 	goals *goals.Table
+	// daemonCPU is the CPU the last imagepind run used, from the set's write to Ready.
+	daemonCPU time.Duration
 }
 
 // link is a way to the registry: loopback, or a toxiproxy in front of it with latency
@@ -277,6 +279,14 @@ func (b *bench) freshNode(ctx context.Context, runtime, name string) (*node, err
 	return n, nil
 }
 
+// pid is the runtime's process.
+func (n *node) pid() int {
+	if n.crio != nil {
+		return n.crio.PID()
+	}
+	return n.ctr.PID()
+}
+
 // stop stops the runtime and unmounts its storage, leaving its files (logs) in place.
 func (n *node) stop() {
 	if n.crio != nil {
@@ -344,6 +354,7 @@ func (b *bench) preload(ctx context.Context, l link, runtime string) error {
 		}})
 	refs := b.refs(l)
 	results := make([][]time.Duration, len(methods))
+	cpu := make([][]cpuUse, len(methods))
 	for rep := 0; rep < *reps; rep++ {
 		// Interleave the methods in each repetition so drift hits them all alike.
 		for i, m := range methods {
@@ -351,7 +362,10 @@ func (b *bench) preload(ctx context.Context, l link, runtime string) error {
 			if err != nil {
 				return err
 			}
+			b.daemonCPU = 0
+			mark := markCPU(b.reg.PID(), nd.pid())
 			d, err := m.run(ctx, nd, refs)
+			cpu[i] = append(cpu[i], mark.since(b.daemonCPU))
 			if *keep {
 				nd.stop()
 			} else {
@@ -370,10 +384,10 @@ func (b *bench) preload(ctx context.Context, l link, runtime string) error {
 			best, bestName = med, methods[i].name
 		}
 	}
-	fmt.Printf("## P1: pre-load %d images on %s, %s\n\n| method | median | runs | vs the best raw CRI width (%s) |\n|---|---|---|---|\n", len(refs), runtime, l.title(), strings.TrimPrefix(bestName, "CRI PullImage, "))
+	fmt.Printf("## P1: pre-load %d images on %s, %s\n\n| method | median | runs | vs the best raw CRI width (%s) | CPU s: registry / runtime / imagepind | machine busy |\n|---|---|---|---|---|---|\n", len(refs), runtime, l.title(), strings.TrimPrefix(bestName, "CRI PullImage, "))
 	for i, m := range methods {
 		med := median(results[i])
-		fmt.Printf("| %s | %.2f s | %s | %.3f× |\n", m.name, med.Seconds(), runs(results[i]), float64(med)/float64(best))
+		fmt.Printf("| %s | %.2f s | %s | %.3f× | %s |\n", m.name, med.Seconds(), runs(results[i]), float64(med)/float64(best), cpuColumn(cpu[i]))
 	}
 	fmt.Println()
 	if *gcHigh > 0 {
@@ -514,12 +528,16 @@ func (b *bench) imagepind(ctx context.Context, n *node, refs []string, concurren
 		return 0, err
 	}
 	defer d.stop()
+	t0, _ := cpuTicks(d.cmd.Process.Pid)
 	start := time.Now()
 	d.writeSet("bench", refs)
 	if err := d.waitReady("bench"); err != nil {
 		return 0, err
 	}
 	took := time.Since(start)
+	if t1, err := cpuTicks(d.cmd.Process.Pid); err == nil {
+		b.daemonCPU = ticks(t1 - t0)
+	}
 	if concurrency == 0 && len(extra) == 0 {
 		b.recordTimeline(n, refs, start, d.log)
 	}

@@ -368,7 +368,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	start := time.Now().Add(100 * time.Millisecond)
 	egress0 := link.Down.Load()
 	cpu0 := cpuTime()
-	busy0, all0 := machineCPU()
+	busy0, all0 := goals.MachineCPU()
 	tcp0 := tcpCounters()
 	for _, w := range workers {
 		if err := w.send(fmt.Sprintf("go %d", start.UnixNano())); err != nil {
@@ -424,7 +424,7 @@ func runOnce(dir string, n, k int, s set, link *env.Proxy, certs []creds, caFile
 	for k, v := range tcp0 {
 		res.tcp[k] -= v
 	}
-	if busy1, all1 := machineCPU(); all1 > all0 {
+	if busy1, all1 := goals.MachineCPU(); all1 > all0 {
 		res.busy = float64(busy1-busy0) / float64(all1-all0)
 	}
 	cpu := cpuTime() - cpu0
@@ -657,24 +657,6 @@ func fmedian(xs []float64) float64 {
 		return 0
 	}
 	return s[(len(s)-1)/2]
-}
-
-// machineCPU are the machine's busy and total CPU ticks so far (/proc/stat: all but
-// idle and iowait are busy).
-func machineCPU() (busy, all int64) {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	for i, f := range strings.Fields(line)[1:] {
-		v, _ := strconv.ParseInt(f, 10, 64)
-		all += v
-		if i != 3 && i != 4 {
-			busy += v
-		}
-	}
-	return busy, all
 }
 
 // notCounting marks a machine busy share above goals.BusyBound: the run measures the
