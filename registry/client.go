@@ -599,12 +599,24 @@ func (r *Client) Release() error {
 	return r.saveSizes()
 }
 
+// farRangesPerImage is how many of an image's Range requests run at once when the
+// registry is far. Near, they run one after another on the image's connection: there
+// the CPU of more connections (a TLS handshake each over HTTP/1.1) costs more than they
+// hide, 2.35 s against 1.33 s for 500 images on loopback. Far, each request is a round
+// trip waited for, and an image's layers asked one after another cost as many round
+// trips as it has layers not sized yet.
+const farRangesPerImage = 4
+
 // sizeLayers asks usize for the uncompressed size of each layer of img (cached by
 // digest), on a copy of img.
 func (r *Client) sizeLayers(ctx context.Context, usize func(context.Context, types.BlobInfo) (int64, string), img Image, infos []types.BlobInfo) Image {
 	img.Layers = slices.Clone(img.Layers)
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 1) // an image's layers one after another, on its connection
+	width := 1
+	if r.Far() {
+		width = farRangesPerImage
+	}
+	sem := make(chan struct{}, width)
 	for i := range img.Layers {
 		wg.Add(1)
 		go func() {

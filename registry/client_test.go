@@ -301,3 +301,41 @@ func farRegistry(t *testing.T, n int, delay time.Duration) (*registrytest.Regist
 		return r.RoundTrip()
 	}
 }
+
+// An image's Range requests run one after another on its connection while the
+// registry is near, and several at once when it is far (each a round trip waited for).
+func TestRangeRequestsAtOnceWhenFar(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+		want  int64
+	}{
+		// Near: its ping and manifest answer before the registry could be taken for
+		// far (unmeasuredFor); the Range requests then run one at a time.
+		{"near", 5 * time.Millisecond, 1},
+		// Far: no answer within unmeasuredFor.
+		{"far", 100 * time.Millisecond, farRangesPerImage},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := registrytest.New(t, nil)
+			f := newFiles(t, "")
+			reg.WriteCA(f.Certs)
+			ref := reg.Host + "/" + reg.Push("far/app", image(t, layer(t, 100), layer(t, 200), layer(t, 300), layer(t, 400), layer(t, 500)), "")
+			reg.SetDelay(tc.delay)
+			reg.MaxInFlight() // the pushes are not the resolution's
+			r := resolver(f, Platform{}, nil)
+			img, err := r.Resolve(context.Background(), ref)
+			if err != nil || len(img.Layers) != 5 {
+				t.Fatalf("%+v %v", img, err)
+			}
+			for _, l := range img.Layers {
+				if l.Uncompressed <= 0 {
+					t.Fatalf("layer %s not sized: %+v", l.Digest, l)
+				}
+			}
+			if got := reg.MaxInFlight(); got != tc.want {
+				t.Fatalf("%d requests at once, want %d", got, tc.want)
+			}
+		})
+	}
+}

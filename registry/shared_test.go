@@ -219,3 +219,58 @@ func TestSharedConnectionTriesMirrorsInOrder(t *testing.T) {
 		t.Fatalf("neither has it: %v", err)
 	}
 }
+
+// The ping of an endpoint listed insecure asks https and http at once and picks the
+// scheme containers/image would: https whenever it answers, http for a plain registry.
+// An endpoint not listed insecure is never asked over http.
+func TestInsecurePingPicksTheSchemeContainersImageWould(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		tls      bool
+		insecure bool
+		ok       bool
+	}{
+		{"plain registry, insecure", false, true, true},
+		{"TLS registry, insecure", true, true, true},
+		{"plain registry, not insecure", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := registrytest.NewPlain(t, nil)
+			if tc.tls {
+				reg = registrytest.New(t, nil)
+			}
+			ref := reg.Host + "/" + reg.Push("team/app", image(t, layer(t, 2000)), "")
+			conf := ""
+			if tc.insecure {
+				conf = fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", reg.Host)
+			}
+			f := newFiles(t, conf)
+			if tc.tls {
+				reg.WriteCA(f.Certs)
+			}
+			pings := reg.Pings()
+			r := resolver(f, Platform{}, nil)
+			img, err := r.Layers(context.Background(), ref)
+			if ok := err == nil && len(img.Layers) == 1; ok != tc.ok {
+				t.Fatalf("read %s: %+v %v, want success %v", ref, img, err, tc.ok)
+			}
+			if !tc.ok {
+				return
+			}
+			// One ping reached the registry's handler: over TLS for the TLS registry
+			// (the plain request to its port is refused before it), the plain one for
+			// the plain registry.
+			if got := reg.Pings() - pings; got != 1 {
+				t.Fatalf("%d pings reached the registry, want 1", got)
+			}
+			scheme := ""
+			for _, e := range r.shared.byKey {
+				scheme = e.last.scheme
+			}
+			want := map[bool]string{true: "https", false: "http"}[tc.tls]
+			if scheme != want {
+				t.Fatalf("scheme %q, want %q", scheme, want)
+			}
+		})
+	}
+}

@@ -45,6 +45,18 @@ type Registry struct {
 // repository outside every namespace is refused.
 func New(t *testing.T, users map[string]string) *Registry {
 	t.Helper()
+	return start(t, users, true)
+}
+
+// NewPlain starts a registry serving plain HTTP (one listed insecure in
+// registries.conf); Push works on it as on New's.
+func NewPlain(t *testing.T, users map[string]string) *Registry {
+	t.Helper()
+	return start(t, users, false)
+}
+
+func start(t *testing.T, users map[string]string, withTLS bool) *Registry {
+	t.Helper()
 	r := &Registry{t: t, users: users}
 	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -69,11 +81,16 @@ func New(t *testing.T, users map[string]string) *Registry {
 			r.conns.Add(1)
 		}
 	}
-	// HTTP/2 for the clients that ask for it, as a registry serving TLS offers.
-	r.srv.EnableHTTP2 = true
-	r.srv.StartTLS()
+	r.srv.Config.ErrorLog = log.New(io.Discard, "", 0) // handshakes a test provokes
+	if withTLS {
+		// HTTP/2 for the clients that ask for it, as a registry serving TLS offers.
+		r.srv.EnableHTTP2 = true
+		r.srv.StartTLS()
+	} else {
+		r.srv.Start()
+	}
 	t.Cleanup(r.srv.Close)
-	r.Host = strings.TrimPrefix(r.srv.URL, "https://")
+	r.Host = strings.TrimPrefix(strings.TrimPrefix(r.srv.URL, "https://"), "http://")
 	return r
 }
 
@@ -134,7 +151,9 @@ func (r *Registry) WriteCA(certsDir string) {
 
 func (r *Registry) options(user string) []remote.Option {
 	pool := x509.NewCertPool()
-	pool.AddCert(r.srv.Certificate())
+	if c := r.srv.Certificate(); c != nil {
+		pool.AddCert(c)
+	}
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}
 	opts := []remote.Option{remote.WithTransport(tr)}
 	if user != "" {
