@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -272,5 +273,23 @@ func TestInsecurePingPicksTheSchemeContainersImageWould(t *testing.T) {
 				t.Fatalf("scheme %q, want %q", scheme, want)
 			}
 		})
+	}
+}
+
+// An endpoint listed insecure where nothing listens fails both pings: the image is not
+// read, and the error names the endpoint (containers/image's, from its own image
+// source, as for any failed ping).
+func TestInsecurePingWithNothingListening(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := l.Addr().String()
+	l.Close()
+	f := newFiles(t, fmt.Sprintf("[[registry]]\nlocation = %q\ninsecure = true\n", host))
+	ref := host + "/team/app@sha256:" + strings.Repeat("1", 64)
+	_, err = resolver(f, Platform{}, nil).Layers(context.Background(), ref)
+	if err == nil || !strings.Contains(err.Error(), host) {
+		t.Fatalf("read %s with nothing listening: %v", ref, err)
 	}
 }

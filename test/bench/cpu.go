@@ -49,18 +49,18 @@ func ticks(n int64) time.Duration { return time.Duration(n) * 10 * time.Millisec
 // cpuColumn is the medians of runs' CPU: registry / runtime / imagepind seconds, and
 // the machine's busy share.
 func cpuColumn(us []cpuUse) string {
-	var reg, rt, ipd []time.Duration
-	var busy []time.Duration // share × 1 s, for median
-	for _, u := range us {
-		reg, rt, ipd = append(reg, u.registry), append(rt, u.runtime), append(ipd, u.imagepind)
-		busy = append(busy, time.Duration(u.busy*float64(time.Second)))
-	}
 	if len(us) == 0 {
 		return ""
+	}
+	var reg, rt, ipd []time.Duration
+	var busy []float64
+	for _, u := range us {
+		reg, rt, ipd = append(reg, u.registry), append(rt, u.runtime), append(ipd, u.imagepind)
+		busy = append(busy, u.busy)
 	}
 	ipdCol := "—"
 	if median(ipd) > 0 {
 		ipdCol = fmt.Sprintf("%.2f", median(ipd).Seconds())
 	}
-	return fmt.Sprintf("%.2f / %.2f / %s | %.0f %%", median(reg).Seconds(), median(rt).Seconds(), ipdCol, 100*median(busy).Seconds())
+	return fmt.Sprintf("%.2f / %.2f / %s | %.0f %%", median(reg).Seconds(), median(rt).Seconds(), ipdCol, 100*goals.Median(busy))
 }

@@ -2,6 +2,7 @@ package goals
 
 import (
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,4 +23,15 @@ func MachineCPU() (busy, all int64) {
 		}
 	}
 	return busy, all
+}
+
+// Median is the median of xs (the lower of the two middle values; 0 for none): a busy
+// share, or any figure measured over runs.
+func Median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[(len(s)-1)/2]
 }

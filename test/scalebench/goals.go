@@ -115,12 +115,12 @@ func recordGoals(t *goals.Table, results map[string]map[int][]result, setBytes, 
 			runs += fmt.Sprintf(", links slowed %g×", *slow)
 		}
 		m := func(v float64, detail, baseline string) goals.Measurement {
-			return goals.Measurement{Value: v, Detail: strings.TrimPrefix(detail+"; "+runs, "; "), Baseline: baseline, Missed: missed, Busy: fmedian(busy), BusyKnown: true}
+			return goals.Measurement{Value: v, Detail: strings.TrimPrefix(detail+"; "+runs, "; "), Baseline: baseline, Missed: missed, Busy: goals.Median(busy), BusyKnown: true}
 		}
 		timeM := m(float64(med)/float64(alone), fmt.Sprintf("%.2f s", med.Seconds()), fmt.Sprintf("one node alone: %.2f s", alone.Seconds()))
 		t.Measured(goalTime(n), timeM)
-		t.Measured(goalUpload(n), m(fmedian(up), "", copyMiB))
-		t.Measured(goalRegistry(n), m(fmedian(egress), "", copyMiB))
+		t.Measured(goalUpload(n), m(goals.Median(up), "", copyMiB))
+		t.Measured(goalRegistry(n), m(goals.Median(egress), "", copyMiB))
 		if n == oneGiBNodes {
 			oneM := timeM
 			if largestLayer < oneGiB {

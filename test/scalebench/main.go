@@ -583,9 +583,9 @@ func report(modes []string, counts []int, results map[string]map[int][]result, s
 			ts := tooks(rs)
 			spread := fmt.Sprintf("%.2f–%.2f×", float64(slices.Min(ts))/float64(alone), float64(slices.Max(ts))/float64(alone))
 			fmt.Printf("| %s | %d | %d | %s | %s | %.2f× | %s | %.3f× | %.2f× | %.2f s | %.2f s | %.0f | %.0f | %.0f | %.0f | %.0f, %.0f | %.0f%% | %.0f%%%s | %g× | %d MiB | %s | %d | %d |\n",
-				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), spread, fmedian(egress), fmedian(up),
-				fmedian(p50), fmedian(p90), fmedian(retries), fmedian(aside), fmedian(slows), fmedian(dials), fmedian(overflows), fmedian(synRe),
-				fmedian(cpu)*100, fmedian(busy)*100, notCounting(fmedian(busy)), *slow, rss>>10, strings.Join(loads, ", "), procs, files)
+				m, n, done, until, strings.Join(runs, ", "), float64(med)/float64(alone), spread, goals.Median(egress), goals.Median(up),
+				goals.Median(p50), goals.Median(p90), goals.Median(retries), goals.Median(aside), goals.Median(slows), goals.Median(dials), goals.Median(overflows), goals.Median(synRe),
+				goals.Median(cpu)*100, goals.Median(busy)*100, notCounting(goals.Median(busy)), *slow, rss>>10, strings.Join(loads, ", "), procs, files)
 		}
 	}
 	fmt.Printf("\nBench resident memory (the bench and its workers together): at most %d MiB (measured when the nodes hold the set, before they stop). "+
@@ -648,15 +648,6 @@ func pct(ds []time.Duration, p int) time.Duration {
 	slices.Sort(s)
 	i := (p*len(s)+99)/100 - 1
 	return s[max(0, min(i, len(s)-1))]
-}
-
-func fmedian(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[(len(s)-1)/2]
 }
 
 // notCounting marks a machine busy share above goals.BusyBound: the run measures the
